@@ -1,0 +1,22 @@
+"""lazymlir: a ``lazy`` PyTorch device whose traces are compiled through MLIR.
+
+``import lazymlir`` registers the device; then ``tensor.to("lazy")`` and
+``module.to("lazy")`` record aten ops instead of running them, and barriers
+(``mark_step()``, ``.item()``, ``.cpu()``, ``print``) compile the trace (or hit
+the cache) and run it.
+"""
+
+from . import cache, config, metrics
+from .device import LazyTensor, device, mark_step, sync
+from .runtime import wait_device_ops
+
+__all__ = [
+    "LazyTensor",
+    "cache",
+    "config",
+    "device",
+    "mark_step",
+    "metrics",
+    "sync",
+    "wait_device_ops",
+]

@@ -1,0 +1,66 @@
+"""lazymlir configuration.
+
+Every ``LAZYMLIR_*`` environment variable is read here and nowhere else, once,
+at import.  Code reads the module attributes (``config.dump_dir``) at the point
+of use, so tests can change them with :func:`patch`.
+"""
+
+import contextlib
+import os
+from typing import Optional
+
+
+def _env_str(name: str, default: Optional[str]) -> Optional[str]:
+    value = os.environ.get(name)
+    return value if value else default
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+# Directory where every compiled graph is written as <hash>.torch.mlir,
+# <hash>.linalg.mlir and <hash>.llvm.mlir.  None: no dumps.
+dump_dir: Optional[str] = _env_str("LAZYMLIR_DUMP_DIR", None)
+
+# Where compiled graphs run.  Only "cpu" exists so far; "cuda" is a later issue.
+device: str = _env_str("LAZYMLIR_DEVICE", "cpu")
+
+# Let the native compiler fuse elementwise ops (part of the cache key).
+fusion: bool = _env_bool("LAZYMLIR_FUSION", True)
+
+# Run every graph eagerly (op by op, on CPU) instead of compiling it: a debugging
+# aid to tell a compiler bug from a tracer bug.  Counted as "EagerGraph".
+force_eager: bool = _env_bool("LAZYMLIR_FORCE_EAGER", False)
+
+# Comma-separated aten op names (e.g. "aten::mm,aten::addmm") that always run
+# eagerly, like torch._lazy's LTC_FORCE_FALLBACK.
+force_fallback: str = _env_str("LAZYMLIR_FORCE_FALLBACK", "") or ""
+
+# Print one line per compilation (graph hash, node count, why it was new).
+verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
+
+_NAMES = ("dump_dir", "device", "fusion", "force_eager", "force_fallback", "verbose")
+
+
+def options_key() -> tuple:
+    """The compiler options that change generated code, for the cache key."""
+    return (device, fusion)
+
+
+@contextlib.contextmanager
+def patch(**changes):
+    """Temporarily set configuration values: ``with config.patch(dump_dir=d): ...``."""
+    g = globals()
+    unknown = set(changes) - set(_NAMES)
+    if unknown:
+        raise AttributeError(f"lazymlir.config has no option(s) {sorted(unknown)}")
+    saved = {name: g[name] for name in changes}
+    g.update(changes)
+    try:
+        yield
+    finally:
+        g.update(saved)

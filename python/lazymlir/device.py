@@ -1,0 +1,643 @@
+"""The ``lazy`` device: LazyTensor, op recording, aliasing, barriers.
+
+A LazyTensor is a wrapper subclass (no storage of its own) whose
+``__torch_dispatch__`` records every aten op into the functional trace
+(``trace.Node``), with output metadata from running the op on ``meta`` tensors.
+
+Aliasing.  Tensors that share memory in eager share a :class:`Storage` here: the
+current functional value of the whole base tensor plus a version number.  A view
+remembers the chain of view ops from the base, and recomputes its value from the
+base when the version moved.  An in-place op computes the new value functionally
+and writes it back through the chain with scatter ops (slice_scatter, ...), so
+every alias sees the mutation, as in eager, while the graph stays functional.
+
+Barriers (``.item()``, ``.cpu()``, ``print``, ``bool()``, ``mark_step()``) execute
+the graph their tensors need; computed nodes become device data (plain CPU
+tensors), so nothing is computed twice.
+"""
+
+import operator
+import weakref
+from typing import List
+
+import torch
+
+from . import config, metrics, runtime
+from .runtime import SUPPORTED_DTYPES
+from .trace import Node, freeze
+
+aten = torch.ops.aten
+
+if torch._C._dispatch_has_kernel_for_dispatch_key("aten::add.Tensor", "Lazy"):
+    raise RuntimeError(
+        "lazymlir: torch._lazy's TorchScript backend already owns the 'lazy' device "
+        "(torch._lazy.ts_backend.init() was called in this process). The two cannot "
+        "share it: import lazymlir in a process that does not initialize torch._lazy."
+    )
+
+LAZY = torch.device("lazy", 0)
+_CPU = torch.device("cpu")
+_META = torch.device("meta")
+
+
+def device(index: int = 0) -> torch.device:
+    """The lazy device, like torch_xla's xla_device()."""
+    if index != 0:
+        raise ValueError("lazymlir has a single lazy device, index 0")
+    return LAZY
+
+
+class Storage:
+    """What aliases share: the value of the base tensor and a version number."""
+
+    __slots__ = ("base", "version", "meta", "__weakref__")
+
+    def __init__(self, base: Node, meta: torch.Tensor):
+        self.base = base
+        self.version = 0
+        self.meta = meta  # layout of the base tensor, as eager would have it
+        if base.data is None:
+            _pending.add(self)
+
+
+# Storages whose value may not be computed yet: what mark_step() executes.
+_pending: "weakref.WeakSet[Storage]" = weakref.WeakSet()
+
+
+class LazyTensor(torch.Tensor):
+    """A tensor on the lazy device: metadata is real, values are a trace."""
+
+    # Outputs are made by __torch_dispatch__; the Python-level torch function
+    # layer would only add overhead.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        handler = _handlers.get(func)
+        if handler is None:
+            handler = _handlers[func] = _classify(func)
+        return handler(func, args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents=None):
+        text = repr(_to_cpu(self).detach())
+        suffix = f", device='{LAZY}'"
+        if self.grad_fn is not None:
+            suffix += f", grad_fn=<{type(self.grad_fn).__name__}>"
+        elif self.requires_grad:
+            suffix += ", requires_grad=True"
+        return text[:-1] + suffix + ")"
+
+    def tolist(self):
+        return _to_cpu(self).tolist()
+
+    def numpy(self, *, force: bool = False):
+        if self.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return _to_cpu(self).detach().numpy()
+
+    def __reduce_ex__(self, proto):
+        return (torch.as_tensor, (_to_cpu(self).detach(),))
+
+
+def _wrap(meta: torch.Tensor, storage: Storage, chain: tuple, value: Node) -> LazyTensor:
+    t = torch.Tensor._make_wrapper_subclass(
+        LazyTensor,
+        meta.size(),
+        strides=meta.stride(),
+        storage_offset=meta.storage_offset(),
+        dtype=meta.dtype,
+        device=LAZY,
+    )
+    t._lz_meta = meta
+    t._lz_storage = storage
+    t._lz_chain = chain  # ((op, rest_args, kwargs, meta, sig), ...) from the base
+    t._lz_value = value
+    t._lz_version = storage.version
+    return t
+
+
+def _fresh(node: Node, meta: torch.Tensor) -> LazyTensor:
+    """A new tensor owning a new storage."""
+    return _wrap(meta, Storage(node, meta), (), node)
+
+
+def _from_cpu(tensor: torch.Tensor) -> LazyTensor:
+    """Device data from a CPU tensor that nobody else will write to."""
+    meta = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=_META)
+    return _fresh(Node.leaf(tensor), meta)
+
+
+def _meta_like(node_meta: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(node_meta.shape, node_meta.stride(), dtype=node_meta.dtype, device=_META)
+
+
+# ----------------------------------------------------------------------------
+# Values, views and writes.
+
+
+def _view_node(step, v: Node) -> Node:
+    op, rest, kwargs, meta, sig = step
+    return Node(op, (v,) + rest, kwargs, (v,), sig, meta)
+
+
+def _value(t: LazyTensor) -> Node:
+    """The current functional value of ``t``."""
+    s = t._lz_storage
+    if t._lz_version == s.version:
+        return t._lz_value
+    v = s.base
+    for step in t._lz_chain:
+        v = _view_node(step, v)
+    t._lz_value = v
+    t._lz_version = s.version
+    return v
+
+
+def _op_node(op, args, kwargs, meta) -> Node:
+    """A node on existing values (internal rewrites: scatters, casts)."""
+    inputs = tuple(a for a in args if isinstance(a, Node))
+    return Node(op, args, kwargs, inputs, (op, freeze(args), freeze(tuple(kwargs.items()))), meta)
+
+
+def _scatter(step, base: Node, src: Node) -> Node:
+    """The value of ``base`` after writing ``src`` into its view ``step``."""
+    op, rest, kwargs, meta, sig = step
+    out_meta = base.meta
+    if op in _RESHAPE_LIKE:
+        return _op_node(aten.reshape.default, (src, list(base.meta.shape)), {}, out_meta)
+    if op is aten.slice.Tensor:
+        dim, start, end, stp = (list(rest) + [0, None, None, 1][len(rest):])[:4]
+        return _op_node(aten.slice_scatter.default, (base, src, dim, start, end, stp), {}, out_meta)
+    if op is aten.select.int:
+        return _op_node(aten.select_scatter.default, (base, src) + rest, {}, out_meta)
+    if op is aten.diagonal.default:
+        return _op_node(aten.diagonal_scatter.default, (base, src) + rest, {}, out_meta)
+    if op is aten.transpose.int:
+        return _op_node(aten.transpose.int, (src,) + rest, {}, out_meta)
+    if op is aten.t.default:
+        return _op_node(aten.t.default, (src,), {}, out_meta)
+    if op is aten.permute.default:
+        dims = [d % len(rest[0]) for d in rest[0]]
+        inverse = [dims.index(i) for i in range(len(dims))]
+        return _op_node(aten.permute.default, (src, inverse), {}, out_meta)
+    if op is aten.as_strided.default:
+        return _op_node(aten.as_strided_scatter.default, (base, src) + rest, {}, out_meta)
+    raise NotImplementedError(f"lazymlir: writing through a view made by {op} is not supported yet")
+
+
+# Views that only regroup dimensions: writing back is a reshape to the base shape.
+_RESHAPE_LIKE = {
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.unsqueeze.default,
+    aten.squeeze.default,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    aten.expand.default,  # only reachable for writes eager allows (size-1 dims)
+}
+
+
+def _write(t: LazyTensor, new: Node) -> None:
+    """``t`` now holds ``new`` (same shape and dtype): update its storage so that
+    every alias sees it."""
+    s = t._lz_storage
+    chain = t._lz_chain
+    if not chain:
+        s.base = new
+    else:
+        values = [s.base]
+        for step in chain[:-1]:
+            values.append(_view_node(step, values[-1]))
+        cur = new
+        for step, base in zip(reversed(chain), reversed(values)):
+            cur = _scatter(step, base, cur)
+        s.base = cur
+    s.version += 1
+    t._lz_value = new
+    t._lz_version = s.version
+    if s.base.data is None:
+        _pending.add(s)
+
+
+# ----------------------------------------------------------------------------
+# Barriers.
+
+
+def _sync(storages) -> None:
+    """Compute the pending base values of ``storages`` in one graph."""
+    todo = []
+    seen = set()
+    for s in storages:
+        b = s.base
+        if b.data is None and id(b) not in seen:
+            seen.add(id(b))
+            todo.append(b)
+    if not todo:
+        return
+    metrics.counter("Sync")
+    results = runtime.execute(todo)
+    for node, value in zip(todo, results):
+        node.set_data(value)
+
+
+def _cpu_alias(t: LazyTensor) -> torch.Tensor:
+    """A CPU tensor with ``t``'s exact size, stride and offset, sharing device data.
+    Read-only: device data is immutable."""
+    s = t._lz_storage
+    _sync((s,))
+    base = s.base.data
+    m = s.meta
+    if not m.is_contiguous():  # device data is contiguous; give it the base's layout
+        base = torch.empty_strided(m.shape, m.stride(), dtype=m.dtype).copy_(base)
+    for op, rest, kwargs, _, _ in t._lz_chain:
+        base = op(base, *rest, **kwargs)
+    return base
+
+
+def _to_cpu(t: LazyTensor) -> torch.Tensor:
+    """A private CPU copy of ``t`` (what ``t.cpu()`` returns), autograd-free."""
+    return aten._to_copy.default(_cpu_alias(t))
+
+
+def mark_step() -> None:
+    """Cut the trace: execute everything live tensors still need, so they hold
+    device data, and start the next trace empty."""
+    metrics.counter("MarkStep")
+    _sync(list(_pending))
+    _pending.clear()
+
+
+def sync(tensors: List[torch.Tensor]) -> None:
+    """Compute the given lazy tensors now, in one graph."""
+    _sync([t._lz_storage for t in tensors if isinstance(t, LazyTensor)])
+
+
+# ----------------------------------------------------------------------------
+# Argument conversion.
+
+
+def _convert(a, inputs: list):
+    """(meta argument, node argument, frozen constant) for one argument."""
+    if type(a) is LazyTensor:
+        v = _value(a)
+        inputs.append(v)
+        return a._lz_meta, v, freeze(v)
+    if isinstance(a, torch.Tensor):
+        # A CPU tensor (a 0-dim scalar, or a copy_ source): snapshot it as device data.
+        v = Node.leaf(a.detach().clone())
+        inputs.append(v)
+        return a, v, freeze(v)
+    t = type(a)
+    if t is list or t is tuple:
+        metas, nodes, frozen = [], [], []
+        for x in a:
+            m, n, f = _convert(x, inputs)
+            metas.append(m)
+            nodes.append(n)
+            frozen.append(f)
+        return t(metas), t(nodes), tuple(frozen)
+    if t is torch.device:
+        return (_META, _CPU, _CPU) if a.type == "lazy" else (a, a, a)
+    return a, a, freeze(a)
+
+
+def _convert_all(args, kwargs):
+    inputs = []
+    meta_args, node_args, frozen_args = [], [], []
+    for a in args:
+        m, n, f = _convert(a, inputs)
+        meta_args.append(m)
+        node_args.append(n)
+        frozen_args.append(f)
+    if kwargs:
+        meta_kwargs, node_kwargs, frozen_kwargs = {}, {}, []
+        for k, a in kwargs.items():
+            m, n, f = _convert(a, inputs)
+            meta_kwargs[k] = m
+            node_kwargs[k] = n
+            frozen_kwargs.append((k, f))
+        frozen_kwargs = tuple(frozen_kwargs)
+    else:
+        meta_kwargs = node_kwargs = {}
+        frozen_kwargs = ()
+    return meta_args, meta_kwargs, tuple(node_args), node_kwargs, tuple(inputs), (tuple(frozen_args), frozen_kwargs)
+
+
+def _eager_arg(a, clone: bool):
+    if type(a) is LazyTensor:
+        return _cpu_alias(a).clone() if clone else _cpu_alias(a)
+    t = type(a)
+    if t is list or t is tuple:
+        return t(_eager_arg(x, clone) for x in a)
+    if t is torch.device and a.type == "lazy":
+        return _CPU
+    return a
+
+
+# ----------------------------------------------------------------------------
+# Op handlers.  _classify picks one per OpOverload, once.
+
+
+def _wrap_outputs(node: Node, meta):
+    """LazyTensors for a recorded op's result(s)."""
+    if isinstance(meta, torch.Tensor):
+        return _fresh(node, meta)
+    outs = []
+    for i, m in enumerate(meta):
+        if m is None:
+            outs.append(None)
+            continue
+        item = Node(operator.getitem, (node, i), {}, (node,), (operator.getitem, i), m)
+        outs.append(_fresh(item, m))
+    return type(meta)(outs)
+
+
+def _all_supported(meta) -> bool:
+    if isinstance(meta, torch.Tensor):
+        return meta.dtype in SUPPORTED_DTYPES
+    if isinstance(meta, (list, tuple)):
+        return all(m is None or (isinstance(m, torch.Tensor) and m.dtype in SUPPORTED_DTYPES) for m in meta)
+    return False  # a Python value: data-dependent, needs a real run
+
+
+def _inputs_supported(inputs) -> bool:
+    for v in inputs:
+        if v.meta.dtype not in SUPPORTED_DTYPES:
+            return False
+    return True
+
+
+def _functional(func, args, kwargs):
+    meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen = _convert_all(args, kwargs)
+    try:
+        meta = func(*meta_args, **meta_kwargs)
+    except Exception:
+        # No meta kernel, a data-dependent shape, or a user error: eager decides.
+        return _eager(func, args, kwargs)
+    if not _all_supported(meta) or not _inputs_supported(inputs):
+        return _eager(func, args, kwargs)
+    node = Node(func, node_args, node_kwargs, inputs, (func,) + frozen, meta)
+    return _wrap_outputs(node, meta)
+
+
+def _make_eager(count: bool, overwrites: bool = False):
+    def handler(func, args, kwargs):
+        return _eager(func, args, kwargs, count=count, overwrites=overwrites)
+
+    return handler
+
+
+def _eager(func, args, kwargs, count: bool = True, overwrites: bool = False):
+    """Run ``func`` on CPU on materialized inputs; results go back on the lazy device.
+
+    ``overwrites``: the op writes every element of its first argument without
+    reading it (RNG fills), so that argument is not computed first."""
+    schema = func._schema
+    if count:
+        metrics.counter(schema.name)
+    written = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+    names = [a.name for a in schema.arguments]
+    targets = []  # (lazy tensor, the CPU tensor the op writes in its place)
+
+    def convert(a, name):
+        if type(a) is LazyTensor:
+            if name not in written:
+                return _cpu_alias(a)  # read-only use of device data
+            if overwrites and name == names[0]:
+                cpu = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype)
+            else:
+                cpu = _cpu_alias(a).clone()
+            targets.append((a, cpu))
+            return cpu
+        return _eager_arg(a, False)
+
+    cpu_args = [convert(a, names[i] if i < len(names) else None) for i, a in enumerate(args)]
+    cpu_kwargs = {k: convert(v, k) for k, v in kwargs.items()}
+    out = func(*cpu_args, **cpu_kwargs)
+    for lazy, cpu in targets:
+        _write(lazy, Node.leaf(cpu))
+
+    def wrap(r):
+        if isinstance(r, torch.Tensor):
+            for lazy, cpu in targets:  # in-place and out= ops return their argument
+                if r is cpu:
+                    return lazy
+            return _from_cpu(r)
+        return r
+
+    if isinstance(out, torch.Tensor):
+        return wrap(out)
+    if isinstance(out, (tuple, list)):
+        return type(out)(wrap(r) for r in out)
+    return out
+
+
+def _view(func, args, kwargs):
+    self = args[0]
+    rest = args[1:]
+    if type(self) is not LazyTensor or any(isinstance(a, torch.Tensor) for a in rest):
+        return _functional(func, args, kwargs)
+    try:
+        meta = func(self._lz_meta, *rest, **kwargs)
+    except Exception:
+        return _eager(func, args, kwargs)
+    sig = (func, freeze(rest), freeze(tuple(kwargs.items())))
+    step = (func, tuple(rest), kwargs, meta, sig)
+    node = _view_node(step, _value(self))
+    return _wrap(meta, self._lz_storage, self._lz_chain + (step,), node)
+
+
+def _alias(func, args, kwargs):
+    """detach/alias: same storage, same value, new tensor (autograd sees a new one)."""
+    self = args[0]
+    meta = func(self._lz_meta)
+    return _wrap(meta, self._lz_storage, self._lz_chain, _value(self))
+
+
+def _split(func, args, kwargs):
+    """split/unbind as slices/selects: single-output views the write path knows."""
+    self = args[0]
+    if type(self) is not LazyTensor:
+        return _eager(func, args, kwargs)
+    metas = func(self._lz_meta, *args[1:], **kwargs)
+    if func is aten.unbind.int:
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        return tuple(_view(aten.select.int, (self, dim, i), {}) for i in range(len(metas)))
+    dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
+    dim %= max(self.dim(), 1)
+    outs, start = [], 0
+    for m in metas:
+        n = m.shape[dim]
+        outs.append(_view(aten.slice.Tensor, (self, dim, start, start + n, 1), {}))
+        start += n
+    return outs
+
+
+def _cast(node: Node, dtype) -> Node:
+    meta = aten._to_copy.default(node.meta, dtype=dtype)
+    return _op_node(aten._to_copy.default, (node,), {"dtype": dtype}, meta)
+
+
+def _inplace(functional):
+    def handler(func, args, kwargs):
+        self = args[0]
+        if type(self) is not LazyTensor or torch._debug_has_internal_overlap(self._lz_meta) == 1:
+            return _eager(func, args, kwargs)
+        meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen = _convert_all(args, kwargs)
+        try:
+            meta = functional(*meta_args, **meta_kwargs)
+        except Exception:
+            return _eager(func, args, kwargs)
+        if (
+            not isinstance(meta, torch.Tensor)
+            or meta.shape != self.shape
+            or meta.dtype not in SUPPORTED_DTYPES
+            or not _inputs_supported(inputs)
+            or (meta.dtype != self.dtype and not torch.can_cast(meta.dtype, self.dtype))
+        ):
+            return _eager(func, args, kwargs)  # eager raises its own error, or copes
+        node = Node(functional, node_args, node_kwargs, inputs, (functional,) + frozen, meta)
+        if meta.dtype != self.dtype:
+            node = _cast(node, self.dtype)
+        _write(self, node)
+        return self
+
+    return handler
+
+
+def _copy_(func, args, kwargs):
+    dst, src = args[0], args[1]
+    if type(dst) is not LazyTensor:  # lazy -> cpu (or another device)
+        return dst.copy_(_cpu_alias(src), *args[2:])
+    if type(src) is LazyTensor:
+        v = _value(src)
+    else:
+        v = Node.leaf(src.detach().to(_CPU, copy=True))
+    if dst.dtype not in SUPPORTED_DTYPES or v.meta.dtype not in SUPPORTED_DTYPES:
+        if v.meta.shape == dst.shape and v.meta.dtype == dst.dtype:
+            _write(dst, v)  # a plain move needs no compute
+            return dst
+        return _eager(func, args, kwargs)
+    if tuple(v.meta.shape) != tuple(dst.shape):
+        meta = aten.copy.default(dst._lz_meta, v.meta)
+        v = _op_node(aten.copy.default, (_value(dst), v), {}, meta)
+    elif v.meta.dtype != dst.dtype:
+        v = _cast(v, dst.dtype)
+    _write(dst, v)
+    return dst
+
+
+def _to_copy(func, args, kwargs):
+    target = kwargs.get("device")
+    if target is not None and target.type != "lazy":
+        cpu_kwargs = dict(kwargs)
+        cpu_kwargs["device"] = _CPU
+        out = aten._to_copy.default(_cpu_alias(args[0]), **cpu_kwargs)
+        return out if target.type == "cpu" else out.to(target)
+    return _functional(func, args, kwargs)
+
+
+def _scalar(func, args, kwargs):
+    """.item(), bool(): a barrier that returns a Python value."""
+    return func(_cpu_alias(args[0]))
+
+
+def _resize_(func, args, kwargs):
+    self, size = args[0], args[1]
+    if tuple(self.shape) == tuple(size):
+        return self
+    raise NotImplementedError("lazymlir: resizing a lazy tensor is not supported yet")
+
+
+def _unsupported(func, args, kwargs):
+    raise NotImplementedError(f"lazymlir: {func} (changes a tensor's metadata in place) is not supported yet")
+
+
+_RNG_NAMES = ("rand", "normal", "bernoulli", "uniform", "dropout", "multinomial", "exponential",
+              "geometric", "cauchy", "log_normal", "random", "poisson")
+
+# In-place RNG fills that never read the tensor they fill.
+_OVERWRITES = {"normal_", "uniform_", "random_", "exponential_", "geometric_", "cauchy_", "log_normal_"}
+
+_SPECIAL = {
+    aten.copy_.default: _copy_,
+    aten._to_copy.default: _to_copy,
+    aten.detach.default: _alias,
+    aten.alias.default: _alias,
+    aten.lift_fresh.default: _alias,
+    aten._local_scalar_dense.default: _scalar,
+    aten.is_nonzero.default: _scalar,
+    aten.split.Tensor: _split,
+    aten.split_with_sizes.default: _split,
+    aten.unbind.int: _split,
+    aten.resize_.default: _resize_,
+    aten.set_.source_Tensor: _unsupported,
+}
+
+_handlers = {}
+
+
+def _functional_variant(func):
+    """add_.Tensor -> add.Tensor; None when there is none."""
+    name = func._schema.name.split("::")[1]
+    packet = getattr(aten, name[:-1], None)
+    if packet is None:
+        return None
+    variant = getattr(packet, func._overloadname, None)
+    if variant is None or variant._schema.is_mutable:
+        return None
+    return variant
+
+
+def _classify(func):
+    if func in _SPECIAL:
+        return _SPECIAL[func]
+    schema = func._schema
+    name = schema.name.split("::")[-1]
+    if schema.name in {s.strip() for s in config.force_fallback.split(",") if s.strip()}:
+        return _make_eager(True)
+    if any(r in name for r in _RNG_NAMES):  # the CPU generator keeps eager's random stream
+        return _make_eager(True, overwrites=name in _OVERWRITES)
+    if any(not isinstance(r.type, torch.TensorType) and "Tensor" not in str(r.type) for r in schema.returns):
+        return _make_eager(False)  # returns a Python value: a barrier
+    if schema.is_mutable:
+        first = schema.arguments[0] if schema.arguments else None
+        if name.endswith("_") and first is not None and first.alias_info is not None and first.alias_info.is_write:
+            if func.is_view or name in ("transpose_", "t_", "squeeze_", "unsqueeze_", "as_strided_", "swapdims_", "swapaxes_"):
+                return _unsupported
+            variant = _functional_variant(func)
+            if variant is not None:
+                return _inplace(variant)
+        return _make_eager(True)  # out= variants and other mutating ops
+    if func.is_view:
+        if len(schema.returns) == 1 and isinstance(schema.returns[0].type, torch.TensorType):
+            return _view
+        return _make_eager(True)
+    return _functional
+
+
+# ----------------------------------------------------------------------------
+# Factory functions: with device="lazy" and no tensor argument they reach the
+# Lazy dispatch key; everything else (zeros, ones, full, randn, to) is built
+# from these and in-place ops in core.
+
+
+def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    dtype = dtype or torch.get_default_dtype()
+    meta = torch.empty(size, dtype=dtype, device=_META, memory_format=memory_format or torch.contiguous_format)
+    # The contents are undefined; zeros keep graphs deterministic.
+    node = _op_node(aten.zeros.default, (list(size),), {"dtype": dtype, "device": _CPU}, meta)
+    return _fresh(node, meta)
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = dtype or torch.get_default_dtype()
+    meta = torch.empty_strided(size, stride, dtype=dtype, device=_META)
+    node = _op_node(aten.zeros.default, (list(size),), {"dtype": dtype, "device": _CPU}, meta)
+    return _fresh(node, meta)
+
+
+_lib = torch.library.Library("aten", "IMPL")
+_lib.impl("empty.memory_format", _empty, "Lazy")
+_lib.impl("empty_strided", _empty_strided, "Lazy")

@@ -1,0 +1,122 @@
+"""Execute a traced graph: cache lookup, compile on a miss, run, return CPU tensors.
+
+Compiled graphs use destination passing: outputs are allocated here with torch
+and written in place by the executable.  A graph that cannot be compiled runs
+eagerly, op by op, as an FX GraphModule on CPU tensors; the failure is cached so
+it is not retried.  Execution is synchronous for now: ``wait_device_ops`` is the
+place an asynchronous worker will be waited for.
+"""
+
+import time
+import warnings
+from typing import List, Sequence
+
+import torch
+
+from . import cache, config, debug, lowering, metrics, trace
+
+# The dtypes the native compiler takes; a graph touching another runs eagerly.
+SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.int32, torch.int64, torch.bool})
+
+try:  # the native module comes with the lead's build; the tracer works without it
+    from . import compiler as _compiler
+except ImportError as e:  # pragma: no cover - depends on the build
+    _compiler = None
+    _compiler_import_error = str(e)
+
+
+class _Compiled:
+    __slots__ = ("executable", "out_specs")
+
+    def __init__(self, executable, out_specs):
+        self.executable = executable
+        self.out_specs = out_specs
+
+    def run(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+        outs = [torch.empty(shape, dtype=dtype) for shape, dtype in self.out_specs]
+        t0 = time.perf_counter()
+        self.executable.run(inputs, outs)
+        metrics.timing("ExecuteTime", time.perf_counter() - t0)
+        return outs
+
+
+class _Eager:
+    """A graph run op by op on CPU; ``counter`` says why (for the metrics)."""
+
+    __slots__ = ("gm", "counter")
+
+    def __init__(self, gm, counter):
+        self.gm = gm
+        self.counter = counter
+
+    def run(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+        metrics.counter(self.counter)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            outs = [o.contiguous() for o in self.gm(*inputs)]
+        metrics.timing("ExecuteTime", time.perf_counter() - t0)
+        return outs
+
+
+def execute(outputs: Sequence[trace.Node]) -> List[torch.Tensor]:
+    """Compute ``outputs`` (distinct nodes without data) and return their values as
+    contiguous CPU tensors, in order."""
+    t0 = time.perf_counter()
+    graph = trace.collect(outputs, config.options_key())
+    metrics.timing("CollectTime", time.perf_counter() - t0)
+    entry = cache.lookup(graph.key)
+    if entry is None:
+        entry = _compile(graph)
+    elif type(entry) is _Compiled:
+        metrics.counter("CachedCompile")
+    return entry.run([n.data for n in graph.inputs])
+
+
+def _compile(graph: trace.Graph):
+    t0 = time.perf_counter()
+    gm = trace.to_fx(graph)
+    name = trace.graph_hash(graph.key)
+    entry = None
+    metas = [n.meta for n in graph.outputs]
+    dtypes = {n.data.dtype for n in graph.inputs} | {m.dtype for m in metas}
+    if config.force_eager:
+        entry = _Eager(gm, "EagerGraph")
+    elif not dtypes <= SUPPORTED_DTYPES:
+        entry = _Eager(gm, "EagerGraph")
+    else:
+        try:
+            t1 = time.perf_counter()
+            lowered = lowering.lower(gm, [n.data for n in graph.inputs])
+            metrics.timing("LoweringTime", time.perf_counter() - t1)
+            debug.dump(name, "torch", lowered.torch_mlir)
+            debug.dump(name, "linalg", lowered.linalg)
+            if _compiler is None:
+                raise RuntimeError(f"the native compiler is not available ({_compiler_import_error})")
+            t1 = time.perf_counter()
+            executable = _compiler.compile_linalg(lowered.linalg, fusion=config.fusion)
+            metrics.timing("CompileTime", time.perf_counter() - t1)
+            debug.dump(name, "llvm", getattr(executable, "llvm_ir", None))
+            entry = _Compiled(executable, [(tuple(m.shape), m.dtype) for m in metas])
+            metrics.counter("UncachedCompile")
+        except Exception as e:  # never fail the user: run it eagerly instead
+            warnings.warn(
+                f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile and runs "
+                f"eagerly: {str(e)[:2000]}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            entry = _Eager(gm, "CompileFallback")
+    seconds = time.perf_counter() - t0
+    if config.verbose:
+        print(f"lazymlir: compiled graph {name}: {len(graph.nodes)} ops, {len(graph.inputs)} inputs, "
+              f"{type(entry).__name__}, {seconds * 1e3:.1f} ms")
+    cache.insert(graph.key, entry, seconds)
+    return entry
+
+
+def wait_device_ops() -> None:
+    """Block until every graph started by mark_step() has finished.
+
+    Graphs run synchronously today, so this returns at once; code that times
+    steps should still call it, as with torch._lazy.wait_device_ops()."""
+    return None
