@@ -24,7 +24,7 @@ import torch
 
 from . import config, metrics, runtime
 from .runtime import SUPPORTED_DTYPES
-from .trace import Node, freeze
+from .trace import BLANK, Node, freeze
 
 aten = torch.ops.aten
 
@@ -123,12 +123,7 @@ def _fresh(node: Node, meta: torch.Tensor) -> LazyTensor:
 
 def _from_cpu(tensor: torch.Tensor) -> LazyTensor:
     """Device data from a CPU tensor that nobody else will write to."""
-    meta = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=_META)
-    return _fresh(Node.leaf(tensor), meta)
-
-
-def _meta_like(node_meta: torch.Tensor) -> torch.Tensor:
-    return torch.empty_strided(node_meta.shape, node_meta.stride(), dtype=node_meta.dtype, device=_META)
+    return _fresh(Node.leaf(tensor), _intern(tensor.shape, tensor.stride(), tensor.dtype))
 
 
 # ----------------------------------------------------------------------------
@@ -274,25 +269,88 @@ def sync(tensors: List[torch.Tensor]) -> None:
 
 
 # ----------------------------------------------------------------------------
-# Argument conversion.
+# Argument conversion and meta inference.
+#
+# Meta kernels are mostly Python references (torch._refs) and cost 50-200 us per
+# call, far more than the rest of recording.  Their result depends only on the op,
+# the inputs' metadata and the constants, so it is cached under exactly that.  Meta
+# tensors are interned (one object per size/stride/dtype/offset) and never
+# mutated, so a key can hold input metas by identity.
+
+_interned = {}
+_meta_cache = {}
+_META_CACHE_LIMIT = 200_000
+_FAILED = object()  # the meta kernel raised: the op runs eagerly
 
 
-def _convert(a, inputs: list):
-    """(meta argument, node argument, frozen constant) for one argument."""
-    if type(a) is LazyTensor:
-        v = _value(a)
+def _intern(shape, stride, dtype, offset=0) -> torch.Tensor:
+    key = (tuple(shape), tuple(stride), dtype, offset)
+    m = _interned.get(key)
+    if m is None:
+        m = torch.empty_strided(shape, stride, dtype=dtype, device=_META)
+        if offset:
+            m = m.as_strided(shape, stride, offset)
+        _interned[key] = m
+    return m
+
+
+def _intern_like(m: torch.Tensor) -> torch.Tensor:
+    return _intern(m.shape, m.stride(), m.dtype, m.storage_offset())
+
+
+def _intern_result(r):
+    if isinstance(r, torch.Tensor):
+        return _intern_like(r)
+    if isinstance(r, (list, tuple)):
+        return type(r)(_intern_result(x) for x in r)
+    return r
+
+
+def _infer(key, func, meta_args, meta_kwargs):
+    """Cached ``func`` on meta tensors: (interned result, dtypes all supported), or _FAILED."""
+    hit = _meta_cache.get(key)
+    if hit is not None:
+        return hit
+    try:
+        meta = _intern_result(func(*meta_args, **meta_kwargs))
+        hit = (meta, _all_supported(meta) and _args_supported(meta_args, meta_kwargs))
+    except Exception:  # no meta kernel, a data-dependent shape, or a user error
+        hit = _FAILED
+    if len(_meta_cache) > _META_CACHE_LIMIT:
+        _meta_cache.clear()
+    _meta_cache[key] = hit
+    return hit
+
+
+def _args_supported(meta_args, meta_kwargs) -> bool:
+    for a in list(meta_args) + list(meta_kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            if a.dtype not in SUPPORTED_DTYPES:
+                return False
+        elif isinstance(a, (list, tuple)) and not _args_supported(a, {}):
+            return False
+    return True
+
+
+def _convert(a, inputs: list, keys: list):
+    """(meta argument, node argument, frozen constant) for one argument; tensors
+    are appended to ``inputs`` (their value) and ``keys`` (their metadata)."""
+    t = type(a)
+    if t is LazyTensor:
+        v = a._lz_value if a._lz_version == a._lz_storage.version else _value(a)
         inputs.append(v)
-        return a._lz_meta, v, freeze(v)
+        keys.append(a._lz_meta)
+        return a._lz_meta, v, BLANK
     if isinstance(a, torch.Tensor):
         # A CPU tensor (a 0-dim scalar, or a copy_ source): snapshot it as device data.
         v = Node.leaf(a.detach().clone())
         inputs.append(v)
-        return a, v, freeze(v)
-    t = type(a)
+        keys.append((a.device, a.shape, a.stride(), a.dtype))
+        return a, v, BLANK
     if t is list or t is tuple:
         metas, nodes, frozen = [], [], []
         for x in a:
-            m, n, f = _convert(x, inputs)
+            m, n, f = _convert(x, inputs, keys)
             metas.append(m)
             nodes.append(n)
             frozen.append(f)
@@ -303,25 +361,28 @@ def _convert(a, inputs: list):
 
 
 def _convert_all(args, kwargs):
+    """Everything an op needs: meta args, node args, input values, the node's
+    signature and the meta-cache key."""
     inputs = []
+    keys = []
     meta_args, node_args, frozen_args = [], [], []
     for a in args:
-        m, n, f = _convert(a, inputs)
+        m, n, f = _convert(a, inputs, keys)
         meta_args.append(m)
         node_args.append(n)
         frozen_args.append(f)
     if kwargs:
         meta_kwargs, node_kwargs, frozen_kwargs = {}, {}, []
         for k, a in kwargs.items():
-            m, n, f = _convert(a, inputs)
+            m, n, f = _convert(a, inputs, keys)
             meta_kwargs[k] = m
             node_kwargs[k] = n
             frozen_kwargs.append((k, f))
-        frozen_kwargs = tuple(frozen_kwargs)
+        frozen = (tuple(frozen_args), tuple(frozen_kwargs))
     else:
         meta_kwargs = node_kwargs = {}
-        frozen_kwargs = ()
-    return meta_args, meta_kwargs, tuple(node_args), node_kwargs, tuple(inputs), (tuple(frozen_args), frozen_kwargs)
+        frozen = (tuple(frozen_args), ())
+    return meta_args, meta_kwargs, tuple(node_args), node_kwargs, tuple(inputs), frozen, tuple(keys)
 
 
 def _eager_arg(a, clone: bool):
@@ -361,24 +422,14 @@ def _all_supported(meta) -> bool:
     return False  # a Python value: data-dependent, needs a real run
 
 
-def _inputs_supported(inputs) -> bool:
-    for v in inputs:
-        if v.meta.dtype not in SUPPORTED_DTYPES:
-            return False
-    return True
-
-
 def _functional(func, args, kwargs):
-    meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen = _convert_all(args, kwargs)
-    try:
-        meta = func(*meta_args, **meta_kwargs)
-    except Exception:
-        # No meta kernel, a data-dependent shape, or a user error: eager decides.
+    meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen, keys = _convert_all(args, kwargs)
+    sig = (func,) + frozen
+    hit = _infer((sig, keys), func, meta_args, meta_kwargs)
+    if hit is _FAILED or not hit[1]:
         return _eager(func, args, kwargs)
-    if not _all_supported(meta) or not _inputs_supported(inputs):
-        return _eager(func, args, kwargs)
-    node = Node(func, node_args, node_kwargs, inputs, (func,) + frozen, meta)
-    return _wrap_outputs(node, meta)
+    meta = hit[0]
+    return _wrap_outputs(Node(func, node_args, node_kwargs, inputs, sig, meta), meta)
 
 
 def _make_eager(count: bool, overwrites: bool = False):
@@ -435,24 +486,29 @@ def _eager(func, args, kwargs, count: bool = True, overwrites: bool = False):
 
 def _view(func, args, kwargs):
     self = args[0]
-    rest = args[1:]
-    if type(self) is not LazyTensor or any(isinstance(a, torch.Tensor) for a in rest):
+    if type(self) is not LazyTensor:
         return _functional(func, args, kwargs)
-    try:
-        meta = func(self._lz_meta, *rest, **kwargs)
-    except Exception:
-        return _eager(func, args, kwargs)
+    rest = tuple(args[1:])
     sig = (func, freeze(rest), freeze(tuple(kwargs.items())))
-    step = (func, tuple(rest), kwargs, meta, sig)
+    key = (sig, self._lz_meta)
+    step = _meta_cache.get(key)
+    if step is None:
+        try:
+            meta = _intern_like(func(self._lz_meta, *rest, **kwargs))
+            step = (func, rest, kwargs, meta, sig)
+        except Exception:
+            step = _FAILED
+        _meta_cache[key] = step
+    if step is _FAILED:
+        return _eager(func, args, kwargs)
     node = _view_node(step, _value(self))
-    return _wrap(meta, self._lz_storage, self._lz_chain + (step,), node)
+    return _wrap(step[3], self._lz_storage, self._lz_chain + (step,), node)
 
 
 def _alias(func, args, kwargs):
     """detach/alias: same storage, same value, new tensor (autograd sees a new one)."""
     self = args[0]
-    meta = func(self._lz_meta)
-    return _wrap(meta, self._lz_storage, self._lz_chain, _value(self))
+    return _wrap(self._lz_meta, self._lz_storage, self._lz_chain, _value(self))
 
 
 def _split(func, args, kwargs):
@@ -460,7 +516,10 @@ def _split(func, args, kwargs):
     self = args[0]
     if type(self) is not LazyTensor:
         return _eager(func, args, kwargs)
-    metas = func(self._lz_meta, *args[1:], **kwargs)
+    try:
+        metas = func(self._lz_meta, *args[1:], **kwargs)
+    except Exception:
+        return _eager(func, args, kwargs)
     if func is aten.unbind.int:
         dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
         return tuple(_view(aten.select.int, (self, dim, i), {}) for i in range(len(metas)))
@@ -475,30 +534,40 @@ def _split(func, args, kwargs):
 
 
 def _cast(node: Node, dtype) -> Node:
-    meta = aten._to_copy.default(node.meta, dtype=dtype)
-    return _op_node(aten._to_copy.default, (node,), {"dtype": dtype}, meta)
+    args, kwargs = (node,), {"dtype": dtype}
+    sig = (aten._to_copy.default, (BLANK,), (("dtype", dtype),))
+    meta = _infer((sig, (node.meta,)), aten._to_copy.default, (node.meta,), kwargs)[0]
+    return Node(aten._to_copy.default, args, kwargs, (node,), sig, meta)
 
 
 def _inplace(functional):
+    """x.op_(...) records op(x, ...) and writes the result back into x's storage."""
+
     def handler(func, args, kwargs):
         self = args[0]
-        if type(self) is not LazyTensor or torch._debug_has_internal_overlap(self._lz_meta) == 1:
+        if type(self) is not LazyTensor:
             return _eager(func, args, kwargs)
-        meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen = _convert_all(args, kwargs)
-        try:
-            meta = functional(*meta_args, **meta_kwargs)
-        except Exception:
-            return _eager(func, args, kwargs)
-        if (
-            not isinstance(meta, torch.Tensor)
-            or meta.shape != self.shape
-            or meta.dtype not in SUPPORTED_DTYPES
-            or not _inputs_supported(inputs)
-            or (meta.dtype != self.dtype and not torch.can_cast(meta.dtype, self.dtype))
-        ):
+        meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen, keys = _convert_all(args, kwargs)
+        sig = (functional,) + frozen
+        key = ("inplace", sig, keys)
+        hit = _meta_cache.get(key)
+        if hit is None:
+            hit = _infer((sig, keys), functional, meta_args, meta_kwargs)
+            if hit is not _FAILED:
+                meta, ok = hit
+                target = self._lz_meta
+                ok = ok and (
+                    isinstance(meta, torch.Tensor)
+                    and meta.shape == target.shape
+                    and (meta.dtype == target.dtype or torch.can_cast(meta.dtype, target.dtype))
+                    and torch._debug_has_internal_overlap(target) != 1
+                )
+                hit = (meta, ok)
+            _meta_cache[key] = hit
+        if hit is _FAILED or not hit[1]:
             return _eager(func, args, kwargs)  # eager raises its own error, or copes
-        node = Node(functional, node_args, node_kwargs, inputs, (functional,) + frozen, meta)
-        if meta.dtype != self.dtype:
+        node = Node(functional, node_args, node_kwargs, inputs, sig, hit[0])
+        if node.meta.dtype != self.dtype:
             node = _cast(node, self.dtype)
         _write(self, node)
         return self
@@ -520,7 +589,7 @@ def _copy_(func, args, kwargs):
             return dst
         return _eager(func, args, kwargs)
     if tuple(v.meta.shape) != tuple(dst.shape):
-        meta = aten.copy.default(dst._lz_meta, v.meta)
+        meta = _intern_like(aten.copy.default(dst._lz_meta, v.meta))
         v = _op_node(aten.copy.default, (_value(dst), v), {}, meta)
     elif v.meta.dtype != dst.dtype:
         v = _cast(v, dst.dtype)
@@ -625,7 +694,7 @@ def _classify(func):
 
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     dtype = dtype or torch.get_default_dtype()
-    meta = torch.empty(size, dtype=dtype, device=_META, memory_format=memory_format or torch.contiguous_format)
+    meta = _intern_like(torch.empty(size, dtype=dtype, device=_META, memory_format=memory_format or torch.contiguous_format))
     # The contents are undefined; zeros keep graphs deterministic.
     node = _op_node(aten.zeros.default, (list(size),), {"dtype": dtype, "device": _CPU}, meta)
     return _fresh(node, meta)
@@ -633,7 +702,7 @@ def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     dtype = dtype or torch.get_default_dtype()
-    meta = torch.empty_strided(size, stride, dtype=dtype, device=_META)
+    meta = _intern(size, stride, dtype)
     node = _op_node(aten.zeros.default, (list(size),), {"dtype": dtype, "device": _CPU}, meta)
     return _fresh(node, meta)
 

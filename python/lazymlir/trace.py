@@ -17,6 +17,9 @@ import torch
 aten = torch.ops.aten
 
 
+_leaf_metas = {}
+
+
 class Node:
     __slots__ = ("op", "args", "kwargs", "inputs", "sig", "meta", "data")
 
@@ -36,7 +39,10 @@ class Node:
             tensor = tensor.contiguous()
         n = Node(None, None, None, (), None, None)
         n.data = tensor
-        n.meta = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
+        key = (tensor.shape, tensor.dtype)
+        n.meta = _leaf_metas.get(key)
+        if n.meta is None:
+            n.meta = _leaf_metas[key] = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
         return n
 
     def set_data(self, tensor: torch.Tensor) -> None:
