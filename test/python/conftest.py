@@ -1,0 +1,50 @@
+"""Shared fixtures for the lazy-device tests: seeding, clean metrics, and the
+check that a test's work was compiled rather than run eagerly."""
+
+import random
+
+import pytest
+import torch
+
+import lazymlir
+from lazymlir import metrics
+
+# The native compiler comes from the C++ build.
+HAVE_NATIVE = lazymlir.runtime._compiler is not None
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long-running tests (big models, soaks)")
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_reset():
+    random.seed(0)
+    torch.manual_seed(0)
+    lazymlir.mark_step()  # nothing pending from an earlier test
+    metrics.reset()
+    yield
+
+
+@pytest.fixture
+def fresh_cache():
+    lazymlir.cache.clear()
+    yield lazymlir.cache
+    lazymlir.cache.clear()
+
+
+@pytest.fixture
+def native():
+    """For tests that prove work was compiled: the native compiler must be built."""
+    if not HAVE_NATIVE:
+        pytest.skip("lazymlir.compiler (native build) not available yet")
+
+
+def assert_compiled(*allowed_fallbacks):
+    """The graphs ran compiled: something compiled (or hit the cache), no graph
+    fell back to eager, and no op ran eagerly except ``allowed_fallbacks``."""
+    compiled = metrics.counter_value("UncachedCompile") + metrics.counter_value("CachedCompile")
+    assert compiled > 0, metrics.metrics_report()
+    assert metrics.counter_value("CompileFallback") == 0, metrics.metrics_report()
+    assert metrics.counter_value("EagerGraph") == 0, metrics.metrics_report()
+    assert sorted(metrics.executed_fallback_ops()) == sorted(allowed_fallbacks), metrics.metrics_report()

@@ -1,0 +1,137 @@
+"""The lazy device itself: moving tensors and modules, factories, metadata
+without execution, barriers, printing, and the tutorial's control flow."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import lazymlir
+from lazymlir import metrics
+
+
+def add_two_maybe(t: torch.Tensor, maybe: torch.Tensor):
+    if maybe:
+        return t + 2
+    return t
+
+
+@pytest.mark.parametrize("maybe", [0, 1])
+def test_tutorial_add_two_maybe(maybe):
+    t = torch.ones(1)
+    m = torch.BoolTensor([maybe])
+    lazy_result = add_two_maybe(t.to("lazy"), m.to("lazy"))
+    print(lazy_result)
+    assert lazy_result.cpu() == add_two_maybe(t, m)
+
+
+def test_to_and_back():
+    x = torch.randn(3, 4)
+    lx = x.to("lazy")
+    assert isinstance(lx, lazymlir.LazyTensor)
+    assert lx.device.type == "lazy"
+    assert lx.device == lazymlir.device()
+    back = lx.cpu()
+    assert back.device.type == "cpu"
+    torch.testing.assert_close(back, x)
+    torch.testing.assert_close(lx.to("cpu"), x)
+    # The lazy copy is a snapshot: writing to the source changes nothing.
+    x.add_(1)
+    torch.testing.assert_close(lx.cpu(), x - 1)
+
+
+def test_factories():
+    z = torch.zeros(2, 3, device="lazy")
+    o = torch.ones(2, 3, device="lazy", dtype=torch.int64)
+    f = torch.full((4,), 2.5, device="lazy")
+    e = torch.empty(5, device="lazy")
+    assert z.device.type == o.device.type == f.device.type == e.device.type == "lazy"
+    assert e.shape == (5,)
+    torch.testing.assert_close(z.cpu(), torch.zeros(2, 3))
+    torch.testing.assert_close(o.cpu(), torch.ones(2, 3, dtype=torch.int64))
+    torch.testing.assert_close(f.cpu(), torch.full((4,), 2.5))
+    torch.manual_seed(3)
+    r = torch.randn(3, 3, device="lazy")
+    torch.manual_seed(3)
+    torch.testing.assert_close(r.cpu(), torch.randn(3, 3))
+
+
+def test_metadata_without_execution():
+    x = torch.randn(4, 6).to("lazy")
+    lazymlir.mark_step()
+    metrics.reset()
+    y = x.t()
+    assert y.shape == (6, 4) and y.stride() == (1, 6) and not y.is_contiguous()
+    z = (y * 2).to(torch.float64)
+    assert z.dtype == torch.float64 and z.shape == (6, 4)
+    assert z.stride() == (y * 2).stride()
+    s = x[1:, ::2]
+    assert s.shape == (3, 3) and s.stride() == (6, 2) and s.storage_offset() == 6
+    w = torch.randn(6, 2).to("lazy").requires_grad_()
+    assert w.requires_grad and not x.requires_grad
+    out = x @ w
+    assert out.requires_grad and out.grad_fn is not None and out.shape == (4, 2)
+    i = torch.arange(3).to("lazy")
+    assert (i + 1.5).dtype == torch.float32 and (i * 2).dtype == torch.int64
+    assert metrics.counter_value("Sync") == 0, "metadata must not execute anything"
+
+
+def test_barriers():
+    x = torch.tensor([[1.0, -2.0], [3.0, 4.0]])
+    lx = x.to("lazy")
+    assert (lx.sum() * 2).item() == pytest.approx(12.0)
+    assert (lx + 1).tolist() == (x + 1).tolist()
+    np.testing.assert_allclose((lx * 3).numpy(), (x * 3).numpy())
+    assert bool((lx > 0).any())
+    assert not bool((lx > 10).any())
+    assert "device='lazy:0'" in repr(lx + 1)
+    assert str(lx + 1) == repr(x + 1)[:-1] + ", device='lazy:0')"
+    assert f"{(lx[0, 0] + 1).item():.1f}" == "2.0"
+    if (lx[1, 1] > 3).item():
+        branch = lx * 10
+    else:
+        branch = lx
+    torch.testing.assert_close(branch.cpu(), x * 10)
+
+
+def test_mark_step_makes_device_data():
+    x = torch.randn(8).to("lazy")
+    y = x * 2 + 1
+    z = y.relu()
+    assert y._lz_storage.base.data is None
+    lazymlir.mark_step()
+    lazymlir.wait_device_ops()
+    assert y._lz_storage.base.data is not None and z._lz_storage.base.data is not None
+    assert metrics.counter_value("MarkStep") == 1
+    before = metrics.counter_value("Sync")
+    torch.testing.assert_close(z.cpu(), (x.cpu() * 2 + 1).relu())
+    assert metrics.counter_value("Sync") == before, "reading computed values must not execute"
+
+
+def test_module_to_lazy():
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
+    ref = {k: v.clone() for k, v in model.state_dict().items()}
+    model.to("lazy")
+    for p in model.parameters():
+        assert p.device.type == "lazy" and p.requires_grad and isinstance(p, nn.Parameter) or p._is_param
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v.cpu(), ref[k])
+    model.to("cpu")
+    assert all(p.device.type == "cpu" for p in model.parameters())
+
+
+def test_refuses_torch_lazy_ts_backend():
+    code = (
+        "import torch._lazy, torch._lazy.ts_backend\n"
+        "torch._lazy.ts_backend.init()\n"
+        "try:\n"
+        "    import lazymlir\n"
+        "except RuntimeError as e:\n"
+        "    assert 'TorchScript backend' in str(e), e\n"
+        "    print('refused')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "refused" in out.stdout, out.stderr
