@@ -1,0 +1,64 @@
+# lazymlir: `make demo` and `make test` set up everything they need on a fresh
+# machine (Debian packages, .venv, the build) and are safe to re-run.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+LLVM_BIN := /usr/lib/llvm-22/bin
+APT_PACKAGES := libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools cmake ninja-build
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+STAMPS := .stamps
+NATIVE_SOURCES := $(shell find CMakeLists.txt include lib tools python test -name '*.cpp' -o -name '*.h' -o -name '*.td' -o -name 'CMakeLists.txt' -o -name '*.in' 2>/dev/null) pyproject.toml
+
+.PHONY: all demo test check-lit check-python deps build clean
+
+all: build
+
+demo: build
+	$(VPY) examples/demo.py
+
+test: build
+	@set -o pipefail; status=0; \
+	echo "== lit (lazymlir-opt passes and pipelines) =="; \
+	$(LLVM_BIN)/lit -sv build/test 2>&1 | tail -n 25 || status=1; \
+	echo "== pytest (native module and lazy device) =="; \
+	$(VPY) -m pytest -q -p no:cacheprovider test/python 2>&1 | tail -n 40 || status=1; \
+	exit $$status
+
+check-lit: build
+	$(LLVM_BIN)/lit -sv build/test
+
+check-python: build
+	$(VPY) -m pytest -q test/python
+
+deps: $(STAMPS)/apt $(STAMPS)/venv
+
+# Debian's MLIR 22 (C++ API, FileCheck, lit), installed only when missing.
+$(STAMPS)/apt:
+	@mkdir -p $(STAMPS)
+	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
+	  echo "Installing Debian packages: $(APT_PACKAGES)"; \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $(APT_PACKAGES); \
+	fi
+	@touch $@
+
+$(STAMPS)/venv: requirements.txt
+	@mkdir -p $(STAMPS)
+	@[ -x $(VPY) ] || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -r requirements.txt
+	@touch $@
+
+# scikit-build-core builds the backend library, lazymlir-opt and the
+# lazymlir._native extension in build/ (incrementally) and installs the
+# package in editable mode, lazymlir-opt into .venv/bin.
+$(STAMPS)/build: $(STAMPS)/apt $(STAMPS)/venv $(NATIVE_SOURCES)
+	$(VPY) -m pip install -q --no-build-isolation --no-deps -e .
+	@touch $@
+
+build: $(STAMPS)/build
+
+clean:
+	rm -rf build $(STAMPS)

@@ -1,0 +1,30 @@
+//===- Pipelines.h - lazymlir pass pipelines --------------------*- C++ -*-===//
+
+#ifndef LAZYMLIR_PIPELINES_PIPELINES_H
+#define LAZYMLIR_PIPELINES_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+namespace lazymlir {
+
+struct CpuPipelineOptions
+    : public mlir::PassPipelineOptions<CpuPipelineOptions> {
+  Option<std::string> entry{*this, "entry",
+                            llvm::cl::desc("Function the runtime calls"),
+                            llvm::cl::init("main")};
+};
+
+/// linalg-on-tensors (as torch-mlir emits it) to the LLVM dialect, with the
+/// entry function in destination-passing style: results become trailing
+/// memref arguments that the caller allocates.
+void buildCpuPipeline(mlir::OpPassManager &pm,
+                      const CpuPipelineOptions &options);
+
+/// Registers our passes and pipelines with the global registry (for
+/// lazymlir-opt and textual pipelines).
+void registerAllPassesAndPipelines();
+
+} // namespace lazymlir
+
+#endif // LAZYMLIR_PIPELINES_PIPELINES_H

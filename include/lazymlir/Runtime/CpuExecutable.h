@@ -1,0 +1,84 @@
+//===- CpuExecutable.h - compile and run linalg on the CPU ------*- C++ -*-===//
+//
+// The runtime's whole interface. It deliberately includes no MLIR or LLVM
+// header, so that the Python bindings compile quickly and know nothing of
+// MLIR, and it knows nothing of torch: buffers come in as raw views.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LAZYMLIR_RUNTIME_CPUEXECUTABLE_H
+#define LAZYMLIR_RUNTIME_CPUEXECUTABLE_H
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lazymlir {
+
+enum class ElementType : uint8_t { F16, BF16, F32, F64, I1, I8, I16, I32, I64 };
+
+/// Name as in MLIR ("f32", "i1", ...).
+const char *elementTypeName(ElementType type);
+/// Bytes one element occupies in memory (i1 is stored as a byte, like torch's
+/// bool).
+size_t elementTypeBytes(ElementType type);
+
+/// One argument or result of the entry function.
+struct TensorSignature {
+  ElementType elementType;
+  std::vector<int64_t> shape;
+};
+
+/// A caller-owned buffer. Sizes and strides count elements.
+struct BufferView {
+  void *data;
+  ElementType elementType;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+};
+
+struct CompileOptions {
+  std::string entry = "main";
+  /// LLVM optimization level (0-3) for the IR passes and code generation.
+  unsigned optLevel = 3;
+  /// Keep the LLVM-dialect module's text (for dumps).
+  bool keepLLVMDialect = false;
+};
+
+/// A compile failure; what() carries MLIR's diagnostics.
+class CompileError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// linalg-on-tensors text, lowered by the CPU pipeline and JIT-compiled with
+/// the host's features. Calls are thread-safe.
+class CpuExecutable {
+public:
+  /// Throws CompileError.
+  static std::unique_ptr<CpuExecutable> compile(const std::string &source,
+                                                const CompileOptions &options);
+  ~CpuExecutable();
+
+  const std::vector<TensorSignature> &inputs() const;
+  const std::vector<TensorSignature> &outputs() const;
+  /// Empty unless CompileOptions::keepLLVMDialect was set.
+  const std::string &llvmDialect() const;
+
+  /// Runs the entry function on `inputs`, writing into the caller-allocated
+  /// `outputs` (destination-passing). Every buffer must match its signature
+  /// and be contiguous; throws std::invalid_argument otherwise.
+  void run(const std::vector<BufferView> &inputs,
+           const std::vector<BufferView> &outputs) const;
+
+private:
+  struct Impl;
+  explicit CpuExecutable(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl;
+};
+
+} // namespace lazymlir
+
+#endif // LAZYMLIR_RUNTIME_CPUEXECUTABLE_H

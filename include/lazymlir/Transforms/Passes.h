@@ -1,0 +1,19 @@
+//===- Passes.h - lazymlir transformation passes ----------------*- C++ -*-===//
+
+#ifndef LAZYMLIR_TRANSFORMS_PASSES_H
+#define LAZYMLIR_TRANSFORMS_PASSES_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace lazymlir {
+
+#define GEN_PASS_DECL
+#include "lazymlir/Transforms/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "lazymlir/Transforms/Passes.h.inc"
+
+} // namespace lazymlir
+
+#endif // LAZYMLIR_TRANSFORMS_PASSES_H

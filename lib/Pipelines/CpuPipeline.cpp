@@ -1,0 +1,64 @@
+//===- CpuPipeline.cpp - linalg-on-tensors to LLVM for the CPU ------------===//
+
+#include "lazymlir/Pipelines/Pipelines.h"
+#include "lazymlir/Transforms/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+void lazymlir::buildCpuPipeline(OpPassManager &pm,
+                                const CpuPipelineOptions &options) {
+  VerifyBackendContractPassOptions contract;
+  contract.entry = options.entry;
+  pm.addPass(createVerifyBackendContractPass(contract));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+
+  // Identity layouts at the function boundary: the runtime passes contiguous
+  // torch buffers, and static strides let LLVM vectorize the loops.
+  bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion =
+      bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+
+  // Destination passing (DESIGN.md, decision 4): torch allocates the outputs
+  // and the kernels write into them directly instead of into a temporary
+  // that would then be copied.
+  bufferization::BufferResultsToOutParamsPassOptions outParams;
+  outParams.hoistStaticAllocs = true;
+  outParams.modifyPublicFunctions = true;
+  pm.addPass(bufferization::createBufferResultsToOutParamsPass(outParams));
+  pm.addPass(createCanonicalizerPass());
+  bufferization::buildBufferDeallocationPipeline(pm);
+
+  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  // Math ops with an LLVM intrinsic become intrinsics (vectorizable); the
+  // rest (erf, tanh, atan2, ...) become libm calls.
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createConvertMathToLibmPass());
+  pm.addPass(createConvertToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  pm.addPass(createCanonicalizerPass());
+}
+
+void lazymlir::registerAllPassesAndPipelines() {
+  registerLazyMLIRTransformsPasses();
+  PassPipelineRegistration<CpuPipelineOptions>(
+      "lazymlir-cpu-pipeline",
+      "Lower linalg-on-tensors to the LLVM dialect for the CPU, results as "
+      "out-parameters",
+      buildCpuPipeline);
+}

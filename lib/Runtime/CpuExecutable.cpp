@@ -1,0 +1,318 @@
+//===- CpuExecutable.cpp - compile and run linalg on the CPU --------------===//
+
+#include "lazymlir/Runtime/CpuExecutable.h"
+#include "lazymlir/Pipelines/Pipelines.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <mutex>
+#include <optional>
+#include <sstream>
+
+using namespace mlir;
+
+namespace lazymlir {
+
+const char *elementTypeName(ElementType type) {
+  switch (type) {
+  case ElementType::F16: return "f16";
+  case ElementType::BF16: return "bf16";
+  case ElementType::F32: return "f32";
+  case ElementType::F64: return "f64";
+  case ElementType::I1: return "i1";
+  case ElementType::I8: return "i8";
+  case ElementType::I16: return "i16";
+  case ElementType::I32: return "i32";
+  case ElementType::I64: return "i64";
+  }
+  return "?";
+}
+
+size_t elementTypeBytes(ElementType type) {
+  switch (type) {
+  case ElementType::I1:
+  case ElementType::I8: return 1;
+  case ElementType::F16:
+  case ElementType::BF16:
+  case ElementType::I16: return 2;
+  case ElementType::F32:
+  case ElementType::I32: return 4;
+  case ElementType::F64:
+  case ElementType::I64: return 8;
+  }
+  return 0;
+}
+
+namespace {
+
+std::optional<ElementType> toElementType(Type type) {
+  if (type.isF16()) return ElementType::F16;
+  if (type.isBF16()) return ElementType::BF16;
+  if (type.isF32()) return ElementType::F32;
+  if (type.isF64()) return ElementType::F64;
+  if (type.isSignlessInteger(1)) return ElementType::I1;
+  if (type.isSignlessInteger(8)) return ElementType::I8;
+  if (type.isSignlessInteger(16)) return ElementType::I16;
+  if (type.isSignlessInteger(32)) return ElementType::I32;
+  if (type.isSignlessInteger(64)) return ElementType::I64;
+  return std::nullopt;
+}
+
+const DialectRegistry &getRegistry() {
+  static const DialectRegistry *registry = [] {
+    auto *r = new DialectRegistry();
+    registerAllDialects(*r);
+    registerAllExtensions(*r);
+    registerBuiltinDialectTranslation(*r);
+    registerLLVMDialectTranslation(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void initializeLLVMOnce() {
+  static std::once_flag flag;
+  std::call_once(flag, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+/// Collects every diagnostic of a context, so a failure reports what MLIR
+/// said rather than just "failed".
+class DiagnosticCollector {
+public:
+  explicit DiagnosticCollector(MLIRContext &ctx)
+      : handler(&ctx, [this](Diagnostic &diag) {
+          llvm::raw_string_ostream os(text);
+          os << diag.getLocation() << ": ";
+          switch (diag.getSeverity()) {
+          case DiagnosticSeverity::Error: os << "error: "; break;
+          case DiagnosticSeverity::Warning: os << "warning: "; break;
+          case DiagnosticSeverity::Note: os << "note: "; break;
+          case DiagnosticSeverity::Remark: os << "remark: "; break;
+          }
+          os << diag << "\n";
+          for (Diagnostic &note : diag.getNotes())
+            os << note.getLocation() << ": note: " << note << "\n";
+          return success();
+        }) {}
+
+  [[noreturn]] void fail(const std::string &stage) const {
+    std::string message = "lazymlir: " + stage + " failed";
+    message += text.empty() ? std::string(" (no diagnostic)")
+                            : std::string(":\n") + text;
+    throw CompileError(message);
+  }
+
+private:
+  std::string text;
+  ScopedDiagnosticHandler handler;
+};
+
+} // namespace
+
+struct CpuExecutable::Impl {
+  std::unique_ptr<ExecutionEngine> engine;
+  void (*entry)(void **) = nullptr;
+  std::vector<TensorSignature> inputs;
+  std::vector<TensorSignature> outputs;
+  std::string llvmDialect;
+};
+
+CpuExecutable::CpuExecutable(std::unique_ptr<Impl> impl)
+    : impl(std::move(impl)) {}
+CpuExecutable::~CpuExecutable() = default;
+
+const std::vector<TensorSignature> &CpuExecutable::inputs() const {
+  return impl->inputs;
+}
+const std::vector<TensorSignature> &CpuExecutable::outputs() const {
+  return impl->outputs;
+}
+const std::string &CpuExecutable::llvmDialect() const {
+  return impl->llvmDialect;
+}
+
+std::unique_ptr<CpuExecutable>
+CpuExecutable::compile(const std::string &source,
+                       const CompileOptions &options) {
+  initializeLLVMOnce();
+  // One context per compile: graphs are independent, and nothing of the
+  // context is needed once the JIT holds the machine code.
+  MLIRContext ctx(getRegistry(), MLIRContext::Threading::DISABLED);
+  DiagnosticCollector diagnostics(ctx);
+
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(source, ParserConfig(&ctx), "input");
+  if (!module)
+    diagnostics.fail("parsing the linalg input");
+
+  auto impl = std::make_unique<Impl>();
+  // The signature is read before lowering: afterwards results are
+  // out-parameters and tensor types are gone. The contract pass (first in
+  // the pipeline) rejects signatures this cannot express.
+  if (auto func = module->lookupSymbol<func::FuncOp>(options.entry)) {
+    auto collect = [](TypeRange types, std::vector<TensorSignature> &out) {
+      for (Type type : types) {
+        auto tensorType = dyn_cast<RankedTensorType>(type);
+        if (!tensorType)
+          return;
+        auto elementType = toElementType(tensorType.getElementType());
+        if (!elementType)
+          return;
+        out.push_back({*elementType, tensorType.getShape().vec()});
+      }
+    };
+    collect(func.getArgumentTypes(), impl->inputs);
+    collect(func.getResultTypes(), impl->outputs);
+  }
+
+  PassManager pm(&ctx);
+  CpuPipelineOptions pipelineOptions;
+  pipelineOptions.entry = options.entry;
+  buildCpuPipeline(pm, pipelineOptions);
+  if (failed(pm.run(*module)))
+    diagnostics.fail("the CPU pipeline");
+
+  if (options.keepLLVMDialect) {
+    llvm::raw_string_ostream os(impl->llvmDialect);
+    module->print(os);
+  }
+
+  auto tmBuilder = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!tmBuilder)
+    throw CompileError("lazymlir: cannot detect the host target: " +
+                       llvm::toString(tmBuilder.takeError()));
+  llvm::CodeGenOptLevel codeGenLevel = options.optLevel >= 3
+                                            ? llvm::CodeGenOptLevel::Aggressive
+                                            : llvm::CodeGenOptLevel::Default;
+  tmBuilder->setCodeGenOptLevel(codeGenLevel);
+  auto targetMachine = tmBuilder->createTargetMachine();
+  if (!targetMachine)
+    throw CompileError("lazymlir: cannot create the host target machine: " +
+                       llvm::toString(targetMachine.takeError()));
+
+  auto transformer = makeOptimizingTransformer(options.optLevel, /*sizeLevel=*/0,
+                                               targetMachine->get());
+  ExecutionEngineOptions engineOptions;
+  engineOptions.transformer = transformer;
+  engineOptions.jitCodeGenOptLevel = codeGenLevel;
+  engineOptions.enableGDBNotificationListener = false;
+  engineOptions.enablePerfNotificationListener = false;
+  auto engine = ExecutionEngine::create(*module, engineOptions,
+                                        std::move(*targetMachine));
+  if (!engine) {
+    std::string message = llvm::toString(engine.takeError());
+    diagnostics.fail("JIT compilation (" + message + ")");
+  }
+  impl->engine = std::move(*engine);
+  impl->engine->initialize();
+  auto entry = impl->engine->lookupPacked(options.entry);
+  if (!entry)
+    throw CompileError("lazymlir: entry '" + options.entry +
+                       "' missing after compilation: " +
+                       llvm::toString(entry.takeError()));
+  impl->entry = *entry;
+  return std::unique_ptr<CpuExecutable>(new CpuExecutable(std::move(impl)));
+}
+
+namespace {
+
+std::string describe(const std::vector<int64_t> &dims) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < dims.size(); ++i)
+    os << (i ? ", " : "") << dims[i];
+  os << "]";
+  return os.str();
+}
+
+void checkBuffer(const BufferView &buffer, const TensorSignature &signature,
+                 const char *kind, size_t index) {
+  auto where = [&] { return std::string(kind) + " #" + std::to_string(index); };
+  if (buffer.elementType != signature.elementType)
+    throw std::invalid_argument(where() + ": element type " +
+                                elementTypeName(buffer.elementType) +
+                                ", expected " +
+                                elementTypeName(signature.elementType));
+  if (buffer.sizes != signature.shape)
+    throw std::invalid_argument(where() + ": shape " + describe(buffer.sizes) +
+                                ", expected " + describe(signature.shape));
+  if (buffer.strides.size() != buffer.sizes.size())
+    throw std::invalid_argument(where() + ": strides and sizes differ in rank");
+  // The compiled code assumes the identity layout; a dimension of size 1 may
+  // have any stride.
+  int64_t expected = 1;
+  for (size_t d = buffer.sizes.size(); d-- > 0;) {
+    if (buffer.sizes[d] != 1 && buffer.strides[d] != expected)
+      throw std::invalid_argument(where() + ": not contiguous (strides " +
+                                  describe(buffer.strides) + ")");
+    expected *= buffer.sizes[d];
+  }
+}
+
+} // namespace
+
+void CpuExecutable::run(const std::vector<BufferView> &inputs,
+                        const std::vector<BufferView> &outputs) const {
+  if (inputs.size() != impl->inputs.size() ||
+      outputs.size() != impl->outputs.size())
+    throw std::invalid_argument(
+        "expected " + std::to_string(impl->inputs.size()) + " inputs and " +
+        std::to_string(impl->outputs.size()) + " outputs, got " +
+        std::to_string(inputs.size()) + " and " +
+        std::to_string(outputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    checkBuffer(inputs[i], impl->inputs[i], "input", i);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    checkBuffer(outputs[i], impl->outputs[i], "output", i);
+
+  // The LLVM lowering expands each memref argument into (allocated pointer,
+  // aligned pointer, offset, sizes..., strides...); the packed entry point
+  // takes a pointer to each of those scalars. Every scalar is 8 bytes.
+  size_t numScalars = 0;
+  for (const auto *list : {&inputs, &outputs})
+    for (const BufferView &buffer : *list)
+      numScalars += 3 + 2 * buffer.sizes.size();
+  std::vector<int64_t> scalars;
+  scalars.reserve(numScalars);
+  for (const auto *list : {&inputs, &outputs}) {
+    for (const BufferView &buffer : *list) {
+      auto pointer = reinterpret_cast<int64_t>(buffer.data);
+      scalars.push_back(pointer);
+      scalars.push_back(pointer);
+      scalars.push_back(0);
+      // Canonical strides: size-1 dimensions may carry anything from torch.
+      int64_t stride = 1;
+      std::vector<int64_t> strides(buffer.sizes.size());
+      for (size_t d = buffer.sizes.size(); d-- > 0;) {
+        strides[d] = stride;
+        stride *= buffer.sizes[d];
+      }
+      scalars.insert(scalars.end(), buffer.sizes.begin(), buffer.sizes.end());
+      scalars.insert(scalars.end(), strides.begin(), strides.end());
+    }
+  }
+  std::vector<void *> args(numScalars);
+  for (size_t i = 0; i < numScalars; ++i)
+    args[i] = &scalars[i];
+  impl->entry(args.data());
+}
+
+} // namespace lazymlir

@@ -1,0 +1,117 @@
+//===- NativeModule.cpp - lazymlir._native (private) ----------------------===//
+//
+// Thin bindings over lazymlir::CpuExecutable. Buffers arrive through DLPack
+// (nanobind's ndarray), so this module knows nothing of torch and never
+// copies: the compiled code reads and writes torch's memory in place.
+//
+//===----------------------------------------------------------------------===//
+
+#include "lazymlir/Runtime/CpuExecutable.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+namespace nb = nanobind;
+using namespace lazymlir;
+
+namespace {
+
+using CpuArray = nb::ndarray<nb::device::cpu>;
+
+ElementType toElementType(nb::dlpack::dtype dtype) {
+  using Code = nb::dlpack::dtype_code;
+  auto code = static_cast<Code>(dtype.code);
+  if (dtype.lanes == 1) {
+    if (code == Code::Float && dtype.bits == 16) return ElementType::F16;
+    if (code == Code::Bfloat && dtype.bits == 16) return ElementType::BF16;
+    if (code == Code::Float && dtype.bits == 32) return ElementType::F32;
+    if (code == Code::Float && dtype.bits == 64) return ElementType::F64;
+    if (code == Code::Bool && dtype.bits == 8) return ElementType::I1;
+    // MLIR integers are signless: torch's int8 and uint8 are both i8.
+    if ((code == Code::Int || code == Code::UInt) && dtype.bits == 8)
+      return ElementType::I8;
+    if (code == Code::Int && dtype.bits == 16) return ElementType::I16;
+    if (code == Code::Int && dtype.bits == 32) return ElementType::I32;
+    if (code == Code::Int && dtype.bits == 64) return ElementType::I64;
+  }
+  throw std::invalid_argument("unsupported buffer dtype (DLPack code " +
+                              std::to_string(dtype.code) + ", " +
+                              std::to_string(dtype.bits) + " bits)");
+}
+
+std::vector<BufferView> toViews(const std::vector<CpuArray> &arrays) {
+  std::vector<BufferView> views;
+  views.reserve(arrays.size());
+  for (const CpuArray &array : arrays) {
+    BufferView view;
+    view.data = array.data();
+    view.elementType = toElementType(array.dtype());
+    view.sizes.reserve(array.ndim());
+    view.strides.reserve(array.ndim());
+    for (size_t d = 0; d < array.ndim(); ++d) {
+      view.sizes.push_back(array.shape(d));
+      view.strides.push_back(array.stride(d));
+    }
+    views.push_back(std::move(view));
+  }
+  return views;
+}
+
+nb::list signatures(const std::vector<TensorSignature> &list) {
+  nb::list result;
+  for (const TensorSignature &sig : list)
+    result.append(nb::make_tuple(elementTypeName(sig.elementType),
+                                 nb::tuple(nb::cast(sig.shape))));
+  return result;
+}
+
+} // namespace
+
+NB_MODULE(_native, m) {
+  m.doc() = "lazymlir's private native backend (MLIR 22). Not a public API.";
+
+  nb::exception<CompileError>(m, "CompileError", PyExc_RuntimeError);
+
+  nb::class_<CpuExecutable>(m, "CpuExecutable")
+      .def_prop_ro("inputs",
+                   [](const CpuExecutable &e) { return signatures(e.inputs()); },
+                   "[(element type, shape)] of the entry's arguments")
+      .def_prop_ro(
+          "outputs",
+          [](const CpuExecutable &e) { return signatures(e.outputs()); },
+          "[(element type, shape)] of the entry's results")
+      .def_prop_ro("llvm_dialect", &CpuExecutable::llvmDialect,
+                   "LLVM-dialect text (empty unless kept at compile time)")
+      .def(
+          "run",
+          [](const CpuExecutable &e, const std::vector<CpuArray> &inputs,
+             const std::vector<CpuArray> &outputs) {
+            std::vector<BufferView> in = toViews(inputs);
+            std::vector<BufferView> out = toViews(outputs);
+            nb::gil_scoped_release release;
+            e.run(in, out);
+          },
+          nb::arg("inputs"), nb::arg("outputs"),
+          "Run on contiguous CPU buffers, writing the results into `outputs`. "
+          "Releases the GIL.");
+
+  m.def(
+      "compile_cpu",
+      [](const std::string &source, const std::string &entry,
+         unsigned optLevel, bool keepLLVMDialect) {
+        CompileOptions options;
+        options.entry = entry;
+        options.optLevel = optLevel;
+        options.keepLLVMDialect = keepLLVMDialect;
+        nb::gil_scoped_release release;
+        return CpuExecutable::compile(source, options);
+      },
+      nb::arg("source"), nb::arg("entry") = "main", nb::arg("opt_level") = 3,
+      nb::arg("keep_llvm_dialect") = false,
+      "Compile linalg-on-tensors text for this CPU. Releases the GIL; raises "
+      "CompileError with MLIR's diagnostics.");
+}
