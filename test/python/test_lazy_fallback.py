@@ -1,0 +1,71 @@
+"""Never fail the user: ops the compiler cannot take run eagerly (aten:: counters),
+graphs that fail to compile run eagerly with a warning, and both give eager's
+answers."""
+
+import types
+
+import pytest
+import torch
+from conftest import assert_compiled
+
+import lazymlir
+from lazymlir import cache, lowering, metrics, runtime
+
+
+def test_nonzero_falls_back(native):
+    x = torch.tensor([[0.0, 1.5], [-2.0, 0.0], [3.0, 4.0]])
+    lx = x.to("lazy")
+    idx = torch.nonzero(lx * 2 > 1)  # data-dependent shape: eager
+    out = (idx.float() + 1).sum(0)  # back on the lazy device, compiled
+    torch.testing.assert_close(idx.cpu(), torch.nonzero(x * 2 > 1))
+    torch.testing.assert_close(out.cpu(), (torch.nonzero(x * 2 > 1).float() + 1).sum(0))
+    assert idx.device.type == "lazy"
+    assert metrics.counter_value("aten::nonzero") == 1
+    assert_compiled("aten::nonzero")
+
+
+def test_nonzero_without_native():
+    x = torch.randn(10)
+    with lazymlir.config.patch(force_eager=True):
+        got = torch.nonzero(x.to("lazy") > 0).cpu()
+    torch.testing.assert_close(got, torch.nonzero(x > 0))
+    assert metrics.executed_fallback_ops() == ["aten::nonzero"]
+
+
+def test_unsupported_dtype_op_runs_eagerly():
+    x = torch.randn(4)
+    h = x.to("lazy").half() * 2  # float16 is not a native dtype
+    torch.testing.assert_close(h.cpu(), x.half() * 2)
+    assert h.dtype == torch.float16
+    assert any(n.startswith("aten::") for n in metrics.counter_names())
+
+
+def test_lowering_failure_runs_eagerly_once(monkeypatch, fresh_cache):
+    def broken(gm, example_inputs):
+        raise lowering.LoweringError("simulated torch-mlir failure")
+
+    monkeypatch.setattr(lowering, "lower", broken)
+    x = torch.randn(5)
+    with pytest.warns(RuntimeWarning, match="failed to compile"):
+        got = (x.to("lazy").sin() * 3).cpu()
+    torch.testing.assert_close(got, x.sin() * 3)
+    again = (x.to("lazy").sin() * 3).cpu()  # the failure is cached: no retry, no warning
+    torch.testing.assert_close(again, x.sin() * 3)
+    assert metrics.counter_value("CompileFallback") == 2
+    assert (cache.stats().misses, cache.stats().hits) == (1, 1)
+
+
+def test_native_compile_error_runs_eagerly(monkeypatch, fresh_cache):
+    class CompileError(RuntimeError):
+        pass
+
+    def compile_linalg(text, *, fusion=True):
+        raise CompileError("error: simulated native failure")
+
+    monkeypatch.setattr(runtime, "_compiler", types.SimpleNamespace(compile_linalg=compile_linalg))
+    x = torch.randn(3, 3)
+    with pytest.warns(RuntimeWarning, match="simulated native failure"):
+        got = (x.to("lazy") @ x.to("lazy")).cpu()
+    torch.testing.assert_close(got, x @ x)
+    assert metrics.counter_value("CompileFallback") == 1
+    assert metrics.counter_value("UncachedCompile") == 0
