@@ -14,13 +14,22 @@
 
 using namespace mlir;
 
-void lazymlir::buildCpuPipeline(OpPassManager &pm,
-                                const CpuPipelineOptions &options) {
+void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
+                                      const CpuPipelineOptions &options) {
   VerifyBackendContractPassOptions contract;
   contract.entry = options.entry;
   pm.addPass(createVerifyBackendContractPass(contract));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  if (options.fusion) {
+    pm.addNestedPass<func::FuncOp>(createFuseElementwisePass());
+    pm.addPass(createCanonicalizerPass());
+    pm.addPass(createCSEPass());
+  }
+}
+
+void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
+                                        const CpuPipelineOptions &options) {
 
   // Identity layouts at the function boundary: the runtime passes contiguous
   // torch buffers, and static strides let LLVM vectorize the loops.
@@ -52,6 +61,12 @@ void lazymlir::buildCpuPipeline(OpPassManager &pm,
   pm.addPass(createConvertToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
   pm.addPass(createCanonicalizerPass());
+}
+
+void lazymlir::buildCpuPipeline(OpPassManager &pm,
+                                const CpuPipelineOptions &options) {
+  buildCpuTensorPipeline(pm, options);
+  buildCpuLoweringPipeline(pm, options);
 }
 
 void lazymlir::registerAllPassesAndPipelines() {

@@ -4,6 +4,7 @@
 #include "lazymlir/Pipelines/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -133,6 +134,7 @@ struct CpuExecutable::Impl {
   std::vector<TensorSignature> inputs;
   std::vector<TensorSignature> outputs;
   std::string llvmDialect;
+  int64_t numKernels = 0;
 };
 
 CpuExecutable::CpuExecutable(std::unique_ptr<Impl> impl)
@@ -145,6 +147,7 @@ const std::vector<TensorSignature> &CpuExecutable::inputs() const {
 const std::vector<TensorSignature> &CpuExecutable::outputs() const {
   return impl->outputs;
 }
+int64_t CpuExecutable::numKernels() const { return impl->numKernels; }
 const std::string &CpuExecutable::llvmDialect() const {
   return impl->llvmDialect;
 }
@@ -183,12 +186,19 @@ CpuExecutable::compile(const std::string &source,
     collect(func.getResultTypes(), impl->outputs);
   }
 
-  PassManager pm(&ctx);
   CpuPipelineOptions pipelineOptions;
   pipelineOptions.entry = options.entry;
-  buildCpuPipeline(pm, pipelineOptions);
-  if (failed(pm.run(*module)))
-    diagnostics.fail("the CPU pipeline");
+  pipelineOptions.fusion = options.fusion;
+  PassManager tensorStage(&ctx);
+  buildCpuTensorPipeline(tensorStage, pipelineOptions);
+  if (failed(tensorStage.run(*module)))
+    diagnostics.fail("the CPU pipeline (tensor stage)");
+  module->walk([&](linalg::LinalgOp) { ++impl->numKernels; });
+
+  PassManager loweringStage(&ctx);
+  buildCpuLoweringPipeline(loweringStage, pipelineOptions);
+  if (failed(loweringStage.run(*module)))
+    diagnostics.fail("the CPU pipeline (lowering stage)");
 
   if (options.keepLLVMDialect) {
     llvm::raw_string_ostream os(impl->llvmDialect);

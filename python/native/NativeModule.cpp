@@ -84,6 +84,8 @@ NB_MODULE(_native, m) {
           "outputs",
           [](const CpuExecutable &e) { return signatures(e.outputs()); },
           "[(element type, shape)] of the entry's results")
+      .def_prop_ro("num_kernels", &CpuExecutable::numKernels,
+                   "Loop nests (kernels) in the compiled entry function")
       .def_prop_ro("llvm_dialect", &CpuExecutable::llvmDialect,
                    "LLVM-dialect text (empty unless kept at compile time)")
       .def(
@@ -102,8 +104,9 @@ NB_MODULE(_native, m) {
   m.def(
       "compile_cpu",
       [](const std::string &source, const std::string &entry,
-         unsigned optLevel, bool keepLLVMDialect) {
+         unsigned optLevel, bool fusion, bool keepLLVMDialect) {
         CompileOptions options;
+        options.fusion = fusion;
         options.entry = entry;
         options.optLevel = optLevel;
         options.keepLLVMDialect = keepLLVMDialect;
@@ -111,7 +114,7 @@ NB_MODULE(_native, m) {
         return CpuExecutable::compile(source, options);
       },
       nb::arg("source"), nb::arg("entry") = "main", nb::arg("opt_level") = 3,
-      nb::arg("keep_llvm_dialect") = false,
+      nb::arg("fusion") = true, nb::arg("keep_llvm_dialect") = false,
       "Compile linalg-on-tensors text for this CPU. Releases the GIL; raises "
       "CompileError with MLIR's diagnostics.");
 }

@@ -13,13 +13,27 @@ struct CpuPipelineOptions
   Option<std::string> entry{*this, "entry",
                             llvm::cl::desc("Function the runtime calls"),
                             llvm::cl::init("main")};
+  Option<bool> fusion{*this, "fusion",
+                      llvm::cl::desc("Fuse elementwise producers into their "
+                                     "consumers (lazymlir-fuse-elementwise)"),
+                      llvm::cl::init(true)};
 };
 
 /// linalg-on-tensors (as torch-mlir emits it) to the LLVM dialect, with the
 /// entry function in destination-passing style: results become trailing
-/// memref arguments that the caller allocates.
+/// memref arguments that the caller allocates. It is the tensor stage
+/// followed by the lowering stage.
 void buildCpuPipeline(mlir::OpPassManager &pm,
                       const CpuPipelineOptions &options);
+
+/// Checks and optimizes on tensors (contract, fusion); each linalg op left
+/// afterwards becomes one loop nest (kernel).
+void buildCpuTensorPipeline(mlir::OpPassManager &pm,
+                            const CpuPipelineOptions &options);
+
+/// Bufferizes with destination passing and lowers to the LLVM dialect.
+void buildCpuLoweringPipeline(mlir::OpPassManager &pm,
+                              const CpuPipelineOptions &options);
 
 /// Registers our passes and pipelines with the global registry (for
 /// lazymlir-opt and textual pipelines).

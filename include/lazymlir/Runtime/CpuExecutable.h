@@ -43,6 +43,8 @@ struct CompileOptions {
   std::string entry = "main";
   /// LLVM optimization level (0-3) for the IR passes and code generation.
   unsigned optLevel = 3;
+  /// Fuse elementwise ops (lazymlir-fuse-elementwise).
+  bool fusion = true;
   /// Keep the LLVM-dialect module's text (for dumps).
   bool keepLLVMDialect = false;
 };
@@ -64,6 +66,9 @@ public:
 
   const std::vector<TensorSignature> &inputs() const;
   const std::vector<TensorSignature> &outputs() const;
+  /// Loop nests in the compiled entry function: the linalg ops left after
+  /// the tensor stage (fusion).
+  int64_t numKernels() const;
   /// Empty unless CompileOptions::keepLLVMDialect was set.
   const std::string &llvmDialect() const;
 

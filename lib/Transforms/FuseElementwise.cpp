@@ -1,0 +1,112 @@
+//===- FuseElementwise.cpp - elementwise producer-consumer fusion ---------===//
+//
+// Builds on upstream linalg elementwise fusion and reshape propagation; what
+// is ours is which named ops are opened up for it and the policy that decides
+// when fusing would recompute work (see Passes.td).
+//
+//===----------------------------------------------------------------------===//
+
+#include "lazymlir/Transforms/Passes.h"
+
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/Linalg/Utils/Utils.h"
+#include "mlir/Dialect/Tensor/Transforms/Transforms.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace lazymlir {
+#define GEN_PASS_DEF_FUSEELEMENTWISEPASS
+#include "lazymlir/Transforms/Passes.h.inc"
+} // namespace lazymlir
+
+using namespace mlir;
+
+namespace {
+
+/// Contractions and convolutions keep their named form: they are not
+/// elementwise, and a named op is what later tiling and library calls match.
+bool shouldGeneralize(linalg::LinalgOp op) {
+  if (isa<linalg::GenericOp>(op.getOperation()))
+    return false;
+  return !linalg::isaContractionOpInterface(op) &&
+         !linalg::isaConvolutionOpInterface(op) &&
+         !isa<linalg::SoftmaxOp>(op.getOperation());
+}
+
+struct GeneralizeNonContractionOps
+    : public OpInterfaceRewritePattern<linalg::LinalgOp> {
+  using OpInterfaceRewritePattern::OpInterfaceRewritePattern;
+  LogicalResult matchAndRewrite(linalg::LinalgOp op,
+                                PatternRewriter &rewriter) const override {
+    if (!shouldGeneralize(op))
+      return failure();
+    return linalg::generalizeNamedOp(rewriter, op);
+  }
+};
+
+unsigned bodySize(linalg::GenericOp op) {
+  // The terminator is free.
+  return op.getBody()->getOperations().size() - 1;
+}
+
+struct FuseElementwisePass
+    : lazymlir::impl::FuseElementwisePassBase<FuseElementwisePass> {
+  using Base::Base;
+
+  bool shouldFuse(OpOperand *fusedOperand) const {
+    auto producer = fusedOperand->get().getDefiningOp<linalg::GenericOp>();
+    if (!producer)
+      return false;
+    auto consumer = dyn_cast<linalg::LinalgOp>(fusedOperand->getOwner());
+    bool singleUser = llvm::all_of(producer->getUsers(), [&](Operation *user) {
+      return user == fusedOperand->getOwner();
+    });
+    bool broadcastRead =
+        consumer &&
+        !consumer.getMatchingIndexingMap(fusedOperand).isPermutation();
+    if (singleUser && !broadcastRead)
+      return true;
+    return bodySize(producer) <= maxRecomputeOps;
+  }
+
+  void runOnOperation() override {
+    MLIRContext *ctx = &getContext();
+    func::FuncOp func = getOperation();
+
+    {
+      RewritePatternSet patterns(ctx);
+      patterns.add<GeneralizeNonContractionOps>(ctx);
+      // Not converging within the iteration limit leaves valid IR; only
+      // less is fused, so that is not a failure.
+      (void)applyPatternsGreedily(func, std::move(patterns));
+    }
+
+    linalg::ControlFusionFn control = [this](OpOperand *operand) {
+      return shouldFuse(operand);
+    };
+    RewritePatternSet patterns(ctx);
+    linalg::populateElementwiseOpsFusionPatterns(patterns, control);
+    if (propagateReshapes) {
+      // Reshapes may move only where nothing is recomputed.
+      linalg::ControlFusionFn reshapeControl = [](OpOperand *operand) {
+        Operation *producer = operand->get().getDefiningOp();
+        return producer && producer->hasOneUse();
+      };
+      linalg::populateFoldReshapeOpsByExpansionPatterns(patterns,
+                                                        reshapeControl);
+      tensor::populateBubbleUpExpandShapePatterns(patterns);
+    }
+    linalg::populateEraseUnusedOperandsAndResultsPatterns(patterns);
+    affine::AffineApplyOp::getCanonicalizationPatterns(patterns, ctx);
+    linalg::GenericOp::getCanonicalizationPatterns(patterns, ctx);
+    tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, ctx);
+    tensor::CollapseShapeOp::getCanonicalizationPatterns(patterns, ctx);
+    tensor::EmptyOp::getCanonicalizationPatterns(patterns, ctx);
+    ctx->getLoadedDialect<linalg::LinalgDialect>()->getCanonicalizationPatterns(
+        patterns);
+    (void)applyPatternsGreedily(
+        func, std::move(patterns),
+        GreedyRewriteConfig().setUseTopDownTraversal(true));
+  }
+};
+
+} // namespace

@@ -1,0 +1,81 @@
+"""linalg-on-tensors text -> a CPU executable, through the private native module.
+
+The boundary between the Python lazy device and the C++ backend (MLIR 22): the
+frontend hands over textual linalg-on-tensors IR (DESIGN.md, decision 1), and
+gets back an :class:`Executable` that runs on torch CPU tensors in place.
+"""
+
+from typing import List, Sequence, Tuple
+
+import torch
+
+from . import _native
+
+#: Raised when MLIR rejects the input or a pass fails; the message carries
+#: MLIR's diagnostics.
+CompileError = _native.CompileError
+
+_ELEMENT_TYPES = {
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.bool: "i1",
+    torch.int8: "i8",
+    torch.uint8: "i8",
+    torch.int16: "i16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+}
+
+#: torch dtypes a compiled graph can take and return.
+SUPPORTED_DTYPES = frozenset(_ELEMENT_TYPES)
+
+
+def element_type(dtype: torch.dtype) -> str:
+    """The MLIR element type a torch dtype crosses the boundary as."""
+    return _ELEMENT_TYPES[dtype]
+
+
+class Executable:
+    """A compiled graph. ``run`` writes the results into caller-allocated
+    outputs (destination passing) with the GIL released."""
+
+    __slots__ = ("_native", "inputs", "outputs", "num_kernels", "llvm_ir")
+
+    def __init__(self, native, llvm_ir: str):
+        self._native = native
+        #: [(element type, shape)] of the arguments and results, in order.
+        self.inputs: List[Tuple[str, Tuple[int, ...]]] = native.inputs
+        self.outputs: List[Tuple[str, Tuple[int, ...]]] = native.outputs
+        #: Loop nests left after fusion: one per kernel the graph runs.
+        self.num_kernels: int = native.num_kernels
+        #: LLVM-dialect text after the CPU pipeline ("" unless kept).
+        self.llvm_ir = llvm_ir
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.inputs)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.outputs)
+
+    def run(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> None:
+        """Run on contiguous CPU tensors that do not require grad; ``outputs``
+        must match the result signature and are overwritten. Raises ValueError
+        on a mismatch in count, dtype, shape or layout."""
+        self._native.run(inputs, outputs)
+
+
+def compile_linalg(linalg_text: str, *, fusion: bool = True, keep_llvm_ir: bool = False,
+                   opt_level: int = 3) -> Executable:
+    """Compile linalg-on-tensors text whose entry is ``func.func @main``.
+
+    ``fusion`` runs lazymlir-fuse-elementwise; ``keep_llvm_ir`` keeps the
+    LLVM-dialect text (for dumps). Releases the GIL while compiling; raises
+    :data:`CompileError` with MLIR's diagnostics.
+    """
+    native = _native.compile_cpu(linalg_text, entry="main", opt_level=opt_level, fusion=fusion,
+                                 keep_llvm_dialect=keep_llvm_ir)
+    return Executable(native, native.llvm_dialect)
