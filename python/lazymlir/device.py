@@ -575,6 +575,50 @@ def _inplace(functional):
     return handler
 
 
+def _out_variant(func):
+    """add.out -> (add.Tensor, extra kwarg names): the functional overload taking the
+    same arguments minus ``out`` (plus optional keywords such as dtype/device)."""
+    schema = func._schema
+    outs = [a for a in schema.arguments if a.is_out]
+    if len(outs) != 1:
+        return None
+    base = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+    packet = getattr(aten, schema.name.split("::")[1], None)
+    for name in packet.overloads() if packet is not None else ():
+        f = getattr(packet, name)
+        args = f._schema.arguments
+        if f._schema.is_mutable or [(a.name, str(a.type)) for a in args[: len(base)]] != base:
+            continue
+        extra = args[len(base):]
+        if all(a.kwarg_only and a.has_default_value() for a in extra):
+            return f, {a.name for a in extra}
+    return None
+
+
+def _out(functional, extra):
+    """f(..., out=o) records f(...) and writes the result into o."""
+
+    def handler(func, args, kwargs):
+        out = kwargs.get("out")
+        if type(out) is not LazyTensor:
+            return _eager(func, args, kwargs)
+        fkwargs = {k: v for k, v in kwargs.items() if k != "out"}
+        if "dtype" in extra:
+            fkwargs["dtype"] = out.dtype
+        if "device" in extra:
+            fkwargs["device"] = LAZY
+        result = _functional(functional, args, fkwargs)
+        if type(result) is not LazyTensor or result.shape != out.shape:
+            raise NotImplementedError(f"lazymlir: {func} would resize its lazy out= tensor; not supported yet")
+        node = _value(result)
+        if node.meta.dtype != out.dtype:
+            node = _cast(node, out.dtype)
+        _write(out, node)
+        return out
+
+    return handler
+
+
 def _copy_(func, args, kwargs):
     dst, src = args[0], args[1]
     if type(dst) is not LazyTensor:  # lazy -> cpu (or another device)
@@ -678,7 +722,10 @@ def _classify(func):
             variant = _functional_variant(func)
             if variant is not None:
                 return _inplace(variant)
-        return _make_eager(True)  # out= variants and other mutating ops
+        variant = _out_variant(func)
+        if variant is not None:
+            return _out(*variant)
+        return _make_eager(True)  # other mutating ops (e.g. batch norm's running stats)
     if func.is_view:
         if len(schema.returns) == 1 and isinstance(schema.returns[0].type, torch.TensorType):
             return _view
@@ -707,6 +754,27 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
     return _fresh(node, meta)
 
 
+def _copy_from(self, dst, non_blocking=False):
+    # Reached with the Python key excluded, e.g. by torch.tensor(data, device="lazy").
+    return _copy_(aten.copy_.default, (dst, self), {})
+
+
+def _factory(op):
+    # Recorded as a node (device=cpu in the graph): arange's composite would
+    # otherwise resize an empty out= tensor, which a wrapper cannot do.
+    def kernel(*args, **kwargs):
+        return _functional(op, args, kwargs)
+
+    return kernel
+
+
+_FACTORIES = ["arange.default", "arange.start", "arange.start_step", "linspace.default", "eye.default",
+              "eye.m", "full.default", "zeros.default", "ones.default", "scalar_tensor.default"]
+
 _lib = torch.library.Library("aten", "IMPL")
+_lib.impl("_copy_from", _copy_from, "Lazy")
+for _name in _FACTORIES:
+    _packet, _overload = _name.split(".")
+    _lib.impl(_packet if _overload == "default" else _name, _factory(getattr(getattr(aten, _packet), _overload)), "Lazy")
 _lib.impl("empty.memory_format", _empty, "Lazy")
 _lib.impl("empty_strided", _empty_strided, "Lazy")
