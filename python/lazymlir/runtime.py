@@ -93,7 +93,10 @@ def _compile(graph: trace.Graph):
             if _compiler is None:
                 raise RuntimeError(f"the native compiler is not available ({_compiler_import_error})")
             t1 = time.perf_counter()
-            executable = _compiler.compile_linalg(lowered.linalg, fusion=config.fusion)
+            if config.dump_dir:
+                executable = _compiler.compile_linalg(lowered.linalg, fusion=config.fusion, keep_llvm_ir=True)
+            else:
+                executable = _compiler.compile_linalg(lowered.linalg, fusion=config.fusion)
             metrics.timing("CompileTime", time.perf_counter() - t1)
             debug.dump(name, "llvm", getattr(executable, "llvm_ir", None))
             entry = _Compiled(executable, [(tuple(m.shape), m.dtype) for m in metas])

@@ -35,9 +35,9 @@ def fresh_cache():
 
 @pytest.fixture
 def native():
-    """For tests that prove work was compiled: the native compiler must be built."""
-    if not HAVE_NATIVE:
-        pytest.skip("lazymlir.compiler (native build) not available yet")
+    """For tests that prove work was compiled: the native compiler must be built
+    (a missing build is a failure, not a skip)."""
+    assert HAVE_NATIVE, "lazymlir.compiler / lazymlir._native is not importable: build with `make`"
 
 
 def assert_compiled(*allowed_fallbacks):
