@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/ExecutionEngine/CRunnerUtils.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -232,6 +233,16 @@ CpuExecutable::compile(const std::string &source,
     diagnostics.fail("JIT compilation (" + message + ")");
   }
   impl->engine = std::move(*engine);
+  // Strided memref.copy (e.g. from padding) lowers to a call into MLIR's C
+  // runner utilities. The JIT searches only globally visible symbols, and
+  // Python loads extensions privately, so hand it the address.
+  impl->engine->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap symbols;
+    symbols[interner("memrefCopy")] = {
+        llvm::orc::ExecutorAddr::fromPtr(&memrefCopy),
+        llvm::JITSymbolFlags::Exported};
+    return symbols;
+  });
   impl->engine->initialize();
   auto entry = impl->engine->lookupPacked(options.entry);
   if (!entry)

@@ -24,8 +24,10 @@ namespace {
 
 /// Contractions and convolutions keep their named form: they are not
 /// elementwise, and a named op is what later tiling and library calls match.
+/// Fills stay named too: they initialize accumulators (outs), which
+/// elementwise fusion never fuses into.
 bool shouldGeneralize(linalg::LinalgOp op) {
-  if (isa<linalg::GenericOp>(op.getOperation()))
+  if (isa<linalg::GenericOp, linalg::FillOp>(op.getOperation()))
     return false;
   return !linalg::isaContractionOpInterface(op) &&
          !linalg::isaConvolutionOpInterface(op) &&

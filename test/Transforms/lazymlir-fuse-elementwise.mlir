@@ -1,0 +1,162 @@
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-elementwise))" | FileCheck %s
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-elementwise{max-recompute-ops=0}))" | FileCheck %s --check-prefix=NORECOMPUTE
+
+#map = affine_map<(d0, d1) -> (d0, d1)>
+// A chain through a named broadcast: one loop nest reading the 1-D operand
+// through a broadcasting map; no intermediate tensor survives.
+// CHECK-DAG: #[[$ID:.+]] = affine_map<(d0, d1) -> (d0, d1)>
+// CHECK-DAG: #[[$ROW:.+]] = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: func.func @chain_with_broadcast
+// CHECK-SAME: (%[[X:.+]]: tensor<4x8xf32>, %[[Y:.+]]: tensor<8xf32>)
+// CHECK-NOT: linalg.broadcast
+// CHECK: %[[R:.+]] = linalg.generic {indexing_maps = [#[[$ID]], #[[$ROW]], #[[$ID]]]
+// CHECK-SAME: ins(%[[X]], %[[Y]] : tensor<4x8xf32>, tensor<8xf32>)
+// CHECK: arith.mulf
+// CHECK: math.exp
+// CHECK: arith.negf
+// CHECK-NOT: linalg.generic
+// CHECK: return %[[R]]
+func.func @chain_with_broadcast(%arg0: tensor<4x8xf32>, %arg1: tensor<8xf32>) -> tensor<4x8xf32> {
+  %0 = tensor.empty() : tensor<4x8xf32>
+  %b = linalg.broadcast ins(%arg1 : tensor<8xf32>) outs(%0 : tensor<4x8xf32>) dimensions = [0]
+  %1 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0, %b : tensor<4x8xf32>, tensor<4x8xf32>) outs(%0 : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %2 = arith.mulf %in, %in_0 : f32
+    linalg.yield %2 : f32
+  } -> tensor<4x8xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%1 : tensor<4x8xf32>) outs(%0 : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %3 = math.exp %in : f32
+    linalg.yield %3 : f32
+  } -> tensor<4x8xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%2 : tensor<4x8xf32>) outs(%0 : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %4 = arith.negf %in : f32
+    linalg.yield %4 : f32
+  } -> tensor<4x8xf32>
+  return %3 : tensor<4x8xf32>
+}
+
+// -----
+
+#map1 = affine_map<(d0) -> (d0)>
+#map2 = affine_map<(d0, d1) -> (d0, d1)>
+// A reshape between two elementwise ops does not split the chain: it is
+// propagated to the function input.
+// CHECK-LABEL: func.func @reshape_in_the_middle
+// CHECK: tensor.expand_shape
+// CHECK: linalg.generic
+// CHECK: arith.addf
+// CHECK: arith.mulf
+// CHECK-NOT: linalg.generic
+func.func @reshape_in_the_middle(%arg0: tensor<32xf32>) -> tensor<4x8xf32> {
+  %cst = arith.constant 2.0 : f32
+  %e = tensor.empty() : tensor<32xf32>
+  %0 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel"]} ins(%arg0 : tensor<32xf32>) outs(%e : tensor<32xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %1 = arith.addf %in, %cst : f32
+    linalg.yield %1 : f32
+  } -> tensor<32xf32>
+  %r = tensor.expand_shape %0 [[0, 1]] output_shape [4, 8] : tensor<32xf32> into tensor<4x8xf32>
+  %e2 = tensor.empty() : tensor<4x8xf32>
+  %2 = linalg.generic {indexing_maps = [#map2, #map2], iterator_types = ["parallel", "parallel"]} ins(%r : tensor<4x8xf32>) outs(%e2 : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %3 = arith.mulf %in, %cst : f32
+    linalg.yield %3 : f32
+  } -> tensor<4x8xf32>
+  return %2 : tensor<4x8xf32>
+}
+
+// -----
+
+#map = affine_map<(d0) -> (d0)>
+// A producer with two users is cheap (one op): it is recomputed in the
+// consumer and still computed for its other use (the second result). With
+// max-recompute-ops=0 it stays a kernel of its own.
+// CHECK-LABEL: func.func @multi_use_producer
+// CHECK-COUNT-2: linalg.generic
+// CHECK-NOT: linalg.generic
+// CHECK: return
+// NORECOMPUTE-LABEL: func.func @multi_use_producer
+// NORECOMPUTE: %[[P:.+]] = linalg.generic
+// NORECOMPUTE: arith.addf
+// NORECOMPUTE: linalg.generic
+// NORECOMPUTE-SAME: ins(%[[P]] :
+// NORECOMPUTE: math.exp
+// NORECOMPUTE: return
+func.func @multi_use_producer(%arg0: tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>) {
+  %e = tensor.empty() : tensor<16xf32>
+  %0 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : tensor<16xf32>) outs(%e : tensor<16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %1 = arith.addf %in, %in : f32
+    linalg.yield %1 : f32
+  } -> tensor<16xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%0 : tensor<16xf32>) outs(%e : tensor<16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %3 = math.exp %in : f32
+    linalg.yield %3 : f32
+  } -> tensor<16xf32>
+  return %0, %2 : tensor<16xf32>, tensor<16xf32>
+}
+
+// -----
+
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+// An elementwise producer fuses into a reduction: exp(x) is summed without
+// being written out.
+// CHECK-LABEL: func.func @elementwise_into_reduction
+// CHECK: linalg.fill
+// CHECK: linalg.generic
+// CHECK-SAME: iterator_types = ["parallel", "reduction"]
+// CHECK: math.exp
+// CHECK: arith.addf
+// CHECK-NOT: linalg.generic
+func.func @elementwise_into_reduction(%arg0: tensor<4x8xf32>) -> tensor<4xf32> {
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x8xf32>
+  %0 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %1 = math.exp %in : f32
+    linalg.yield %1 : f32
+  } -> tensor<4x8xf32>
+  %r = tensor.empty() : tensor<4xf32>
+  %f = linalg.fill ins(%cst : f32) outs(%r : tensor<4xf32>) -> tensor<4xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%0 : tensor<4x8xf32>) outs(%f : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %3 = arith.addf %in, %out : f32
+    linalg.yield %3 : f32
+  } -> tensor<4xf32>
+  return %2 : tensor<4xf32>
+}
+
+// -----
+
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d1)>
+// Contractions stay named; the bias add and relu after them become one
+// generic.
+// CHECK-LABEL: func.func @matmul_bias_relu
+// CHECK: linalg.matmul
+// CHECK: linalg.generic
+// CHECK: arith.addf
+// CHECK: arith.select
+// CHECK-NOT: linalg.generic
+func.func @matmul_bias_relu(%arg0: tensor<4x8xf32>, %arg1: tensor<8x16xf32>, %arg2: tensor<16xf32>) -> tensor<4x16xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<4x16xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %2 = linalg.matmul ins(%arg0, %arg1 : tensor<4x8xf32>, tensor<8x16xf32>) outs(%1 : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%2, %arg2 : tensor<4x16xf32>, tensor<16xf32>) outs(%0 : tensor<4x16xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %5 = arith.addf %in, %in_0 : f32
+    linalg.yield %5 : f32
+  } -> tensor<4x16xf32>
+  %4 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%3 : tensor<4x16xf32>) outs(%0 : tensor<4x16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %5 = arith.cmpf ugt, %in, %cst : f32
+    %6 = arith.select %5, %in, %cst : f32
+    linalg.yield %6 : f32
+  } -> tensor<4x16xf32>
+  return %4 : tensor<4x16xf32>
+}

@@ -1,0 +1,157 @@
+"""The native backend on its own: torch-mlir exports a module to
+linalg-on-tensors, lazymlir.compiler compiles it with MLIR 22 and runs it on
+torch tensors in place; results must match eager PyTorch."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from lazymlir import compiler
+
+fx = pytest.importorskip("torch_mlir.fx")
+
+
+def export(module: nn.Module, *args) -> str:
+    return str(fx.export_and_import(module.eval(), *args, output_type="linalg-on-tensors",
+                                    func_name="main"))
+
+
+def compile_and_run(module: nn.Module, *args, fusion: bool = True):
+    exe = compiler.compile_linalg(export(module, *args), fusion=fusion)
+    with torch.no_grad():
+        expected = module(*args)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    outputs = [torch.empty_like(e, memory_format=torch.contiguous_format) for e in expected]
+    exe.run([a.contiguous() for a in args], outputs)
+    return exe, outputs, expected
+
+
+class Fn(nn.Module):
+    def __init__(self, fn, *submodules):
+        super().__init__()
+        self.fn = fn
+        self.subs = nn.ModuleList(submodules)
+
+    def forward(self, *args):
+        return self.fn(self, *args)
+
+
+class MatmulBiasRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(64, 48)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+class SmallConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=1, padding=1)
+
+    def forward(self, x):
+        return F.max_pool2d(torch.relu(self.conv(x)), 2)
+
+
+FLOAT_CASES = {
+    "matmul_bias_relu": (MatmulBiasRelu(), (torch.randn(16, 64),)),
+    "softmax": (Fn(lambda m, x: torch.softmax(x, dim=-1)), (torch.randn(8, 100),)),
+    "log_softmax_f64": (Fn(lambda m, x: F.log_softmax(x, dim=1)), (torch.randn(4, 10, dtype=torch.float64),)),
+    "conv2d_relu_pool": (SmallConv(), (torch.randn(2, 3, 16, 16),)),
+    "layer_norm": (nn.LayerNorm(32), (torch.randn(4, 7, 32),)),
+    "sum_mean_max": (Fn(lambda m, x: (x.sum(1), x.mean(0), x.amax(-1))), (torch.randn(5, 6),)),
+    "broadcast": (Fn(lambda m, x, y, z: x * y + z), (torch.randn(4, 1, 8), torch.randn(3, 1), torch.randn(8))),
+    "transcendental": (Fn(lambda m, x: torch.tanh(x) + torch.erf(x) + torch.sigmoid(x) * torch.exp(-x * x)),
+                       (torch.randn(64),)),
+    "gelu_scalar_out": (Fn(lambda m, x: F.gelu(x).sum()), (torch.randn(3, 5),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT_CASES))
+@pytest.mark.parametrize("fusion", [True, False], ids=["fused", "unfused"])
+def test_float_modules_match_eager(name, fusion):
+    torch.manual_seed(0)
+    module, args = FLOAT_CASES[name]
+    _, outputs, expected = compile_and_run(module, *args, fusion=fusion)
+    for out, exp in zip(outputs, expected):
+        torch.testing.assert_close(out, exp, rtol=1e-5, atol=1e-5)
+
+
+def test_integer_and_bool_ops_match_eager():
+    a = torch.randint(-100, 100, (6, 5), dtype=torch.int64)
+    b = torch.randint(1, 50, (5,), dtype=torch.int64)
+    c = torch.randint(-9, 9, (6, 5), dtype=torch.int32)
+    mask = torch.rand(6, 5) > 0.5
+
+    def fn(m, a, b, c, mask):
+        i64 = a * b - a // b + a.sum(0)
+        i32 = c * 3 + c.abs()
+        flags = (a > 0) & mask | (c == 0)
+        return i64, i32, flags, torch.where(mask, a, b)
+
+    _, outputs, expected = compile_and_run(Fn(fn), a, b, c, mask)
+    for out, exp in zip(outputs, expected):
+        assert out.dtype == exp.dtype
+        assert torch.equal(out, exp)
+
+
+def test_outputs_are_written_in_place():
+    x = torch.randn(8, 64)
+    module = MatmulBiasRelu()
+    exe = compiler.compile_linalg(export(module, x))
+    out = torch.full((8, 48), float("nan"))
+    ptr = out.data_ptr()
+    exe.run([x], [out])
+    assert out.data_ptr() == ptr
+    torch.testing.assert_close(out, module(x).detach())
+
+
+def test_signature_and_kernel_count():
+    chain = Fn(lambda m, x, y: torch.exp(x * y + 1.0).neg().relu() * 2.0)
+    args = (torch.randn(32, 16), torch.randn(16))
+    text = export(chain, *args)
+    fused = compiler.compile_linalg(text)
+    unfused = compiler.compile_linalg(text, fusion=False)
+    assert fused.inputs == [("f32", (32, 16)), ("f32", (16,))]
+    assert fused.outputs == [("f32", (32, 16))]
+    assert fused.num_kernels == 1
+    assert unfused.num_kernels > 1
+
+
+def test_keep_llvm_ir():
+    exe = compiler.compile_linalg(export(MatmulBiasRelu(), torch.randn(2, 64)), keep_llvm_ir=True)
+    assert "llvm.func @main" in exe.llvm_ir
+    assert compiler.compile_linalg(export(MatmulBiasRelu(), torch.randn(2, 64))).llvm_ir == ""
+
+
+def test_malformed_input_raises_with_diagnostics():
+    with pytest.raises(compiler.CompileError, match=r"parsing the linalg input failed:\n.*error:"):
+        compiler.compile_linalg("func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n  return %arg0\n")
+
+
+def test_contract_violation_raises_with_diagnostics():
+    text = "func.func @main(%arg0: tensor<?xf32>) -> tensor<?xf32> {\n  return %arg0 : tensor<?xf32>\n}\n"
+    with pytest.raises(compiler.CompileError, match="argument #0 of type 'tensor<\\?xf32>' must have a static shape"):
+        compiler.compile_linalg(text)
+
+
+def test_unknown_dialect_raises():
+    text = 'func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = "tm_tensor.sort"(%arg0) : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n'
+    with pytest.raises(compiler.CompileError, match="unregistered dialect"):
+        compiler.compile_linalg(text)
+
+
+def test_run_rejects_mismatched_buffers():
+    x = torch.randn(4, 64)
+    exe = compiler.compile_linalg(export(MatmulBiasRelu(), x))
+    out = torch.empty(4, 48)
+    with pytest.raises(ValueError, match="shape"):
+        exe.run([torch.randn(5, 64)], [out])
+    with pytest.raises(ValueError, match="element type"):
+        exe.run([x.double()], [out])
+    with pytest.raises(ValueError, match="not contiguous"):
+        exe.run([torch.randn(64, 4).t()], [out])
+    with pytest.raises(ValueError, match="expected 1 inputs and 1 outputs"):
+        exe.run([x, x], [out])
