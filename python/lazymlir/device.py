@@ -50,18 +50,29 @@ def device(index: int = 0) -> torch.device:
 class Storage:
     """What aliases share: the value of the base tensor and a version number."""
 
-    __slots__ = ("base", "version", "meta", "__weakref__")
+    __slots__ = ("base", "version", "meta", "step", "__weakref__")
 
     def __init__(self, base: Node, meta: torch.Tensor):
         self.base = base
         self.version = 0
         self.meta = meta  # layout of the base tensor, as eager would have it
+        self.step = -1  # the mark_step epoch in which it was last registered pending
         if base.data is None:
-            _pending.add(self)
+            _register(self)
 
 
-# Storages whose value may not be computed yet: what mark_step() executes.
-_pending: "weakref.WeakSet[Storage]" = weakref.WeakSet()
+# Storages whose value may not be computed yet, in the order they became pending:
+# what mark_step() executes.  The order is the program's, so the same program
+# gives the same graph (and cache key) at every step.  Weak references without
+# callbacks: cheaper than a WeakSet, dead ones are dropped at mark_step.
+_pending: List["weakref.ref[Storage]"] = []
+_epoch = 0
+
+
+def _register(s: Storage) -> None:
+    if s.step != _epoch:
+        s.step = _epoch
+        _pending.append(weakref.ref(s))
 
 
 class LazyTensor(torch.Tensor):
@@ -212,7 +223,7 @@ def _write(t: LazyTensor, new: Node) -> None:
     t._lz_value = new
     t._lz_version = s.version
     if s.base.data is None:
-        _pending.add(s)
+        _register(s)
 
 
 # ----------------------------------------------------------------------------
@@ -259,8 +270,11 @@ def mark_step() -> None:
     """Cut the trace: execute everything live tensors still need, so they hold
     device data, and start the next trace empty."""
     metrics.counter("MarkStep")
-    _sync(list(_pending))
+    global _epoch
+    live = [s for s in map(weakref.ref.__call__, _pending) if s is not None]
     _pending.clear()
+    _epoch += 1
+    _sync(live)
 
 
 def sync(tensors: List[torch.Tensor]) -> None:
@@ -689,6 +703,13 @@ _SPECIAL = {
 }
 
 _handlers = {}
+
+
+def _run_eagerly_from_now_on(op) -> None:
+    _handlers[op] = _make_eager(True)
+
+
+runtime.unsupported_op_listeners.append(_run_eagerly_from_now_on)
 
 
 def _functional_variant(func):

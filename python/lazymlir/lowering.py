@@ -8,7 +8,8 @@ torch dialect, run the torch backend pipeline, then lower to linalg.  Only a cac
 miss comes here, so the torch-mlir imports are deferred to the first miss.
 """
 
-from typing import List, NamedTuple
+import operator
+from typing import List, NamedTuple, Set
 
 import torch
 
@@ -50,6 +51,53 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lower
         module = tm_fx.stateless_fx_import(decomposed, output_type=OutputType.TORCH, model_name="main")
         torch_text = str(module)
         lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
-        return Lowered(torch_text, str(module))
+        linalg = str(module)
     except Exception as e:  # torch-mlir raises many kinds; all mean "cannot compile"
         raise LoweringError(f"{type(e).__name__}: {e}") from e
+    if "tm_tensor." in linalg:
+        # torch-mlir's own dialect for scatter/sort/scan: not in the backend
+        # contract of the native compiler (MLIR 22 does not know it).
+        raise LoweringError("the lowering uses torch-mlir's TMTensor dialect, which the native compiler does not take")
+    return Lowered(torch_text, linalg)
+
+
+def find_unsupported(graph, limit: int = 64) -> Set:
+    """The ops of ``graph`` that do not lower on their own: each distinct op is
+    tried once, alone, on zero inputs of the same shapes and dtypes.  Empty when
+    every op fails, which means the pipeline, not an op, is broken."""
+    from .trace import Graph, Node
+
+    bad = set()
+    tried = set()
+    for n in graph.nodes:
+        if not isinstance(n.op, torch._ops.OpOverload) or n.op in tried or len(tried) >= limit:
+            continue
+        tried.add(n.op)
+        leaves = {}
+        for i in n.inputs:
+            if i not in leaves:
+                leaves[i] = Node.leaf(torch.zeros(i.meta.shape, dtype=i.meta.dtype))
+
+        def remap(a):
+            if isinstance(a, Node):
+                return leaves[a]
+            if type(a) is list or type(a) is tuple:
+                return type(a)(remap(x) for x in a)
+            return a
+
+        alone = Node(n.op, remap(n.args), {k: remap(v) for k, v in n.kwargs.items()},
+                     tuple(leaves[i] for i in n.inputs), n.sig, n.meta)
+        outputs = [alone]
+        if not isinstance(n.meta, torch.Tensor):  # multi-output: return its first tensor
+            outputs = [Node(operator.getitem, (alone, 0), {}, (alone,), (operator.getitem, 0), n.meta[0])]
+        nodes = [alone] + [o for o in outputs if o is not alone]
+        single = Graph(None, list(leaves.values()), nodes, outputs)
+        from .trace import to_fx
+
+        try:
+            lower(to_fx(single), [leaf.data for leaf in single.inputs])
+        except LoweringError:
+            bad.add(n.op)
+    if bad and bad == tried:  # nothing lowers: the pipeline is at fault, not an op
+        return set()
+    return bad

@@ -9,7 +9,7 @@ place an asynchronous worker will be waited for.
 
 import time
 import warnings
-from typing import List, Sequence
+from typing import Callable, List, Sequence
 
 import torch
 
@@ -58,6 +58,10 @@ class _Eager:
         return outs
 
 
+# Called with each op found not to lower alone (device.py makes it run eagerly).
+unsupported_op_listeners: List[Callable] = []
+
+
 def execute(outputs: Sequence[trace.Node]) -> List[torch.Tensor]:
     """Compute ``outputs`` (distinct nodes without data) and return their values as
     contiguous CPU tensors, in order."""
@@ -101,6 +105,21 @@ def _compile(graph: trace.Graph):
             debug.dump(name, "llvm", getattr(executable, "llvm_ir", None))
             entry = _Compiled(executable, [(tuple(m.shape), m.dtype) for m in metas])
             metrics.counter("UncachedCompile")
+        except lowering.LoweringError as e:
+            # Find the ops that cannot lower and run them eagerly from now on, so
+            # the rest of the next traces compiles.
+            culprits = lowering.find_unsupported(graph)
+            for op in culprits:
+                for listener in unsupported_op_listeners:
+                    listener(op)
+            warnings.warn(
+                f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile (torch-mlir lowering) and runs eagerly"
+                f"{'; from now on these ops run eagerly: ' + ', '.join(sorted(map(str, culprits))) if culprits else ''}"
+                f": {str(e)[:2000]}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            entry = _Eager(gm, "CompileFallback")
         except Exception as e:  # never fail the user: run it eagerly instead
             warnings.warn(
                 f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile and runs "

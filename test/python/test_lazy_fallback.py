@@ -69,3 +69,46 @@ def test_native_compile_error_runs_eagerly(monkeypatch, fresh_cache):
     torch.testing.assert_close(got, x @ x)
     assert metrics.counter_value("CompileFallback") == 1
     assert metrics.counter_value("UncachedCompile") == 0
+
+
+def test_op_that_cannot_lower_runs_eagerly_from_then_on(native, fresh_cache):
+    """cumsum lowers to torch-mlir's TMTensor dialect, which the native compiler
+    does not take: the first graph runs eagerly, the probe finds the op, and
+    later traces run just that op eagerly and compile the rest."""
+    x = torch.randn(6)
+    with pytest.warns(RuntimeWarning, match="aten.cumsum"):
+        first = (torch.cumsum(x.to("lazy") * 2, 0) + 1).cpu()
+    metrics.reset()
+    second = (torch.cumsum(x.to("lazy") * 2, 0) + 1).cpu()
+    expected = torch.cumsum(x * 2, 0) + 1
+    torch.testing.assert_close(first, expected)
+    torch.testing.assert_close(second, expected)
+    assert_compiled("aten::cumsum")
+
+
+def test_training_step_matches_eager():
+    """Forward, backward and an SGD step on the lazy device (training proper is
+    a later issue; this guards the functional rewriting of optimizer updates)."""
+    import copy
+
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    ref = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    lazy = copy.deepcopy(ref).to("lazy")
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    opt_lazy = torch.optim.SGD(lazy.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        x, y = torch.randn(4, 6), torch.randint(0, 3, (4,))
+        opt_ref.zero_grad()
+        loss = F.cross_entropy(ref(x), y)
+        loss.backward()
+        opt_ref.step()
+        opt_lazy.zero_grad(set_to_none=True)
+        lazy_loss = F.cross_entropy(lazy(x.to("lazy")), y.to("lazy"))
+        lazy_loss.backward()
+        opt_lazy.step()
+        lazymlir.mark_step()
+        assert lazy_loss.item() == pytest.approx(loss.item(), rel=1e-5)
+    for a, b in zip(ref.parameters(), lazy.parameters()):
+        torch.testing.assert_close(b.cpu(), a, rtol=1e-5, atol=1e-6)
