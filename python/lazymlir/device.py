@@ -436,7 +436,34 @@ def _all_supported(meta) -> bool:
     return False  # a Python value: data-dependent, needs a real run
 
 
+_SCALARS = (int, float, bool)
+
+
 def _functional(func, args, kwargs):
+    if not kwargs:
+        # The common case, kept lean: tensors and Python scalars, positionally.
+        inputs, keys, frozen = [], [], []
+        for a in args:
+            t = type(a)
+            if t is LazyTensor:
+                inputs.append(a._lz_value if a._lz_version == a._lz_storage.version else _value(a))
+                keys.append(a._lz_meta)
+                frozen.append(BLANK)
+            elif t in _SCALARS:
+                frozen.append(freeze(a))
+            else:
+                break
+        else:
+            sig = (func, tuple(frozen), ())
+            keys = tuple(keys)
+            hit = _meta_cache.get((sig, keys))
+            if hit is not None and hit is not _FAILED and hit[1]:
+                meta = hit[0]
+                if type(meta) is torch.Tensor:
+                    it = iter(inputs)
+                    node_args = tuple([next(it) if f is BLANK else a for a, f in zip(args, frozen)])
+                    node = Node(func, node_args, {}, tuple(inputs), sig, meta)
+                    return _wrap(meta, Storage(node, meta), (), node)
     meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen, keys = _convert_all(args, kwargs)
     sig = (func,) + frozen
     hit = _infer((sig, keys), func, meta_args, meta_kwargs)
