@@ -69,10 +69,25 @@ _pending: List["weakref.ref[Storage]"] = []
 _epoch = 0
 
 
+_prune_at = 4096
+
+
 def _register(s: Storage) -> None:
+    global _prune_at
     if s.step != _epoch:
         s.step = _epoch
         _pending.append(weakref.ref(s))
+        if len(_pending) > _prune_at:  # a program that never calls mark_step()
+            keep = []
+            for r in _pending:
+                x = r()
+                if x is not None:
+                    if x.base.data is None:
+                        keep.append(r)
+                    else:
+                        x.step = -1  # computed: a later write registers it again
+            _pending[:] = keep
+            _prune_at = max(4096, 2 * len(keep))
 
 
 class LazyTensor(torch.Tensor):
