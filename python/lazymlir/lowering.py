@@ -65,7 +65,7 @@ def find_unsupported(graph, limit: int = 64) -> Set:
     """The ops of ``graph`` that do not lower on their own: each distinct op is
     tried once, alone, on zero inputs of the same shapes and dtypes.  Empty when
     every op fails, which means the pipeline, not an op, is broken."""
-    from .trace import Graph, Node
+    from .trace import Graph, Node, map_nodes, to_fx
 
     bad = set()
     tried = set()
@@ -78,22 +78,14 @@ def find_unsupported(graph, limit: int = 64) -> Set:
             if i not in leaves:
                 leaves[i] = Node.leaf(torch.zeros(i.meta.shape, dtype=i.meta.dtype))
 
-        def remap(a):
-            if isinstance(a, Node):
-                return leaves[a]
-            if type(a) is list or type(a) is tuple:
-                return type(a)(remap(x) for x in a)
-            return a
-
-        alone = Node(n.op, remap(n.args), {k: remap(v) for k, v in n.kwargs.items()},
+        alone = Node(n.op, map_nodes(n.args, leaves.__getitem__),
+                     {k: map_nodes(v, leaves.__getitem__) for k, v in n.kwargs.items()},
                      tuple(leaves[i] for i in n.inputs), n.sig, n.meta)
         outputs = [alone]
         if not isinstance(n.meta, torch.Tensor):  # multi-output: return its first tensor
             outputs = [Node(operator.getitem, (alone, 0), {}, (alone,), (operator.getitem, 0), n.meta[0])]
         nodes = [alone] + [o for o in outputs if o is not alone]
         single = Graph(None, list(leaves.values()), nodes, outputs)
-        from .trace import to_fx
-
         try:
             lower(to_fx(single), [leaf.data for leaf in single.inputs])
         except LoweringError:

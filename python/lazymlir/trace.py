@@ -142,6 +142,15 @@ def graph_hash(key: tuple) -> str:
 _AS_RESHAPE = {aten.view.default, aten._unsafe_view.default}
 
 
+def map_nodes(a, fn):
+    """``a`` (an argument: a Node, a constant, or lists of them) with fn applied to its Nodes."""
+    if isinstance(a, Node):
+        return fn(a)
+    if type(a) is list or type(a) is tuple:
+        return type(a)(map_nodes(v, fn) for v in a)
+    return a
+
+
 def to_fx(graph: Graph) -> torch.fx.GraphModule:
     """The graph as an FX GraphModule of aten ops on CPU tensors: placeholders are
     the device-data inputs, outputs are returned as a tuple."""
@@ -151,11 +160,7 @@ def to_fx(graph: Graph) -> torch.fx.GraphModule:
         env[n] = g.placeholder(f"arg{i}")
 
     def fx_arg(a):
-        if isinstance(a, Node):
-            return env[a]
-        if type(a) is list or type(a) is tuple:
-            return type(a)(fx_arg(v) for v in a)
-        return a
+        return map_nodes(a, env.__getitem__)
 
     for n in graph.nodes:
         op = n.op
