@@ -414,12 +414,13 @@ def _convert_all(args, kwargs):
     return meta_args, meta_kwargs, tuple(node_args), node_kwargs, tuple(inputs), frozen, tuple(keys)
 
 
-def _eager_arg(a, clone: bool):
+def _eager_arg(a):
+    """An argument for running an op eagerly on CPU (lazy tensors: read-only)."""
     if type(a) is LazyTensor:
-        return _cpu_alias(a).clone() if clone else _cpu_alias(a)
+        return _cpu_alias(a)
     t = type(a)
     if t is list or t is tuple:
-        return t(_eager_arg(x, clone) for x in a)
+        return t(_eager_arg(x) for x in a)
     if t is torch.device and a.type == "lazy":
         return _CPU
     return a
@@ -517,7 +518,7 @@ def _eager(func, args, kwargs, count: bool = True, overwrites: bool = False):
                 cpu = _cpu_alias(a).clone()
             targets.append((a, cpu))
             return cpu
-        return _eager_arg(a, False)
+        return _eager_arg(a)
 
     cpu_args = [convert(a, names[i] if i < len(names) else None) for i, a in enumerate(args)]
     cpu_kwargs = {k: convert(v, k) for k, v in kwargs.items()}
