@@ -708,6 +708,27 @@ def _to_copy(func, args, kwargs):
     return _functional(func, args, kwargs)
 
 
+def _batch_norm(func, args, kwargs):
+    """native_batch_norm updates the running statistics in training mode although
+    its schema does not say so: record the functional form and write them back."""
+    names = ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps")
+    a = dict(zip(names, args))
+    a.update(kwargs)
+    rm, rv = a["running_mean"], a["running_var"]
+    if rm is None or rv is None:
+        return _functional(func, args, kwargs)
+    common = (a["input"], a["weight"], a["bias"], rm, rv)
+    if not a["training"]:
+        return _functional(aten._native_batch_norm_legit_no_training.default, common + (a["momentum"], a["eps"]), {})
+    if type(rm) is not LazyTensor or type(rv) is not LazyTensor:
+        return _eager(func, args, kwargs)
+    outs = _functional(aten._native_batch_norm_legit_functional.default, common + (True, a["momentum"], a["eps"]), {})
+    out, save_mean, save_invstd, new_rm, new_rv = outs
+    _write(rm, _value(new_rm))
+    _write(rv, _value(new_rv))
+    return out, save_mean, save_invstd
+
+
 def _scalar(func, args, kwargs):
     """.item(), bool(): a barrier that returns a Python value."""
     return func(_cpu_alias(args[0]))
@@ -742,6 +763,7 @@ _SPECIAL = {
     aten.split_with_sizes.default: _split,
     aten.unbind.int: _split,
     aten.resize_.default: _resize_,
+    aten.native_batch_norm.default: _batch_norm,
     aten.set_.source_Tensor: _unsupported,
 }
 

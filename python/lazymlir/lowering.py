@@ -64,7 +64,8 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lower
 def find_unsupported(graph, limit: int = 64) -> Set:
     """The ops of ``graph`` that do not lower on their own: each distinct op is
     tried once, alone, on zero inputs of the same shapes and dtypes.  Empty when
-    every op fails, which means the pipeline, not an op, is broken."""
+    every op of a graph with several fails, which means the pipeline, not an op,
+    is broken."""
     from .trace import Graph, Node, map_nodes, to_fx
 
     bad = set()
@@ -90,6 +91,6 @@ def find_unsupported(graph, limit: int = 64) -> Set:
             lower(to_fx(single), [leaf.data for leaf in single.inputs])
         except LoweringError:
             bad.add(n.op)
-    if bad and bad == tried:  # nothing lowers: the pipeline is at fault, not an op
+    if len(tried) > 1 and bad == tried:  # nothing lowers: the pipeline is at fault, not an op
         return set()
     return bad

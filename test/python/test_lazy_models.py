@@ -24,11 +24,12 @@ class CNN(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(1, 8, 3, 1)
         self.conv2 = nn.Conv2d(8, 16, 3, 1)
+        self.bn = nn.BatchNorm2d(16)
         self.fc = nn.Linear(16 * 5 * 5, 10)
 
     def forward(self, x):
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.relu(self.conv2(x))
+        x = F.relu(self.bn(self.conv2(x)))
         x = F.max_pool2d(x, 2)
         return self.fc(torch.flatten(x, 1))
 
@@ -55,7 +56,11 @@ def test_mlp(native):
 
 
 def test_cnn(native):
-    ref, (out,) = _infer(CNN(), torch.randn(2, 1, 28, 28))
+    model = CNN()
+    with torch.no_grad():
+        model.bn.running_mean.normal_()
+        model.bn.running_var.uniform_(0.5, 2.0)
+    ref, (out,) = _infer(model, torch.randn(2, 1, 28, 28))
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     assert_compiled()
 

@@ -159,3 +159,19 @@ def test_key_distinguishes_constants():
     assert _key(lambda x: x * 2.0) == _key(lambda x: x * 2.0)
     assert _key(lambda x: x * float("nan")) == _key(lambda x: x * float("nan"))
     assert _key(lambda x: x.sum(0)) != _key(lambda x: x.sum(0, keepdim=True))
+
+
+def test_batch_norm_training_updates_running_stats():
+    """native_batch_norm mutates running stats without saying so in its schema."""
+    ref = torch.nn.BatchNorm1d(3)
+    lazy = torch.nn.BatchNorm1d(3).to("lazy")
+    for _ in range(2):
+        x = torch.randn(5, 3)
+        with torch.no_grad():
+            expected = ref(x)
+            got = lazy(x.to("lazy"))
+        lazymlir.mark_step()
+        torch.testing.assert_close(got.cpu(), expected)
+    torch.testing.assert_close(lazy.running_mean.cpu(), ref.running_mean)
+    torch.testing.assert_close(lazy.running_var.cpu(), ref.running_var)
+    assert int(lazy.num_batches_tracked.cpu()) == 2
