@@ -24,7 +24,7 @@ import torch
 
 from . import config, metrics, runtime
 from .runtime import SUPPORTED_DTYPES
-from .trace import BLANK, Node, freeze
+from .trace import BLANK, Node, freeze, map_nodes
 
 aten = torch.ops.aten
 
@@ -177,7 +177,20 @@ def _value(t: LazyTensor) -> Node:
 def _op_node(op, args, kwargs, meta) -> Node:
     """A node on existing values (internal rewrites: scatters, casts)."""
     inputs = tuple(a for a in args if isinstance(a, Node))
-    return Node(op, args, kwargs, inputs, (op, freeze(args), freeze(tuple(kwargs.items()))), meta)
+    node = Node(op, args, kwargs, inputs, (op, freeze(args), freeze(tuple(kwargs.items()))), meta)
+    if op in _eager_ops:  # found not to lower: compute it now, on CPU
+        return _eager_node(node)
+    return node
+
+
+def _eager_node(node: Node) -> Node:
+    pending = [i for i in dict.fromkeys(node.inputs) if i.data is None]
+    if pending:
+        for i, value in zip(pending, runtime.execute(pending)):
+            i.set_data(value)
+    metrics.counter(node.op._schema.name)
+    data = lambda n: n.data  # noqa: E731
+    return Node.leaf(node.op(*map_nodes(node.args, data), **{k: map_nodes(v, data) for k, v in node.kwargs.items()}))
 
 
 def _scatter(step, base: Node, src: Node) -> Node:
@@ -770,7 +783,13 @@ _SPECIAL = {
 _handlers = {}
 
 
+# Ops found not to lower (runtime's probe): run eagerly when dispatched, and
+# when the tracer itself emits them (scatters for writes through views).
+_eager_ops = set()
+
+
 def _run_eagerly_from_now_on(op) -> None:
+    _eager_ops.add(op)
     _handlers[op] = _make_eager(True)
 
 
