@@ -37,6 +37,16 @@ def insert(key: tuple, entry: Any, compile_seconds: float) -> None:
     _compile_seconds += compile_seconds
 
 
+# Input shapes compiled so far per graph structure (the key with input shapes
+# blanked out), to tell a recompilation for new shapes from a new graph.
+_shapes_by_structure: Dict[tuple, list] = {}
+
+
+def shapes_seen(structure: tuple) -> list:
+    """The input shapes ``structure`` was compiled for (a live list, to append to)."""
+    return _shapes_by_structure.setdefault(structure, [])
+
+
 def stats() -> CacheStats:
     """Hits, misses, entries and total compile seconds since the last clear()."""
     return CacheStats(_hits, _misses, len(_entries), _compile_seconds)
@@ -46,5 +56,6 @@ def clear() -> None:
     """Forget every compiled graph and reset the statistics."""
     global _hits, _misses, _compile_seconds
     _entries.clear()
+    _shapes_by_structure.clear()
     _hits = _misses = 0
     _compile_seconds = 0.0

@@ -3,8 +3,9 @@
 Counters: ``MarkStep``, ``CachedCompile``, ``UncachedCompile``,
 ``CompileFallback`` (a graph that failed to compile and ran eagerly),
 ``EagerGraph`` (a graph run eagerly on purpose, ``LAZYMLIR_FORCE_EAGER``),
-``Sync`` (a barrier that executed a graph) and ``aten::<op>`` (an op that ran
-eagerly because the compiler does not cover it).
+``Sync`` (a barrier that executed a graph), ``RecompileShapeChange`` (a graph
+compiled again for new input shapes) and ``aten::<op>`` (an op that ran eagerly
+because the compiler does not cover it).
 Timings (seconds, one sample per event): ``CollectTime`` (graph walk and cache
 key), ``LoweringTime`` (torch-mlir import and lowering), ``CompileTime`` (native
 compile), ``ExecuteTime``.

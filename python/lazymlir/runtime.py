@@ -76,10 +76,38 @@ def execute(outputs: Sequence[trace.Node]) -> List[torch.Tensor]:
     return entry.run([n.data for n in graph.inputs])
 
 
+# Recompiling one graph structure for new input shapes is the recompilation storm
+# users of lazy systems dread: it is counted, and reported when it repeats.
+STORM_WARNING_AT = 8
+
+
+def _note_shapes(graph: trace.Graph, name: str) -> None:
+    n_inputs = len(graph.inputs)
+    entries = graph.key[0]
+    shapes = tuple(tuple(n.data.shape) for n in graph.inputs)
+    structure = (tuple(e if type(e[0]) is not torch.Size else (len(e[0]), e[1]) for e in entries),) + graph.key[1:]
+    seen = cache.shapes_seen(structure)
+    if seen:
+        metrics.counter("RecompileShapeChange")
+        changed = [i for i in range(n_inputs) if shapes[i] != seen[-1][i]]
+        if config.verbose:
+            print(f"lazymlir: recompiling graph {name}: input shapes changed at {changed}: "
+                  f"{[seen[-1][i] for i in changed]} -> {[shapes[i] for i in changed]}")
+        if len(seen) + 1 == STORM_WARNING_AT:
+            warnings.warn(
+                f"lazymlir: one graph ({len(graph.nodes)} ops, now {name}) has been compiled for "
+                f"{STORM_WARNING_AT} different input shapes; pad or bucket the shapes to stop recompiling",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+    seen.append(shapes)
+
+
 def _compile(graph: trace.Graph):
     t0 = time.perf_counter()
     gm = trace.to_fx(graph)
     name = trace.graph_hash(graph.key)
+    _note_shapes(graph, name)
     entry = None
     metas = [n.meta for n in graph.outputs]
     dtypes = {n.data.dtype for n in graph.inputs} | {m.dtype for m in metas}

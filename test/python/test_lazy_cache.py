@@ -39,6 +39,7 @@ def test_shape_and_dtype_changes_recompile(native, fresh_cache):
     s = cache.stats()
     assert (s.misses, s.hits, s.entries) == (3, 1, 3), s
     assert metrics.counter_value("UncachedCompile") == 3
+    assert metrics.counter_value("RecompileShapeChange") == 1  # the dtype change is a new structure
     assert_compiled()
 
 
