@@ -99,9 +99,11 @@ class LazyTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        handler = _handlers.get(func)
+        # The handler hangs off the OpOverload itself: OpOverload.__hash__ is
+        # Python code, an attribute lookup is not.
+        handler = getattr(func, "_lz_handler", None)
         if handler is None:
-            handler = _handlers[func] = _classify(func)
+            handler = func._lz_handler = _classify(func)
         return handler(func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None):
@@ -174,10 +176,20 @@ def _value(t: LazyTensor) -> Node:
     return v
 
 
+def _oid(op) -> str:
+    """The op's name for signatures and keys ("aten.add.Tensor"): hashing the
+    OpOverload itself runs Python code, a string hashes once."""
+    try:
+        return op._lz_id
+    except AttributeError:
+        op._lz_id = str(op)
+        return op._lz_id
+
+
 def _op_node(op, args, kwargs, meta) -> Node:
     """A node on existing values (internal rewrites: scatters, casts)."""
     inputs = tuple(a for a in args if isinstance(a, Node))
-    node = Node(op, args, kwargs, inputs, (op, freeze(args), freeze(tuple(kwargs.items()))), meta)
+    node = Node(op, args, kwargs, inputs, (_oid(op), freeze(args), freeze(tuple(kwargs.items()))), meta)
     if op in _eager_ops:  # found not to lower: compute it now, on CPU
         return _eager_node(node)
     return node
@@ -381,7 +393,7 @@ def _convert(a, inputs: list, keys: list):
     if t is LazyTensor:
         v = a._lz_value if a._lz_version == a._lz_storage.version else _value(a)
         inputs.append(v)
-        keys.append(a._lz_meta)
+        keys.append(id(a._lz_meta))  # interned, alive for ever: the id is the identity
         return a._lz_meta, v, BLANK
     if isinstance(a, torch.Tensor):
         # A CPU tensor (a 0-dim scalar, or a copy_ source): snapshot it as device data.
@@ -476,14 +488,14 @@ def _functional(func, args, kwargs):
             t = type(a)
             if t is LazyTensor:
                 inputs.append(a._lz_value if a._lz_version == a._lz_storage.version else _value(a))
-                keys.append(a._lz_meta)
+                keys.append(id(a._lz_meta))
                 frozen.append(BLANK)
             elif t in _SCALARS:
                 frozen.append(freeze(a))
             else:
                 break
         else:
-            sig = (func, tuple(frozen), ())
+            sig = (_oid(func), tuple(frozen), ())
             keys = tuple(keys)
             hit = _meta_cache.get((sig, keys))
             if hit is not None and hit is not _FAILED and hit[1]:
@@ -494,7 +506,7 @@ def _functional(func, args, kwargs):
                     node = Node(func, node_args, {}, tuple(inputs), sig, meta)
                     return _wrap(meta, Storage(node, meta), (), node)
     meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen, keys = _convert_all(args, kwargs)
-    sig = (func,) + frozen
+    sig = (_oid(func),) + frozen
     hit = _infer((sig, keys), func, meta_args, meta_kwargs)
     if hit is _FAILED or not hit[1]:
         return _eager(func, args, kwargs)
@@ -559,8 +571,8 @@ def _view(func, args, kwargs):
     if type(self) is not LazyTensor:
         return _functional(func, args, kwargs)
     rest = tuple(args[1:])
-    sig = (func, freeze(rest), freeze(tuple(kwargs.items())))
-    key = (sig, self._lz_meta)
+    sig = (_oid(func), freeze(rest), freeze(tuple(kwargs.items())))
+    key = (sig, id(self._lz_meta))
     step = _meta_cache.get(key)
     if step is None:
         try:
@@ -605,8 +617,8 @@ def _split(func, args, kwargs):
 
 def _cast(node: Node, dtype) -> Node:
     args, kwargs = (node,), {"dtype": dtype}
-    sig = (aten._to_copy.default, (BLANK,), (("dtype", dtype),))
-    meta = _infer((sig, (node.meta,)), aten._to_copy.default, (node.meta,), kwargs)[0]
+    sig = (_oid(aten._to_copy.default), (BLANK,), (("dtype", dtype),))
+    meta = _infer((sig, (id(node.meta), node.meta)), aten._to_copy.default, (node.meta,), kwargs)[0]
     return Node(aten._to_copy.default, args, kwargs, (node,), sig, meta)
 
 
@@ -618,7 +630,7 @@ def _inplace(functional):
         if type(self) is not LazyTensor:
             return _eager(func, args, kwargs)
         meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen, keys = _convert_all(args, kwargs)
-        sig = (functional,) + frozen
+        sig = (_oid(functional),) + frozen
         key = ("inplace", sig, keys)
         hit = _meta_cache.get(key)
         if hit is None:
@@ -780,9 +792,6 @@ _SPECIAL = {
     aten.set_.source_Tensor: _unsupported,
 }
 
-_handlers = {}
-
-
 # Ops found not to lower (runtime's probe): run eagerly when dispatched, and
 # when the tracer itself emits them (scatters for writes through views).
 _eager_ops = set()
@@ -790,7 +799,7 @@ _eager_ops = set()
 
 def _run_eagerly_from_now_on(op) -> None:
     _eager_ops.add(op)
-    _handlers[op] = _make_eager(True)
+    op._lz_handler = _make_eager(True)
 
 
 runtime.unsupported_op_listeners.append(_run_eagerly_from_now_on)
