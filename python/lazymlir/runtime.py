@@ -82,6 +82,8 @@ STORM_WARNING_AT = 8
 
 
 def _note_shapes(graph: trace.Graph, name: str) -> None:
+    """Best effort: a graph whose ops carry sizes (view, zeros) looks new, not
+    recompiled, when those sizes change."""
     n_inputs = len(graph.inputs)
     entries = graph.key[0]
     shapes = tuple(tuple(n.data.shape) for n in graph.inputs)
@@ -125,33 +127,26 @@ def _compile(graph: trace.Graph):
             if _compiler is None:
                 raise RuntimeError(f"the native compiler is not available ({_compiler_import_error})")
             t1 = time.perf_counter()
-            if config.dump_dir:
-                executable = _compiler.compile_linalg(lowered.linalg, fusion=config.fusion, keep_llvm_ir=True)
-            else:
-                executable = _compiler.compile_linalg(lowered.linalg, fusion=config.fusion)
+            options = {"keep_llvm_ir": True} if config.dump_dir else {}
+            executable = _compiler.compile_linalg(lowered.linalg, fusion=config.fusion, **options)
             metrics.timing("CompileTime", time.perf_counter() - t1)
             debug.dump(name, "llvm", getattr(executable, "llvm_ir", None))
             entry = _Compiled(executable, [(tuple(m.shape), m.dtype) for m in metas])
             metrics.counter("UncachedCompile")
-        except lowering.LoweringError as e:
-            # Find the ops that cannot lower and run them eagerly from now on, so
-            # the rest of the next traces compiles.
-            culprits = lowering.find_unsupported(graph)
-            for op in culprits:
-                for listener in unsupported_op_listeners:
-                    listener(op)
-            warnings.warn(
-                f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile (torch-mlir lowering) and runs eagerly"
-                f"{'; from now on these ops run eagerly: ' + ', '.join(sorted(map(str, culprits))) if culprits else ''}"
-                f": {str(e)[:2000]}",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            entry = _Eager(gm, "CompileFallback")
         except Exception as e:  # never fail the user: run it eagerly instead
+            detail = ""
+            if isinstance(e, lowering.LoweringError):
+                # Find the ops that cannot lower and run them eagerly from now
+                # on, so that the rest of later traces compiles.
+                culprits = lowering.find_unsupported(graph)
+                for op in culprits:
+                    for listener in unsupported_op_listeners:
+                        listener(op)
+                if culprits:
+                    detail = "; from now on these ops run eagerly: " + ", ".join(sorted(map(str, culprits)))
             warnings.warn(
-                f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile and runs "
-                f"eagerly: {str(e)[:2000]}",
+                f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile and runs eagerly{detail}: "
+                f"{str(e)[:2000]}",
                 RuntimeWarning,
                 stacklevel=3,
             )
