@@ -124,7 +124,24 @@ class LazyTensor(torch.Tensor):
         return _to_cpu(self).detach().numpy()
 
     def __reduce_ex__(self, proto):
-        return (torch.as_tensor, (_to_cpu(self).detach(),))
+        # Saved (torch.save, pickle) as the CPU tensor of its value.
+        return _to_cpu(self).detach().__reduce_ex__(proto)
+
+    @property
+    def data(self):
+        return _TENSOR_DATA.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        # `t.data = new` swaps t's TensorImpl metadata in C++; the trace state lives
+        # in Python attributes, which must follow (t now aliases new).
+        _TENSOR_DATA.__set__(self, new)
+        if type(new) is LazyTensor:
+            self._lz_meta, self._lz_storage, self._lz_chain = new._lz_meta, new._lz_storage, new._lz_chain
+            self._lz_value, self._lz_version = new._lz_value, new._lz_version
+
+
+_TENSOR_DATA = torch.Tensor.data
 
 
 def _wrap(meta: torch.Tensor, storage: Storage, chain: tuple, value: Node) -> LazyTensor:

@@ -135,3 +135,19 @@ def test_refuses_torch_lazy_ts_backend():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert "refused" in out.stdout, out.stderr
+
+
+def test_set_data_and_save(tmp_path):
+    p = nn.Parameter(torch.ones(3)).to("lazy")
+    p.data.add_(1)  # through .data: the same storage
+    torch.testing.assert_close(p.detach().cpu(), torch.full((3,), 2.0))
+    p.data = torch.zeros(3).to("lazy")  # swaps what p holds
+    torch.testing.assert_close(p.detach().cpu(), torch.zeros(3))
+    m = nn.Linear(2, 2).to("lazy")
+    torch.save(m.state_dict(), tmp_path / "sd.pt")
+    loaded = torch.load(tmp_path / "sd.pt")  # weights_only: saved as CPU tensors
+    assert loaded["weight"].device.type == "cpu"
+    torch.testing.assert_close(loaded["weight"], m.weight.detach().cpu())
+    copied = __import__("copy").deepcopy(m)
+    assert copied.weight.device.type == "lazy"
+    torch.testing.assert_close(copied.weight.detach().cpu(), m.weight.detach().cpu())
