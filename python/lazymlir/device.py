@@ -587,6 +587,8 @@ def _view(func, args, kwargs):
     self = args[0]
     if type(self) is not LazyTensor:
         return _functional(func, args, kwargs)
+    if func is aten.as_strided.default:
+        return _as_strided(func, args, kwargs)
     rest = tuple(args[1:])
     sig = (_oid(func), freeze(rest), freeze(tuple(kwargs.items())))
     key = (sig, id(self._lz_meta))
@@ -602,6 +604,19 @@ def _view(func, args, kwargs):
         return _eager(func, args, kwargs)
     node = _view_node(step, _value(self))
     return _wrap(step[3], self._lz_storage, self._lz_chain + (step,), node)
+
+
+def _as_strided(func, args, kwargs):
+    """as_strided addresses the storage, not its input: record it on the base's
+    value, which is the storage in order when the base is contiguous."""
+    self = args[0]
+    s = self._lz_storage
+    if not s.meta.is_contiguous():
+        return _eager(func, args, kwargs)
+    rest = tuple(args[1:])
+    meta = _intern_like(func(self._lz_meta, *rest, **kwargs))
+    step = (func, rest, kwargs, meta, (_oid(func), freeze(rest), freeze(tuple(kwargs.items()))))
+    return _wrap(meta, s, (step,), _view_node(step, s.base))
 
 
 def _alias(func, args, kwargs):

@@ -175,3 +175,23 @@ def test_batch_norm_training_updates_running_stats():
     torch.testing.assert_close(lazy.running_mean.cpu(), ref.running_mean)
     torch.testing.assert_close(lazy.running_var.cpu(), ref.running_var)
     assert int(lazy.num_batches_tracked.cpu()) == 2
+
+
+def test_as_strided_addresses_the_storage():
+    def f(x):
+        y = x.clone()
+        v = y[1:]  # a view at storage offset 4
+        a = v.as_strided((2, 2), (1, 4), 5)  # absolute storage addressing
+        a.mul_(10)
+        return y, a
+
+    check(f, torch.arange(16.0).reshape(4, 4))
+
+
+def test_diagonal_write():
+    def f(x):
+        y = x.clone()
+        y.diagonal().fill_(-1)
+        return y * 2
+
+    check(f, torch.randn(4, 4))
