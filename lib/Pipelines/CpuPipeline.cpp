@@ -4,6 +4,7 @@
 #include "lazymlir/Transforms/Passes.h"
 
 #include "mlir/Conversion/Passes.h"
+#include "mlir/Conversion/VectorToSCF/VectorToSCF.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -21,11 +22,13 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   pm.addPass(createVerifyBackendContractPass(contract));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
-  if (options.fusion) {
+  if (options.fusion)
     pm.addNestedPass<func::FuncOp>(createFuseElementwisePass());
-    pm.addPass(createCanonicalizerPass());
-    pm.addPass(createCSEPass());
-  }
+  TileContractionsPassOptions tiling;
+  tiling.fuseEpilogue = options.fusion;
+  pm.addNestedPass<func::FuncOp>(createTileContractionsPass(tiling));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
 }
 
 void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
@@ -47,9 +50,20 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
   outParams.modifyPublicFunctions = true;
   pm.addPass(bufferization::createBufferResultsToOutParamsPass(outParams));
   pm.addPass(createCanonicalizerPass());
+  pm.addNestedPass<func::FuncOp>(createHoistRedundantTransfersPass());
+  // Per-tile temporaries (accumulators) are allocated once, outside the tile
+  // loops, and on the stack when small: no malloc per tile.
+  pm.addNestedPass<func::FuncOp>(bufferization::createBufferLoopHoistingPass());
+  bufferization::PromoteBuffersToStackPassOptions toStack;
+  toStack.maxAllocSizeInBytes = 16384;
+  toStack.maxRankOfAllocatedMemRef = 4;
+  pm.addNestedPass<func::FuncOp>(
+      bufferization::createPromoteBuffersToStackPass(toStack));
   bufferization::buildBufferDeallocationPipeline(pm);
 
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  pm.addNestedPass<func::FuncOp>(createConvertVectorToSCFPass(
+      VectorTransferToSCFOptions().enableFullUnroll()));
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
@@ -58,6 +72,11 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
   // rest (erf, tanh, atan2, ...) become libm calls.
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createConvertMathToLibmPass());
+  // Contractions become outer products: broadcast-FMA chains on registers.
+  ConvertVectorToLLVMPassOptions vectorToLLVM;
+  vectorToLLVM.vectorContractLowering =
+      vector::VectorContractLowering::OuterProduct;
+  pm.addPass(createConvertVectorToLLVMPass(vectorToLLVM));
   pm.addPass(createConvertToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
   pm.addPass(createCanonicalizerPass());

@@ -9,16 +9,17 @@
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d1)>
 // matmul + bias + relu: 3 inputs (2-D, 2-D, 1-D) and a 2-D out-parameter.
+// The contraction is vectorized into FMAs on vectors of a row (outer
+// products), with bias and relu applied to the registers before the store.
 // CHECK-LABEL: llvm.func @main(
 // CHECK-SAME: %[[A:arg0]]: !llvm.ptr,
 // CHECK-SAME: %arg14: !llvm.ptr, %arg15: !llvm.ptr, %arg16: i64, %arg17: i64, %arg18: i64,
 // CHECK-SAME: %[[OUT:arg20]]: !llvm.ptr, %arg21: i64, %arg22: i64, %arg23: i64, %arg24: i64, %arg25: i64) {
 // CHECK-NOT: llvm.call @malloc
-// CHECK: llvm.fmul
-// CHECK: llvm.fadd
-// CHECK: llvm.fcmp "ugt"
-// CHECK: llvm.select
-// CHECK: llvm.store {{.*}}, %{{.*}} : f32, !llvm.ptr
+// CHECK: llvm.intr.fmuladd({{.*}}) : (vector<16xf32>, vector<16xf32>, vector<16xf32>) -> vector<16xf32>
+// CHECK: llvm.fcmp "ugt" {{.*}} : vector<16xf32>
+// CHECK: llvm.select {{.*}} : vector<16xi1>, vector<16xf32>
+// CHECK: llvm.store {{.*}} : vector<16xf32>, !llvm.ptr
 // CHECK: llvm.return{{$}}
 // CHECK-NOT: linalg.
 // CHECK-NOT: memref.

@@ -66,4 +66,63 @@ def FuseElementwisePass
   ];
 }
 
+def TileContractionsPass
+    : Pass<"lazymlir-tile-contractions", "mlir::func::FuncOp"> {
+  let summary = "Tile contractions, fuse their fill and elementwise epilogue "
+                "into the tile loops, and vectorize the tiles";
+  let description = [{
+    Contractions (matmul, batch_matmul, and convolutions rewritten as
+    im2col + a contraction) lowered to scalar loops run at a small fraction
+    of the machine's speed, and their result is written to memory only to be
+    re-read by the bias add and activation that follow. This pass:
+
+    1. rewrites 2-D convolutions as im2col followed by a contraction
+       (`im2col`), so that they take the same path as matmul;
+    2. tiles each contraction's parallel loops (the two innermost by
+       `tile-m` x `tile-n`, outer ones by 1), fusing the accumulator's fill
+       and, when the contraction's only user is an elementwise op over the
+       same iteration space (the epilogue: bias, activation, residual add,
+       usually one op after lazymlir-fuse-elementwise), tiling that consumer
+       instead and fusing the contraction into it: each output tile is
+       computed, finished and written once;
+    3. tiles the reduction loops by `tile-k` and vectorizes every tile
+       (`vectorize`), leaving vector.contract on small static shapes for the
+       vector lowering (outer products, i.e. FMAs on registers).
+
+    Tile sizes are divisors of the (static) loop bounds at most as large as
+    the options, so every tile is full and no masking is needed.
+  }];
+  let dependentDialects = [
+    "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
+    "mlir::scf::SCFDialect", "mlir::vector::VectorDialect",
+    "mlir::affine::AffineDialect", "mlir::arith::ArithDialect",
+  ];
+  let options = [
+    Option<"tileM", "tile-m", "unsigned", /*default=*/"8",
+           "Largest tile of the second-innermost parallel loop">,
+    Option<"tileN", "tile-n", "unsigned", /*default=*/"32",
+           "Largest tile of the innermost parallel loop (the vector width)">,
+    Option<"tileK", "tile-k", "unsigned", /*default=*/"8",
+           "Largest tile of the innermost reduction loop">,
+    Option<"fuseEpilogue", "fuse-epilogue", "bool", /*default=*/"true",
+           "Tile an elementwise epilogue with its contraction">,
+    Option<"im2col", "im2col", "bool", /*default=*/"true",
+           "Rewrite 2-D convolutions as im2col + contraction first">,
+    Option<"vectorize", "vectorize", "bool", /*default=*/"true",
+           "Vectorize the tiles">,
+  ];
+}
+
+def HoistRedundantTransfersPass
+    : Pass<"lazymlir-hoist-redundant-transfers", "mlir::func::FuncOp"> {
+  let summary = "Keep loop-carried vector accumulators in registers";
+  let description = [{
+    After bufferization, a vectorized contraction tile reads its accumulator
+    from memory and writes it back in every iteration of the reduction loop.
+    This pass hoists such read/write pairs out of the loop (upstream
+    linalg::hoistRedundantVectorTransfers, with non-zero trip counts
+    verified), so the accumulator stays in registers.
+  }];
+}
+
 #endif // LAZYMLIR_TRANSFORMS_PASSES

@@ -1,0 +1,262 @@
+//===- TileContractions.cpp - tile, fuse epilogues, vectorize -------------===//
+//
+// Built on upstream's TilingInterface (scf::tileConsumerAndFuseProducersUsing
+// SCF, scf::tileUsingSCF), im2col and the linalg vectorizer; the choices of
+// what to tile, by how much and what to fuse are ours (see Passes.td).
+//
+//===----------------------------------------------------------------------===//
+
+#include "lazymlir/Transforms/Passes.h"
+
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/Linalg/Utils/Utils.h"
+#include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/Dialect/Tensor/Transforms/Transforms.h"
+#include "mlir/Dialect/Vector/Transforms/LoweringPatterns.h"
+#include "mlir/Dialect/Vector/Transforms/VectorRewritePatterns.h"
+#include "mlir/Interfaces/TilingInterface.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace lazymlir {
+#define GEN_PASS_DEF_TILECONTRACTIONSPASS
+#include "lazymlir/Transforms/Passes.h.inc"
+} // namespace lazymlir
+
+using namespace mlir;
+
+namespace {
+
+/// Marks the tiles to vectorize; loops around them may fold away during
+/// cleanup, so they are found by this attribute rather than by position.
+constexpr StringLiteral kVectorizeMarker = "lazymlir.vectorize";
+
+/// The largest divisor of `bound` that is at most `target` (at least 1).
+int64_t pickTile(int64_t bound, int64_t target) {
+  for (int64_t tile = std::min(bound, target); tile > 1; --tile)
+    if (bound % tile == 0)
+      return tile;
+  return 1;
+}
+
+SmallVector<OpFoldResult> asFoldResults(MLIRContext *ctx,
+                                        ArrayRef<int64_t> sizes) {
+  Builder b(ctx);
+  return llvm::map_to_vector(sizes, [&](int64_t size) -> OpFoldResult {
+    return b.getIndexAttr(size);
+  });
+}
+
+/// Contractions this pass handles: static shapes, tensors, one result whose
+/// indexing map lists the parallel loops in order (so the innermost parallel
+/// loop is the result's contiguous dimension, the one to vectorize).
+bool isCandidate(linalg::LinalgOp op) {
+  if (!linalg::isaContractionOpInterface(op) || !op.hasPureTensorSemantics() ||
+      op.getNumDpsInits() != 1 || op.hasDynamicShape())
+    return false;
+  Type elementType = getElementTypeOrSelf(op->getResult(0).getType());
+  if (!elementType.isIntOrFloat())
+    return false;
+  AffineMap outputMap = op.getIndexingMapMatchingResult(op->getResult(0));
+  SmallVector<unsigned> parallel;
+  op.getParallelDims(parallel);
+  if (outputMap.getNumResults() != parallel.size() || parallel.empty())
+    return false;
+  for (auto [expr, loop] : llvm::zip(outputMap.getResults(), parallel)) {
+    auto dim = dyn_cast<AffineDimExpr>(expr);
+    if (!dim || dim.getPosition() != loop)
+      return false;
+  }
+  return true;
+}
+
+/// The elementwise op that only consumes `contraction`'s result, over the
+/// same iteration space, so that it can be computed tile by tile with it.
+linalg::GenericOp findEpilogue(linalg::LinalgOp contraction) {
+  Value result = contraction->getResult(0);
+  if (!result.hasOneUse())
+    return nullptr;
+  auto epilogue = dyn_cast<linalg::GenericOp>(*result.getUsers().begin());
+  if (!epilogue || !linalg::isElementwise(epilogue) ||
+      epilogue.getNumDpsInits() != 1 || epilogue.hasDynamicShape())
+    return nullptr;
+  OpOperand &use = *result.getUses().begin();
+  auto rank = cast<ShapedType>(result.getType()).getRank();
+  if (epilogue.getNumLoops() != rank ||
+      !epilogue.getMatchingIndexingMap(&use).isIdentity() ||
+      !epilogue.getIndexingMapMatchingResult(epilogue->getResult(0))
+           .isIdentity())
+    return nullptr;
+  return epilogue;
+}
+
+struct TileContractionsPass
+    : lazymlir::impl::TileContractionsPassBase<TileContractionsPass> {
+  using Base::Base;
+
+  /// Tiles of the first level, per loop of `op`: parallel loops only (the
+  /// fill can be fused only if the reduction is not split).
+  SmallVector<int64_t> parallelTiles(linalg::LinalgOp op) {
+    SmallVector<int64_t> bounds = op.getStaticLoopRanges();
+    SmallVector<unsigned> parallel;
+    op.getParallelDims(parallel);
+    SmallVector<int64_t> tiles(op.getNumLoops(), 0);
+    for (auto [i, loop] : llvm::enumerate(parallel)) {
+      size_t fromInner = parallel.size() - 1 - i;
+      int64_t target = fromInner == 0 ? tileN : fromInner == 1 ? tileM : 1;
+      tiles[loop] = pickTile(bounds[loop], target);
+    }
+    return tiles;
+  }
+
+  SmallVector<int64_t> reductionTiles(linalg::LinalgOp op) {
+    SmallVector<int64_t> bounds = op.getStaticLoopRanges();
+    SmallVector<unsigned> reduction;
+    op.getReductionDims(reduction);
+    SmallVector<int64_t> tiles(op.getNumLoops(), 0);
+    for (auto [i, loop] : llvm::enumerate(reduction))
+      tiles[loop] = i + 1 == reduction.size() ? pickTile(bounds[loop], tileK)
+                                              : 1;
+    return tiles;
+  }
+
+  /// Tiles `contraction` (through its epilogue if it has one); returns the
+  /// tiled contraction, or null if tiling failed (the op is then left as it
+  /// was and lowers to loops).
+  linalg::LinalgOp tileParallel(RewriterBase &rewriter,
+                                linalg::LinalgOp contraction) {
+    SmallVector<int64_t> tiles = parallelTiles(contraction);
+    linalg::GenericOp epilogue =
+        fuseEpilogue ? findEpilogue(contraction) : nullptr;
+    Operation *root = contraction;
+    if (epilogue) {
+      // The epilogue's loops are the contraction's parallel loops, in order.
+      SmallVector<unsigned> parallel;
+      contraction.getParallelDims(parallel);
+      tiles = llvm::map_to_vector(parallel,
+                                  [&](unsigned loop) { return tiles[loop]; });
+      root = epilogue;
+    }
+
+    scf::SCFTileAndFuseOptions options;
+    options.tilingOptions.setTileSizes(asFoldResults(&getContext(), tiles));
+    options.tilingOptions.setLoopType(scf::SCFTilingOptions::LoopType::ForOp);
+    // Fuse only the contraction and its accumulator's fill: other producers
+    // of the epilogue's inputs would be recomputed per tile.
+    options.setFusionControlFn(
+        [&](tensor::ExtractSliceOp, OpResult producer, bool)
+            -> std::optional<scf::SCFTileAndFuseOptions::ControlFnResult> {
+          Operation *owner = producer.getOwner();
+          if (owner == contraction.getOperation() ||
+              isa<linalg::FillOp>(owner))
+            return scf::SCFTileAndFuseOptions::ControlFnResult{};
+          return std::nullopt;
+        });
+
+    rewriter.setInsertionPoint(root);
+    FailureOr<scf::SCFTileAndFuseResult> result =
+        scf::tileConsumerAndFuseProducersUsingSCF(
+            rewriter, cast<TilingInterface>(root), options);
+    if (failed(result))
+      return nullptr;
+    for (OpResult value : root->getResults())
+      if (Value replacement = result->replacements.lookup(value))
+        rewriter.replaceAllUsesWith(value, replacement);
+
+    linalg::LinalgOp tiledContraction;
+    for (Operation *op : result->tiledAndFusedOps) {
+      auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+      if (!linalgOp)
+        continue;
+      op->setAttr(kVectorizeMarker, rewriter.getUnitAttr());
+      if (linalg::isaContractionOpInterface(linalgOp))
+        tiledContraction = linalgOp;
+    }
+    return tiledContraction;
+  }
+
+  /// Splits the reduction of a parallel tile; returns the innermost tile.
+  linalg::LinalgOp tileReduction(RewriterBase &rewriter,
+                                 linalg::LinalgOp tile) {
+    SmallVector<int64_t> tiles = reductionTiles(tile);
+    if (llvm::all_of(tiles, [](int64_t t) { return t == 0; }))
+      return tile;
+    scf::SCFTilingOptions options;
+    options.setTileSizes(asFoldResults(&getContext(), tiles));
+    options.setLoopType(scf::SCFTilingOptions::LoopType::ForOp);
+    rewriter.setInsertionPoint(tile);
+    FailureOr<scf::SCFTilingResult> result = scf::tileUsingSCF(
+        rewriter, cast<TilingInterface>(tile.getOperation()), options);
+    if (failed(result))
+      return tile;
+    rewriter.replaceOp(tile, result->replacements);
+    result->tiledOps.front()->setAttr(kVectorizeMarker,
+                                      rewriter.getUnitAttr());
+    return cast<linalg::LinalgOp>(result->tiledOps.front());
+  }
+
+  void runOnOperation() override {
+    MLIRContext *ctx = &getContext();
+    func::FuncOp func = getOperation();
+
+    if (im2col) {
+      RewritePatternSet patterns(ctx);
+      linalg::populateConvertConv2DToImg2ColPatterns(patterns);
+      (void)applyPatternsGreedily(func, std::move(patterns));
+    }
+
+    SmallVector<linalg::LinalgOp> contractions;
+    func.walk([&](linalg::LinalgOp op) {
+      if (isCandidate(op))
+        contractions.push_back(op);
+    });
+
+    IRRewriter rewriter(ctx);
+    for (linalg::LinalgOp contraction : contractions)
+      if (linalg::LinalgOp tile = tileParallel(rewriter, contraction))
+        tileReduction(rewriter, tile);
+
+    // The originals are dead once their uses moved to the tile loops.
+    {
+      RewritePatternSet patterns(ctx);
+      tensor::populateFoldTensorEmptyPatterns(patterns);
+      linalg::populateEraseUnusedOperandsAndResultsPatterns(patterns);
+      scf::ForOp::getCanonicalizationPatterns(patterns, ctx);
+      tensor::ExtractSliceOp::getCanonicalizationPatterns(patterns, ctx);
+      (void)applyPatternsGreedily(func, std::move(patterns));
+    }
+
+    SmallVector<linalg::LinalgOp> toVectorize;
+    func.walk([&](linalg::LinalgOp op) {
+      if (!op->removeAttr(kVectorizeMarker))
+        return;
+      if (vectorize && !op.hasDynamicShape() &&
+          succeeded(linalg::vectorizeOpPrecondition(op)))
+        toVectorize.push_back(op);
+    });
+    if (!vectorize)
+      return;
+    for (linalg::LinalgOp op : toVectorize) {
+      rewriter.setInsertionPoint(op);
+      // Contractions go straight to vector.contract with their own indexing
+      // maps, rather than through broadcasts and a multi-reduction that the
+      // outer-product lowering would not recognize.
+      FailureOr<linalg::VectorizationResult> result = linalg::vectorize(
+          rewriter, op, /*inputVectorSizes=*/{}, /*inputScalableVecDims=*/{},
+          /*vectorizeNDExtract=*/false, /*flatten1DDepthwiseConv=*/false,
+          /*assumeDynamicDimsMatchVecSizes=*/false,
+          /*createNamedContraction=*/true);
+      if (succeeded(result))
+        rewriter.replaceOp(op, result->replacements);
+    }
+
+    RewritePatternSet patterns(ctx);
+    vector::populateVectorTransferPermutationMapLoweringPatterns(patterns);
+    vector::populateVectorReductionToContractPatterns(patterns);
+    vector::populateSinkVectorOpsPatterns(patterns);
+    vector::TransferReadOp::getCanonicalizationPatterns(patterns, ctx);
+    vector::TransferWriteOp::getCanonicalizationPatterns(patterns, ctx);
+    (void)applyPatternsGreedily(func, std::move(patterns));
+  }
+};
+
+} // namespace
