@@ -1,0 +1,99 @@
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions),canonicalize,cse)" | FileCheck %s
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions{fuse-epilogue=0}),canonicalize,cse)" | FileCheck %s --check-prefix=NOEPI
+
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d1)>
+// matmul + (bias, relu): 8x32 output tiles, K split by 8; the bias and relu
+// are applied to each tile in registers and only the finished tile is
+// written: no 16x64 intermediate exists.
+// CHECK-LABEL: func.func @matmul_epilogue
+// CHECK-SAME: (%[[A:.+]]: tensor<16x64xf32>, %[[B:.+]]: tensor<64x64xf32>, %[[BIAS:.+]]: tensor<64xf32>)
+// CHECK-NOT: linalg.matmul
+// CHECK-NOT: linalg.fill
+// CHECK: %[[R:.+]] = scf.for %[[I:.+]] = %{{.+}} to %{{.+}} step %c8
+// CHECK: scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %c32
+// CHECK: %[[ACC:.+]] = scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c8 {{.*}} -> (tensor<8x32xf32>)
+// CHECK: vector.contract {{.*}} : vector<8x8xf32>, vector<8x32xf32> into vector<8x32xf32>
+// CHECK: vector.transfer_read %[[ACC]]
+// CHECK: vector.transfer_read %{{.+}}{{.*}} : tensor<32xf32>, vector<32xf32>
+// CHECK: arith.addf {{.*}} : vector<8x32xf32>
+// CHECK: arith.select {{.*}} : vector<8x32xi1>, vector<8x32xf32>
+// CHECK: vector.transfer_write
+// CHECK: tensor.insert_slice {{.*}}[%[[I]], %[[J]]] [8, 32] [1, 1] : tensor<8x32xf32> into tensor<16x64xf32>
+// CHECK-NOT: linalg.generic
+// CHECK: return %[[R]]
+// NOEPI-LABEL: func.func @matmul_epilogue
+// NOEPI: scf.for
+// NOEPI: vector.contract
+// NOEPI: linalg.generic
+func.func @matmul_epilogue(%arg0: tensor<16x64xf32>, %arg1: tensor<64x64xf32>, %arg2: tensor<64xf32>) -> tensor<16x64xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<16x64xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<16x64xf32>) -> tensor<16x64xf32>
+  %2 = linalg.matmul ins(%arg0, %arg1 : tensor<16x64xf32>, tensor<64x64xf32>) outs(%1 : tensor<16x64xf32>) -> tensor<16x64xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%2, %arg2 : tensor<16x64xf32>, tensor<64xf32>) outs(%0 : tensor<16x64xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %4 = arith.addf %in, %in_0 : f32
+    %5 = arith.cmpf ugt, %4, %cst : f32
+    %6 = arith.select %5, %4, %cst : f32
+    linalg.yield %6 : f32
+  } -> tensor<16x64xf32>
+  return %3 : tensor<16x64xf32>
+}
+
+// -----
+
+// Tile sizes divide the loop bounds: M=6 and N=10 give one 6x10 tile, K=12 is
+// split in 6s, so no tile is partial.
+// CHECK-LABEL: func.func @odd_sizes
+// CHECK: scf.for {{.*}} step %c6 {{.*}} -> (tensor<6x10xf32>)
+// CHECK: vector.contract {{.*}} : vector<6x6xf32>, vector<6x10xf32> into vector<6x10xf32>
+func.func @odd_sizes(%arg0: tensor<6x12xf32>, %arg1: tensor<12x10xf32>) -> tensor<6x10xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<6x10xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<6x10xf32>) -> tensor<6x10xf32>
+  %2 = linalg.matmul ins(%arg0, %arg1 : tensor<6x12xf32>, tensor<12x10xf32>) outs(%1 : tensor<6x10xf32>) -> tensor<6x10xf32>
+  return %2 : tensor<6x10xf32>
+}
+
+// -----
+
+// batch_matmul: the batch loop is tiled by 1.
+// CHECK-LABEL: func.func @batch_matmul
+// CHECK: scf.for {{.*}} step %c1
+// CHECK: vector.contract {{.*}} into vector<1x8x32xf32>
+func.func @batch_matmul(%arg0: tensor<2x8x16xf32>, %arg1: tensor<2x16x32xf32>) -> tensor<2x8x32xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<2x8x32xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<2x8x32xf32>) -> tensor<2x8x32xf32>
+  %2 = linalg.batch_matmul ins(%arg0, %arg1 : tensor<2x8x16xf32>, tensor<2x16x32xf32>) outs(%1 : tensor<2x8x32xf32>) -> tensor<2x8x32xf32>
+  return %2 : tensor<2x8x32xf32>
+}
+
+// -----
+
+// A 2-D NCHW convolution becomes im2col + a vectorized contraction.
+// CHECK-LABEL: func.func @conv
+// CHECK-NOT: linalg.conv_2d_nchw_fchw
+// CHECK: linalg.generic
+// CHECK-SAME: iterator_types = ["parallel", "parallel", "parallel"]
+// CHECK: scf.for
+// CHECK: vector.contract
+func.func @conv(%arg0: tensor<2x4x10x10xf32>, %arg1: tensor<8x4x3x3xf32>) -> tensor<2x8x8x8xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<2x8x8x8xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  %2 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%arg0, %arg1 : tensor<2x4x10x10xf32>, tensor<8x4x3x3xf32>) outs(%1 : tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  return %2 : tensor<2x8x8x8xf32>
+}
+
+// -----
+
+// Dynamic shapes are left alone (they still lower to loops).
+// CHECK-LABEL: func.func @dynamic
+// CHECK: linalg.matmul
+// CHECK-NOT: vector.contract
+func.func @dynamic(%arg0: tensor<?x8xf32>, %arg1: tensor<8x16xf32>, %arg2: tensor<?x16xf32>) -> tensor<?x16xf32> {
+  %0 = linalg.matmul ins(%arg0, %arg1 : tensor<?x8xf32>, tensor<8x16xf32>) outs(%arg2 : tensor<?x16xf32>) -> tensor<?x16xf32>
+  return %0 : tensor<?x16xf32>
+}
