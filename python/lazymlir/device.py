@@ -786,6 +786,21 @@ def _batch_norm(func, args, kwargs):
     return out, save_mean, save_invstd
 
 
+def _native_dropout(func, args, kwargs):
+    """Training-mode dropout without cutting the trace: only the random mask is
+    drawn now, on the CPU generator, exactly as eager CPU dropout draws it
+    (empty_like(input).bernoulli_(1 - p).div_(1 - p)), so results and the random
+    stream match eager; the multiply is recorded."""
+    a = dict(zip(("input", "p", "train"), args))
+    a.update(kwargs)
+    x, p, train = a["input"], a["p"], a.get("train")
+    if type(x) is not LazyTensor or train is False or not 0.0 < p < 1.0 or x.numel() == 0:
+        return _functional(func, args, kwargs)
+    noise = torch.empty(x.shape, dtype=x.dtype).bernoulli_(1 - p).div_(1 - p)
+    out = _functional(aten.mul.Tensor, (x, _from_cpu(noise)), {})
+    return out, _from_cpu(noise != 0)
+
+
 def _scalar(func, args, kwargs):
     """.item(), bool(): a barrier that returns a Python value."""
     return func(_cpu_alias(args[0]))
@@ -821,6 +836,7 @@ _SPECIAL = {
     aten.unbind.int: _split,
     aten.resize_.default: _resize_,
     aten.native_batch_norm.default: _batch_norm,
+    aten.native_dropout.default: _native_dropout,
     aten.set_.source_Tensor: _unsupported,
 }
 
@@ -856,7 +872,7 @@ def _classify(func):
     name = schema.name.split("::")[-1]
     if schema.name in {s.strip() for s in config.force_fallback.split(",") if s.strip()}:
         return _make_eager(True)
-    if any(r in name for r in _RNG_NAMES):  # the CPU generator keeps eager's random stream
+    if any(r in name for r in _RNG_NAMES) and "backward" not in name:  # the CPU generator keeps eager's random stream
         return _make_eager(True, overwrites=name in _OVERWRITES)
     if any(not isinstance(r.type, torch.TensorType) and "Tensor" not in str(r.type) for r in schema.returns):
         return _make_eager(False)  # returns a Python value: a barrier
