@@ -18,11 +18,23 @@ from . import cache, config, debug, lowering, metrics, trace
 # The dtypes the native compiler takes; a graph touching another runs eagerly.
 SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.int32, torch.int64, torch.bool})
 
-try:  # the native module comes with the lead's build; the tracer works without it
-    from . import compiler as _compiler
-except ImportError as e:  # pragma: no cover - depends on the build
-    _compiler = None
-    _compiler_import_error = str(e)
+# The native compiler (lazymlir.compiler over the C++ build), imported at the
+# first compilation: the tracer, the lowering and eager execution work without it.
+_compiler = None
+_compiler_import_error = None
+
+
+def native_compiler():
+    """The lazymlir.compiler module, or None when the native build is missing."""
+    global _compiler, _compiler_import_error
+    if _compiler is None and _compiler_import_error is None:
+        try:
+            from . import compiler
+
+            _compiler = compiler
+        except ImportError as e:
+            _compiler_import_error = str(e)
+    return _compiler
 
 
 class _Compiled:
@@ -124,11 +136,12 @@ def _compile(graph: trace.Graph):
             metrics.timing("LoweringTime", time.perf_counter() - t1)
             debug.dump(name, "torch", lowered.torch_mlir)
             debug.dump(name, "linalg", lowered.linalg)
-            if _compiler is None:
+            native = native_compiler()
+            if native is None:
                 raise RuntimeError(f"the native compiler is not available ({_compiler_import_error})")
             t1 = time.perf_counter()
             options = {"keep_llvm_ir": True} if config.dump_dir else {}
-            executable = _compiler.compile_linalg(lowered.linalg, fusion=config.fusion, **options)
+            executable = native.compile_linalg(lowered.linalg, fusion=config.fusion, **options)
             metrics.timing("CompileTime", time.perf_counter() - t1)
             debug.dump(name, "llvm", getattr(executable, "llvm_ir", None))
             entry = _Compiled(executable, [(tuple(m.shape), m.dtype) for m in metas])

@@ -10,7 +10,7 @@ import lazymlir
 from lazymlir import metrics
 
 # The native compiler comes from the C++ build.
-HAVE_NATIVE = lazymlir.runtime._compiler is not None
+HAVE_NATIVE = lazymlir.runtime.native_compiler() is not None
 
 
 def pytest_configure(config):
