@@ -27,6 +27,7 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   TileContractionsPassOptions tiling;
   tiling.fuseEpilogue = options.fusion;
   pm.addNestedPass<func::FuncOp>(createTileContractionsPass(tiling));
+  pm.addNestedPass<func::FuncOp>(createApproximateMathPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }

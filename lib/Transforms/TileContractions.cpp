@@ -38,6 +38,17 @@ int64_t pickTile(int64_t bound, int64_t target) {
   return 1;
 }
 
+/// vector<Nxi1> is bit-packed in LLVM while a memref of i1 holds a byte per
+/// element (as torch's bool does), so a vector transfer of i1 memory would
+/// read the wrong bits. Such ops stay scalar (LLVM's own vectorizer knows
+/// the byte layout).
+bool touchesI1Memory(linalg::LinalgOp op) {
+  return llvm::any_of(op->getOperandTypes(), [](Type type) {
+    auto shaped = dyn_cast<ShapedType>(type);
+    return shaped && shaped.getElementType().isInteger(1);
+  });
+}
+
 SmallVector<OpFoldResult> asFoldResults(MLIRContext *ctx,
                                         ArrayRef<int64_t> sizes) {
   Builder b(ctx);
@@ -229,7 +240,7 @@ struct TileContractionsPass
     func.walk([&](linalg::LinalgOp op) {
       if (!op->removeAttr(kVectorizeMarker))
         return;
-      if (vectorize && !op.hasDynamicShape() &&
+      if (vectorize && !op.hasDynamicShape() && !touchesI1Memory(op) &&
           succeeded(linalg::vectorizeOpPrecondition(op)))
         toVectorize.push_back(op);
     });

@@ -97,3 +97,27 @@ func.func @dynamic(%arg0: tensor<?x8xf32>, %arg1: tensor<8x16xf32>, %arg2: tenso
   %0 = linalg.matmul ins(%arg0, %arg1 : tensor<?x8xf32>, tensor<8x16xf32>) outs(%arg2 : tensor<?x16xf32>) -> tensor<?x16xf32>
   return %0 : tensor<?x16xf32>
 }
+
+// -----
+
+#map = affine_map<(d0, d1) -> (d0, d1)>
+// An epilogue reading a bool mask (dropout backward) is tiled with the
+// contraction but not vectorized: vector<...xi1> is bit-packed in LLVM while
+// bool memory holds a byte per element.
+// CHECK-LABEL: func.func @i1_epilogue
+// CHECK: scf.for
+// CHECK: vector.contract
+// CHECK: linalg.generic {{.*}} ins(%{{.+}}, %{{.+}} : tensor<8x32xf32>, tensor<8x32xi1>)
+// CHECK-NOT: vector<8x32xi1>
+func.func @i1_epilogue(%arg0: tensor<8x16xf32>, %arg1: tensor<16x32xf32>, %mask: tensor<8x32xi1>) -> tensor<8x32xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<8x32xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %2 = linalg.matmul ins(%arg0, %arg1 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%1 : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel"]} ins(%2, %mask : tensor<8x32xf32>, tensor<8x32xi1>) outs(%0 : tensor<8x32xf32>) {
+  ^bb0(%in: f32, %m: i1, %out: f32):
+    %4 = arith.select %m, %in, %cst : f32
+    linalg.yield %4 : f32
+  } -> tensor<8x32xf32>
+  return %3 : tensor<8x32xf32>
+}

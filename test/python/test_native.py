@@ -65,6 +65,10 @@ FLOAT_CASES = {
     "broadcast": (Fn(lambda m, x, y, z: x * y + z), (torch.randn(4, 1, 8), torch.randn(3, 1), torch.randn(8))),
     "transcendental": (Fn(lambda m, x: torch.tanh(x) + torch.erf(x) + torch.sigmoid(x) * torch.exp(-x * x)),
                        (torch.randn(64),)),
+    # A bool mask read in a contraction's epilogue (dropout backward): bool
+    # memory must not be read as packed bits by vectorized code.
+    "matmul_mask_epilogue": (Fn(lambda m, x, w, mask: torch.where(mask, x @ w, 0.0) * 2.0),
+                             (torch.randn(8, 16), torch.randn(16, 32), torch.rand(8, 32) > 0.5)),
     "gelu_scalar_out": (Fn(lambda m, x: F.gelu(x).sum()), (torch.randn(3, 5),)),
 }
 

@@ -125,4 +125,28 @@ def HoistRedundantTransfersPass
   }];
 }
 
+def ApproximateMathPass
+    : Pass<"lazymlir-approximate-math", "mlir::func::FuncOp"> {
+  let summary = "Expand f32 transcendental math ops into polynomial "
+                "approximations";
+  let description = [{
+    LLVM has no vector exp, tanh or erf without a vector math library, so a
+    loop calling them is not vectorized, and an elementwise chain with a
+    sigmoid or a GELU runs at scalar speed. Upstream's polynomial
+    approximations (the ones IREE uses on CPUs) are plain arithmetic that
+    LLVM vectorizes, accurate to a few ulp in f32. f64 and ops not listed in
+    `ops` keep their libm or intrinsic lowering. sin and cos are not listed
+    by default: their range reduction loses accuracy for large arguments.
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect", "mlir::math::MathDialect",
+    "mlir::vector::VectorDialect",
+  ];
+  let options = [
+    ListOption<"ops", "ops", "std::string",
+               "math ops to approximate (default: exp, expm1, log, log1p, "
+               "log2, tanh, erf)">,
+  ];
+}
+
 #endif // LAZYMLIR_TRANSFORMS_PASSES
