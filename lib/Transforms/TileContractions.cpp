@@ -151,14 +151,21 @@ struct TileContractionsPass
     scf::SCFTileAndFuseOptions options;
     options.tilingOptions.setTileSizes(asFoldResults(&getContext(), tiles));
     options.tilingOptions.setLoopType(scf::SCFTilingOptions::LoopType::ForOp);
-    // Fuse only the contraction and its accumulator's fill: other producers
-    // of the epilogue's inputs would be recomputed per tile.
+    // Fuse the contraction and what initializes its accumulator (a fill, or
+    // an elementwise op such as a conv's bias broadcast): each output tile
+    // needs its own slice of the accumulator exactly once, so nothing is
+    // recomputed. Producers of the epilogue's other inputs are not fused:
+    // they could be read by several tiles.
+    Value accumulator = contraction.getDpsInitOperand(0)->get();
     options.setFusionControlFn(
-        [&](tensor::ExtractSliceOp, OpResult producer, bool)
+        [&, accumulator](tensor::ExtractSliceOp, OpResult producer, bool)
             -> std::optional<scf::SCFTileAndFuseOptions::ControlFnResult> {
           Operation *owner = producer.getOwner();
-          if (owner == contraction.getOperation() ||
-              isa<linalg::FillOp>(owner))
+          auto linalgOp = dyn_cast<linalg::LinalgOp>(owner);
+          bool initializesAccumulator =
+              producer == accumulator && linalgOp &&
+              (isa<linalg::FillOp>(owner) || linalg::isElementwise(linalgOp));
+          if (owner == contraction.getOperation() || initializesAccumulator)
             return scf::SCFTileAndFuseOptions::ControlFnResult{};
           return std::nullopt;
         });
@@ -212,6 +219,29 @@ struct TileContractionsPass
     if (im2col) {
       RewritePatternSet patterns(ctx);
       linalg::populateConvertConv2DToImg2ColPatterns(patterns);
+      (void)applyPatternsGreedily(func, std::move(patterns));
+    }
+
+    // im2col leaves the contraction in a collapsed space (n, f, oh*ow)
+    // between reshapes; move the epilogue and the accumulator's producer
+    // (the bias broadcast) into that space so they meet the contraction
+    // directly and can be tiled with it.
+    if (fuseEpilogue) {
+      auto isContraction = [](Operation *op) {
+        auto linalgOp = dyn_cast_or_null<linalg::LinalgOp>(op);
+        return linalgOp && linalg::isaContractionOpInterface(linalgOp);
+      };
+      linalg::ControlFusionFn control = [&](OpOperand *operand) {
+        if (auto expand = operand->get().getDefiningOp<tensor::ExpandShapeOp>())
+          return isContraction(expand.getSrc().getDefiningOp());
+        if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(
+                operand->getOwner()))
+          return llvm::any_of(collapse->getUsers(), isContraction);
+        return false;
+      };
+      RewritePatternSet patterns(ctx);
+      linalg::populateFoldReshapeOpsByCollapsingPatterns(patterns, control);
+      tensor::populateFoldTensorEmptyPatterns(patterns);
       (void)applyPatternsGreedily(func, std::move(patterns));
     }
 

@@ -89,6 +89,48 @@ func.func @conv(%arg0: tensor<2x4x10x10xf32>, %arg1: tensor<8x4x3x3xf32>) -> ten
 
 // -----
 
+#bias = affine_map<(d0, d1, d2, d3) -> (d1)>
+#id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+// conv + bias + relu + residual, as torch-mlir emits it (the bias broadcast
+// initializes the accumulator): after im2col the epilogue and the bias
+// broadcast are moved into the contraction's collapsed (n, f, oh*ow) space
+// and tiled with it. No 4-D intermediate is computed; the only 4-D values
+// are the inputs and the reshaped result.
+// CHECK-LABEL: func.func @conv_bias_relu_residual
+// CHECK-NOT: linalg.conv_2d_nchw_fchw
+// CHECK: %[[RES:.+]] = tensor.collapse_shape %arg3 {{\[}}[0], [1], [2, 3]] : tensor<2x8x8x8xf32> into tensor<2x8x64xf32>
+// CHECK: %[[OUT:.+]] = scf.for
+// CHECK: scf.for
+// CHECK: vector.transfer_read %arg2
+// CHECK: scf.for
+// CHECK: vector.contract
+// CHECK: %[[RTILE:.+]] = tensor.extract_slice %[[RES]]
+// CHECK: %[[R:.+]] = vector.transfer_read %[[RTILE]]
+// CHECK: arith.select
+// CHECK: arith.addf {{.*}}, %[[R]]
+// CHECK-NOT: linalg.generic
+// CHECK: %[[E:.+]] = tensor.expand_shape %[[OUT]]
+// CHECK: return %[[E]]
+func.func @conv_bias_relu_residual(%arg0: tensor<2x4x10x10xf32>, %arg1: tensor<8x4x3x3xf32>, %arg2: tensor<8xf32>, %arg3: tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<2x8x8x8xf32>
+  %1 = linalg.generic {indexing_maps = [#bias, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%arg2 : tensor<8xf32>) outs(%0 : tensor<2x8x8x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<2x8x8x8xf32>
+  %2 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%arg0, %arg1 : tensor<2x4x10x10xf32>, tensor<8x4x3x3xf32>) outs(%1 : tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  %3 = linalg.generic {indexing_maps = [#id4, #id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%2, %arg3 : tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>) outs(%0 : tensor<2x8x8x8xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %4 = arith.cmpf ugt, %in, %cst : f32
+    %5 = arith.select %4, %in, %cst : f32
+    %6 = arith.addf %5, %in_0 : f32
+    linalg.yield %6 : f32
+  } -> tensor<2x8x8x8xf32>
+  return %3 : tensor<2x8x8x8xf32>
+}
+
+// -----
+
 // Dynamic shapes are left alone (they still lower to loops).
 // CHECK-LABEL: func.func @dynamic
 // CHECK: linalg.matmul
