@@ -28,6 +28,7 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   tiling.fuseEpilogue = options.fusion;
   pm.addNestedPass<func::FuncOp>(createTileContractionsPass(tiling));
   pm.addNestedPass<func::FuncOp>(createApproximateMathPass());
+  pm.addNestedPass<func::FuncOp>(createReassociateReductionsPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }

@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/ExecutionEngine/CRunnerUtils.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -194,7 +195,12 @@ CpuExecutable::compile(const std::string &source,
   buildCpuTensorPipeline(tensorStage, pipelineOptions);
   if (failed(tensorStage.run(*module)))
     diagnostics.fail("the CPU pipeline (tensor stage)");
-  module->walk([&](linalg::LinalgOp) { ++impl->numKernels; });
+  // A kernel is a loop nest: a linalg op left at the top of the entry, or a
+  // tile loop nest (with everything fused into it).
+  if (auto func = module->lookupSymbol<func::FuncOp>(options.entry))
+    for (Operation &op : func.getBody().getOps())
+      if (isa<linalg::LinalgOp, scf::ForOp>(op))
+        ++impl->numKernels;
 
   PassManager loweringStage(&ctx);
   buildCpuLoweringPipeline(loweringStage, pipelineOptions);

@@ -149,4 +149,19 @@ def ApproximateMathPass
   ];
 }
 
+def ReassociateReductionsPass
+    : Pass<"lazymlir-reassociate-reductions", "mlir::func::FuncOp"> {
+  let summary = "Let floating-point reduction accumulations be reassociated";
+  let description = [{
+    A linalg reduction lowers to a loop carrying a scalar accumulator; LLVM
+    vectorizes such a loop only if it may reorder the additions. PyTorch's
+    own CPU reductions are vectorized (reordered) too, so exact sequential
+    order is not what users get in eager either. This pass marks the op that
+    combines the accumulator (addf, mulf) in each reduction's body with
+    `fastmath<reassoc>`, nothing else: the rest of the body keeps strict
+    semantics. Max/min reductions need no flag (their order does not change
+    the result).
+  }];
+}
+
 #endif // LAZYMLIR_TRANSFORMS_PASSES

@@ -1,0 +1,40 @@
+//===- ReassociateReductions.cpp - vectorizable fp reductions -------------===//
+
+#include "lazymlir/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+
+namespace lazymlir {
+#define GEN_PASS_DEF_REASSOCIATEREDUCTIONSPASS
+#include "lazymlir/Transforms/Passes.h.inc"
+} // namespace lazymlir
+
+using namespace mlir;
+
+namespace {
+
+struct ReassociateReductionsPass
+    : lazymlir::impl::ReassociateReductionsPassBase<
+          ReassociateReductionsPass> {
+  void runOnOperation() override {
+    getOperation().walk([](linalg::GenericOp op) {
+      if (op.getNumReductionLoops() == 0)
+        return;
+      auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
+      for (auto [init, yielded] :
+           llvm::zip(op.getRegionOutputArgs(), yield.getValues())) {
+        Operation *combiner = yielded.getDefiningOp();
+        if (!isa_and_nonnull<arith::AddFOp, arith::MulFOp>(combiner) ||
+            !llvm::is_contained(combiner->getOperands(), init))
+          continue;
+        auto fastmath = cast<arith::ArithFastMathInterface>(combiner);
+        auto flags = fastmath.getFastMathFlagsAttr().getValue() |
+                     arith::FastMathFlags::reassoc;
+        combiner->setAttr(fastmath.getFastMathAttrName(),
+                          arith::FastMathFlagsAttr::get(op.getContext(), flags));
+      }
+    });
+  }
+};
+
+} // namespace
