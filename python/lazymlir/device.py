@@ -801,6 +801,54 @@ def _native_dropout(func, args, kwargs):
     return out, _from_cpu(noise != 0)
 
 
+def _foreach(func):
+    """_foreach_<op>[_] as a loop of per-tensor ops, like eager's slow path
+    (foreach_tensor_*_slow): each element is recorded by its own handler, so
+    optimizer steps with foreach=True trace into the same graph as a for-loop.
+    ``None`` when there is no per-tensor op to map to (the op then runs eagerly)."""
+    schema = func._schema
+    name = schema.name.split("::")[1][len("_foreach_"):]
+    inplace = name.endswith("_")
+    base = name[:-1] if inplace else name
+    if base == "norm":
+        per = aten.linalg_vector_norm
+    else:
+        per = getattr(aten, base + "_", None) if inplace else None
+        per = per or getattr(aten, base, None)
+    if per is None or func._overloadname == "Tensor" and base in ("addcdiv", "addcmul"):
+        return None  # scalars given as a tensor (capturable): no per-tensor form
+    writes_back = inplace and not per.__name__.endswith("_")  # e.g. maximum: no maximum_
+    listed = [isinstance(a.type, torch.ListType) for a in schema.arguments]
+    positional = [a.name for a in schema.arguments if not a.kwarg_only]
+    # Positional foreach arguments past the per-tensor op's positional ones are
+    # its keyword-only ones (addcdiv's scalars -> value).
+    per_schemas = [getattr(per, o)._schema for o in per.overloads()]
+    n_pos = max(sum(not a.kwarg_only for a in s.arguments) for s in per_schemas)
+    kw_only = next([a.name for a in s.arguments if a.kwarg_only] for s in per_schemas
+                   if sum(not a.kwarg_only for a in s.arguments) == n_pos)
+    names = {a.name: i for i, a in enumerate(schema.arguments)}
+
+    def handler(_, args, kwargs):
+        n = next(len(a) for a, is_list in zip(args, listed) if is_list)
+        results = []
+        for i in range(n):
+            pos = [a[i] if is_list else a for a, is_list in zip(args, listed)]
+            kw = {k: (v[i] if listed[names[k]] else v) for k, v in kwargs.items()}
+            if len(pos) > n_pos:
+                kw.update(zip(kw_only, pos[n_pos:]))
+                pos = pos[:n_pos]
+            if base == "norm" and len(pos) > 1:
+                kw["dtype"] = kw.get("dtype", pos[2] if len(pos) > 2 else None)
+                pos = pos[:2]
+            r = per(*pos, **kw)
+            if writes_back:
+                args[0][i].copy_(r)
+            results.append(r)
+        return None if inplace else results
+
+    return handler
+
+
 def _scalar(func, args, kwargs):
     """.item(), bool(): a barrier that returns a Python value."""
     return func(_cpu_alias(args[0]))
@@ -872,6 +920,10 @@ def _classify(func):
     name = schema.name.split("::")[-1]
     if schema.name in {s.strip() for s in config.force_fallback.split(",") if s.strip()}:
         return _make_eager(True)
+    if name.startswith("_foreach_"):
+        handler = _foreach(func)
+        if handler is not None:
+            return handler
     if any(r in name for r in _RNG_NAMES) and "backward" not in name:  # the CPU generator keeps eager's random stream
         return _make_eager(True, overwrites=name in _OVERWRITES)
     if any(not isinstance(r.type, torch.TensorType) and "Tensor" not in str(r.type) for r in schema.returns):

@@ -17,6 +17,9 @@ import torch
 class Lowered(NamedTuple):
     torch_mlir: str  # torch backend IR (lowers further with torch-mlir-opt)
     linalg: str  # linalg-on-tensors: what the native compiler takes
+    # For each output of the FX graph, the index of the result of @main that holds
+    # it: outputs that lowered to the same SSA value are returned once.
+    output_map: tuple
 
 
 class LoweringError(Exception):
@@ -31,8 +34,36 @@ def _decomposition_table():
     if _decompositions is None:
         from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-        _decompositions = get_decomposition_table()
+        table = dict(get_decomposition_table())
+        # Our own decompositions of ops that torch-mlir would lower to its TMTensor
+        # dialect (scatter), which the native compiler does not take.
+        table[torch.ops.aten.nll_loss_backward.default] = _nll_loss_backward
+        _decompositions = table
     return _decompositions
+
+
+def _nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    """torch._decomp's nll_loss_backward with its scatter of -1 into zeros
+    replaced by a one-hot comparison with arange: the same values, in ops that
+    lower to plain linalg."""
+    channel_dim = 0 if self.dim() < 2 else 1
+    if reduction == 1:  # mean
+        grad_output = grad_output / total_weight
+    if self.dim() == 1 and target.dim() > 0:
+        target = target[0]
+    target = target.unsqueeze(channel_dim)
+    classes = torch.arange(self.shape[channel_dim], device=target.device)
+    if self.dim() >= 2:
+        classes = classes.reshape([1, -1] + [1] * (self.dim() - 2))
+    grad_input = -(classes == target).to(self.dtype)
+    if grad_input.dim() > grad_output.dim() > 0:
+        grad_output = grad_output.unsqueeze(channel_dim)
+    if weight is not None:
+        shape = [1] * self.dim()
+        shape[channel_dim] = weight.shape[0]
+        grad_output = grad_output * weight.reshape(shape)
+    grad_output = torch.where(target != ignore_index, grad_output, 0)
+    return grad_input * grad_output
 
 
 def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> torch.fx.GraphModule:
@@ -51,6 +82,7 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lower
         module = tm_fx.stateless_fx_import(decomposed, output_type=OutputType.TORCH, model_name="main")
         torch_text = str(module)
         lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
+        output_map = _return_each_value_once(module)
         linalg = str(module)
     except Exception as e:  # torch-mlir raises many kinds; all mean "cannot compile"
         raise LoweringError(f"{type(e).__name__}: {e}") from e
@@ -58,7 +90,40 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lower
         # torch-mlir's own dialect for scatter/sort/scan: not in the backend
         # contract of the native compiler (MLIR 22 does not know it).
         raise LoweringError("the lowering uses torch-mlir's TMTensor dialect, which the native compiler does not take")
-    return Lowered(torch_text, linalg)
+    return Lowered(torch_text, linalg, output_map)
+
+
+def _return_each_value_once(module) -> tuple:
+    """Make @main return each SSA value once; returns the output -> result map.
+
+    Distinct trace outputs often lower to one value (``buf = grad.clone()``:
+    torch-mlir folds the clone).  Returning a value twice crashes MLIR's
+    buffer-results-to-out-params in the native pipeline (repro:
+    /tmp/lazymlir-repro-duplicate-results), and would copy it twice anyway."""
+    from torch_mlir import ir
+
+    with module.context, ir.Location.unknown():
+        main = next(op for op in module.body.operations
+                    if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        block = main.regions[0].blocks[0]
+        ret = list(block.operations)[-1]
+        values = list(ret.operands)
+        unique, output_map = [], []
+        for v in values:
+            for i, u in enumerate(unique):
+                if u == v:
+                    output_map.append(i)
+                    break
+            else:
+                output_map.append(len(unique))
+                unique.append(v)
+        if len(unique) < len(values):
+            ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+            main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(ftype.inputs, [v.type for v in unique]))
+            with ir.InsertionPoint(ret):
+                ir.Operation.create("func.return", operands=unique)
+            ret.erase()
+    return tuple(output_map)
 
 
 def find_unsupported(graph, limit: int = 64) -> Set:

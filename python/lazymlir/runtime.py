@@ -38,18 +38,20 @@ def native_compiler():
 
 
 class _Compiled:
-    __slots__ = ("executable", "out_specs")
+    __slots__ = ("executable", "out_specs", "output_map")
 
-    def __init__(self, executable, out_specs):
+    def __init__(self, executable, out_specs, output_map):
         self.executable = executable
-        self.out_specs = out_specs
+        self.out_specs = out_specs  # one per result of the executable
+        self.output_map = output_map  # graph output -> result (results are deduplicated)
 
     def run(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
         outs = [torch.empty(shape, dtype=dtype) for shape, dtype in self.out_specs]
         t0 = time.perf_counter()
         self.executable.run(inputs, outs)
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
-        return outs
+        # Outputs that are one value share its tensor: device data is immutable.
+        return [outs[i] for i in self.output_map]
 
 
 class _Eager:
@@ -144,7 +146,10 @@ def _compile(graph: trace.Graph):
             executable = native.compile_linalg(lowered.linalg, fusion=config.fusion, **options)
             metrics.timing("CompileTime", time.perf_counter() - t1)
             debug.dump(name, "llvm", getattr(executable, "llvm_ir", None))
-            entry = _Compiled(executable, [(tuple(m.shape), m.dtype) for m in metas])
+            specs = {}
+            for m, i in zip(metas, lowered.output_map):
+                specs.setdefault(i, (tuple(m.shape), m.dtype))
+            entry = _Compiled(executable, [specs[i] for i in range(len(specs))], lowered.output_map)
             metrics.counter("UncachedCompile")
         except Exception as e:  # never fail the user: run it eagerly instead
             detail = ""
