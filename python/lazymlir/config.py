@@ -40,10 +40,14 @@ force_eager: bool = _env_bool("LAZYMLIR_FORCE_EAGER", False)
 # eagerly, like torch._lazy's LTC_FORCE_FALLBACK.
 force_fallback: str = _env_str("LAZYMLIR_FORCE_FALLBACK", "") or ""
 
+# Run graphs on a worker thread (mark_step() returns while they run); 0 runs
+# them in the calling thread, a debugging aid.
+async_execution: bool = _env_bool("LAZYMLIR_ASYNC", True)
+
 # Print one line per compilation (graph hash, node count, why it was new).
 verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 
-_NAMES = ("dump_dir", "device", "fusion", "force_eager", "force_fallback", "verbose")
+_NAMES = ("dump_dir", "device", "fusion", "force_eager", "force_fallback", "async_execution", "verbose")
 
 
 def options_key() -> tuple:

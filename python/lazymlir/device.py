@@ -215,8 +215,11 @@ def _op_node(op, args, kwargs, meta) -> Node:
 def _eager_node(node: Node) -> Node:
     pending = [i for i in dict.fromkeys(node.inputs) if i.data is None]
     if pending:
-        for i, value in zip(pending, runtime.execute(pending)):
-            i.set_data(value)
+        values, job = runtime.execute(pending)
+        for i, value in zip(pending, values):
+            i.set_data(value, job)
+    for i in node.inputs:
+        runtime.wait(i)
     metrics.counter(node.op._schema.name)
     data = lambda n: n.data  # noqa: E731
     return Node.leaf(node.op(*map_nodes(node.args, data), **{k: map_nodes(v, data) for k, v in node.kwargs.items()}))
@@ -299,9 +302,9 @@ def _sync(storages) -> None:
     if not todo:
         return
     metrics.counter("Sync")
-    results = runtime.execute(todo)
+    results, job = runtime.execute(todo)
     for node, value in zip(todo, results):
-        node.set_data(value)
+        node.set_data(value, job)
 
 
 def _cpu_alias(t: LazyTensor) -> torch.Tensor:
@@ -309,6 +312,7 @@ def _cpu_alias(t: LazyTensor) -> torch.Tensor:
     Read-only: device data is immutable."""
     s = t._lz_storage
     _sync((s,))
+    runtime.wait(s.base)
     base = s.base.data
     m = s.meta
     if not m.is_contiguous():  # device data is contiguous; give it the base's layout
@@ -324,8 +328,9 @@ def _to_cpu(t: LazyTensor) -> torch.Tensor:
 
 
 def mark_step() -> None:
-    """Cut the trace: execute everything live tensors still need, so they hold
-    device data, and start the next trace empty."""
+    """Cut the trace: start executing everything live tensors still need (on the
+    worker: this returns at once on a cache hit), so they hold device data, and
+    start the next trace empty."""
     metrics.counter("MarkStep")
     global _epoch
     live = [s for s in map(weakref.ref.__call__, _pending) if s is not None]
@@ -560,6 +565,8 @@ def _eager(func, args, kwargs, count: bool = True, overwrites: bool = False):
                 cpu = _cpu_alias(a).clone()
             targets.append((a, cpu))
             return cpu
+        if name in written and type(a) in (list, tuple):  # Tensor(a!)[]: _foreach_*_ ops
+            return type(a)(convert(x, name) for x in a)
         return _eager_arg(a)
 
     cpu_args = [convert(a, names[i] if i < len(names) else None) for i, a in enumerate(args)]

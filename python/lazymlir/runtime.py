@@ -3,10 +3,12 @@
 Compiled graphs use destination passing: outputs are allocated here with torch
 and written in place by the executable.  A graph that cannot be compiled runs
 eagerly, op by op, as an FX GraphModule on CPU tensors; the failure is cached so
-it is not retried.  Execution is synchronous for now: ``wait_device_ops`` is the
-place an asynchronous worker will be waited for.
+it is not retried.  Graphs run on one worker thread, in submission order, while
+the caller goes on tracing (``LAZYMLIR_ASYNC=0``: in the caller); barriers wait
+for the job that writes what they read, ``wait_device_ops`` for all of them.
 """
 
+import concurrent.futures
 import time
 import warnings
 from typing import Callable, List, Sequence
@@ -45,40 +47,42 @@ class _Compiled:
         self.out_specs = out_specs  # one per result of the executable
         self.output_map = output_map  # graph output -> result (results are deduplicated)
 
-    def run(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
-        outs = [torch.empty(shape, dtype=dtype) for shape, dtype in self.out_specs]
+    def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
+        """On the worker: the native run releases the GIL."""
         t0 = time.perf_counter()
         self.executable.run(inputs, outs)
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
-        # Outputs that are one value share its tensor: device data is immutable.
-        return [outs[i] for i in self.output_map]
 
 
 class _Eager:
     """A graph run op by op on CPU; ``counter`` says why (for the metrics)."""
 
-    __slots__ = ("gm", "counter")
+    __slots__ = ("gm", "counter", "out_specs", "output_map")
 
-    def __init__(self, gm, counter):
+    def __init__(self, gm, counter, out_specs):
         self.gm = gm
         self.counter = counter
+        self.out_specs = out_specs
+        self.output_map = tuple(range(len(out_specs)))
 
-    def run(self, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
-        metrics.counter(self.counter)
+    def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
         t0 = time.perf_counter()
-        with torch.no_grad():
-            outs = [o.contiguous() for o in self.gm(*inputs)]
+        with torch.no_grad():  # grad mode is per thread: the worker's own
+            for out, r in zip(outs, self.gm(*inputs)):
+                out.copy_(r)
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
-        return outs
 
 
 # Called with each op found not to lower alone (device.py makes it run eagerly).
 unsupported_op_listeners: List[Callable] = []
 
 
-def execute(outputs: Sequence[trace.Node]) -> List[torch.Tensor]:
-    """Compute ``outputs`` (distinct nodes without data) and return their values as
-    contiguous CPU tensors, in order."""
+def execute(outputs: Sequence[trace.Node]):
+    """Start computing ``outputs`` (distinct nodes without data): returns their
+    values as contiguous CPU tensors, in order, and the Future of the job that
+    fills them (None when nothing runs).  The tensors are allocated here
+    (destination passing) and written by the worker: read them only after
+    :func:`wait`."""
     t0 = time.perf_counter()
     graph = trace.collect(outputs, config.options_key())
     metrics.timing("CollectTime", time.perf_counter() - t0)
@@ -87,7 +91,95 @@ def execute(outputs: Sequence[trace.Node]) -> List[torch.Tensor]:
         entry = _compile(graph)
     elif type(entry) is _Compiled:
         metrics.counter("CachedCompile")
-    return entry.run([n.data for n in graph.inputs])
+    if type(entry) is _Eager:
+        metrics.counter(entry.counter)
+    outs = [torch.empty(shape, dtype=dtype) for shape, dtype in entry.out_specs]
+    inputs = []
+    deps = []
+    for n in graph.inputs:
+        inputs.append(n.data)
+        job = n.job
+        if job is not None:
+            if job.done() and job.exception() is None:
+                n.job = None  # nothing left to wait for
+            else:
+                deps.append(job)
+    job = _submit(entry, inputs, outs, deps)
+    # Outputs that are one value share its tensor: device data is immutable.
+    return [outs[i] for i in entry.output_map], job
+
+
+# ----------------------------------------------------------------------------
+# Asynchronous execution: one worker thread runs graphs in the order they were
+# submitted, so a graph's inputs made by an earlier graph are ready when it
+# starts.  A failed job poisons the jobs that read its outputs (they would read
+# garbage); its error is raised by the next wait, and by every read of a tensor
+# it (or a job depending on it) should have computed.
+
+_worker = None
+_last_job = None
+_unreported: List[BaseException] = []  # errors of failed jobs, oldest first
+
+
+class DependencyError(RuntimeError):
+    """A graph did not run because a graph it reads from failed."""
+
+
+def _run_job(entry, inputs, outs, deps):
+    for d in deps:
+        e = d.exception()  # done: submitted earlier to the same worker
+        if e is not None:
+            raise DependencyError(f"lazymlir: not run, an earlier step it reads from failed: {e!r}") from e
+    try:
+        entry.run_into(inputs, outs)
+    except BaseException as e:
+        _unreported.append(e)
+        raise
+
+
+def _submit(entry, inputs, outs, deps):
+    global _worker, _last_job
+    if not config.async_execution:
+        job = concurrent.futures.Future()
+        try:
+            _run_job(entry, inputs, outs, deps)
+            job.set_result(None)
+        except BaseException as e:
+            job.set_exception(e)
+        _last_job = job
+        return job
+    if _worker is None:
+        _worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="lazymlir-worker")
+    _last_job = _worker.submit(_run_job, entry, inputs, outs, deps)
+    return _last_job
+
+
+def wait(node: trace.Node) -> None:
+    """Block until ``node``'s device data is written; raise the error of the job
+    that should have written it."""
+    job = node.job
+    if job is None:
+        return
+    e = job.exception()  # waits
+    if e is None:
+        node.job = None
+        return
+    root = e.__cause__ if isinstance(e, DependencyError) else e
+    if root in _unreported:
+        _unreported.remove(root)
+    raise e
+
+
+def wait_device_ops() -> None:
+    """Block until every graph started so far (by mark_step() or a barrier) has
+    finished, like torch._lazy.wait_device_ops(); raise the first error of a
+    graph that failed and was not reported yet."""
+    if _last_job is not None:
+        concurrent.futures.wait([_last_job])
+    if _unreported:
+        first = _unreported[0]
+        _unreported.clear()
+        raise first
 
 
 # Recompiling one graph structure for new input shapes is the recompilation storm
@@ -126,11 +218,12 @@ def _compile(graph: trace.Graph):
     _note_shapes(graph, name)
     entry = None
     metas = [n.meta for n in graph.outputs]
+    specs = [(tuple(m.shape), m.dtype) for m in metas]
     dtypes = {n.data.dtype for n in graph.inputs} | {m.dtype for m in metas}
     if config.force_eager:
-        entry = _Eager(gm, "EagerGraph")
+        entry = _Eager(gm, "EagerGraph", specs)
     elif not dtypes <= SUPPORTED_DTYPES:
-        entry = _Eager(gm, "EagerGraph")
+        entry = _Eager(gm, "EagerGraph", specs)
     else:
         try:
             t1 = time.perf_counter()
@@ -168,18 +261,10 @@ def _compile(graph: trace.Graph):
                 RuntimeWarning,
                 stacklevel=3,
             )
-            entry = _Eager(gm, "CompileFallback")
+            entry = _Eager(gm, "CompileFallback", specs)
     seconds = time.perf_counter() - t0
     if config.verbose:
         print(f"lazymlir: compiled graph {name}: {len(graph.nodes)} ops, {len(graph.inputs)} inputs, "
               f"{type(entry).__name__}, {seconds * 1e3:.1f} ms")
     cache.insert(graph.key, entry, seconds)
     return entry
-
-
-def wait_device_ops() -> None:
-    """Block until every graph started by mark_step() has finished.
-
-    Graphs run synchronously today, so this returns at once; code that times
-    steps should still call it, as with torch._lazy.wait_device_ops()."""
-    return None

@@ -21,7 +21,7 @@ _leaf_metas = {}
 
 
 class Node:
-    __slots__ = ("op", "args", "kwargs", "inputs", "sig", "meta", "data")
+    __slots__ = ("op", "args", "kwargs", "inputs", "sig", "meta", "data", "job")
 
     def __init__(self, op, args, kwargs, inputs, sig, meta):
         self.op = op  # an OpOverload, or operator.getitem on a multi-output node
@@ -30,7 +30,8 @@ class Node:
         self.inputs = inputs  # the Nodes in args/kwargs, in order (key order)
         self.sig = sig  # hashable (op, constants) with inputs blanked out
         self.meta = meta  # meta tensor (or tuple of them) with shape and dtype
-        self.data = None  # CPU tensor once computed
+        self.data = None  # CPU tensor once computed (or being computed: see job)
+        self.job = None  # the Future of the worker job writing data, until known done
 
     @staticmethod
     def leaf(tensor: torch.Tensor) -> "Node":
@@ -45,10 +46,12 @@ class Node:
             n.meta = _leaf_metas[key] = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
         return n
 
-    def set_data(self, tensor: torch.Tensor) -> None:
-        """The node has been computed: it becomes a leaf and forgets its inputs,
-        so later graphs start from this value instead of recomputing it."""
+    def set_data(self, tensor: torch.Tensor, job=None) -> None:
+        """The node has been computed (or ``job`` is computing it into ``tensor``):
+        it becomes a leaf and forgets its inputs, so later graphs start from this
+        value instead of recomputing it."""
         self.data = tensor
+        self.job = job
         self.args = self.kwargs = self.sig = None
         self.inputs = ()
 
