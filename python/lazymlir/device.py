@@ -626,6 +626,25 @@ def _as_strided(func, args, kwargs):
     return _wrap(meta, s, (step,), _view_node(step, s.base))
 
 
+def _inplace_view(view):
+    """x.transpose_(...) and friends change x's own sizes and strides: x becomes
+    the view ``view(x, ...)`` (same storage), as ``x.data = view`` would make it."""
+
+    def handler(func, args, kwargs):
+        self = args[0]
+        if type(self) is not LazyTensor:
+            return _eager(func, args, kwargs)
+        v = _view(view, args, kwargs)
+        if type(v) is not LazyTensor or v._lz_storage is not self._lz_storage:
+            raise NotImplementedError(f"lazymlir: {func} on this tensor is not supported yet")
+        _TENSOR_DATA.__set__(self, v)  # swaps the TensorImpl metadata, keeps autograd state
+        self._lz_meta, self._lz_chain = v._lz_meta, v._lz_chain
+        self._lz_value, self._lz_version = v._lz_value, v._lz_version
+        return self
+
+    return handler
+
+
 def _alias(func, args, kwargs):
     """detach/alias: same storage, same value, new tensor (autograd sees a new one)."""
     self = args[0]
@@ -939,7 +958,11 @@ def _classify(func):
         first = schema.arguments[0] if schema.arguments else None
         if name.endswith("_") and first is not None and first.alias_info is not None and first.alias_info.is_write:
             if func.is_view or name in ("transpose_", "t_", "squeeze_", "unsqueeze_", "as_strided_", "swapdims_", "swapaxes_"):
-                return _unsupported
+                packet = getattr(aten, name[:-1], None)
+                view = getattr(packet, func._overloadname, None) if packet is not None else None
+                if view is None and name == "transpose_":
+                    view = aten.transpose.int
+                return _inplace_view(view) if view is not None and view.is_view else _unsupported
             variant = _functional_variant(func)
             if variant is not None:
                 return _inplace(variant)

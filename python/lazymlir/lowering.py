@@ -38,6 +38,7 @@ def _decomposition_table():
         # Our own decompositions of ops that torch-mlir would lower to its TMTensor
         # dialect (scatter), which the native compiler does not take.
         table[torch.ops.aten.nll_loss_backward.default] = _nll_loss_backward
+        table[torch.ops.aten.max_pool2d_with_indices_backward.default] = _max_pool2d_backward
         _decompositions = table
     return _decompositions
 
@@ -70,6 +71,67 @@ def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> t
     from torch.fx.experimental.proxy_tensor import make_fx
 
     return make_fx(gm, decomposition_table=_decomposition_table(), tracing_mode="fake")(*example_inputs)
+
+
+def _max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """max_pool2d's backward without scatter: each input position gathers the
+    gradients of the windows whose argmax (``indices``, flat over H*W) it is.
+    Window offset (i, j) of output (oh, ow) reads input row oh*sh - ph + i*dh:
+    compare ``indices`` with that position, then place the selected gradients
+    on the input grid by zero-interleaving (pad + reshape) and shifting."""
+    kh, kw = (list(kernel_size) * 2)[:2] if len(kernel_size) == 1 else kernel_size
+    stride = stride or [kh, kw]
+    sh, sw = (list(stride) * 2)[:2] if len(stride) == 1 else stride
+    ph, pw = (list(padding) * 2)[:2] if len(padding) == 1 else padding
+    dh, dw = (list(dilation) * 2)[:2] if len(dilation) == 1 else dilation
+    H, W = self.shape[-2:]
+    OH, OW = grad_output.shape[-2:]
+    dev = grad_output.device
+    zero = torch.zeros((), dtype=grad_output.dtype, device=dev)
+    lead = list(grad_output.shape[:-2])
+    if (sh, sw, ph, pw, dh, dw) == (kh, kw, 0, 0, 1, 1):
+        # Non-overlapping windows (the common pool 2x2 stride 2): one pass over
+        # a (..., OH, kh, OW, kw) view of the input grid.
+        rows = torch.arange(OH * kh, device=dev).reshape(OH, kh, 1, 1)
+        cols = torch.arange(OW * kw, device=dev).reshape(1, 1, OW, kw)
+        pos = rows * W + cols
+        hit = indices.reshape(lead + [OH, 1, OW, 1]) == pos
+        g = torch.where(hit, grad_output.reshape(lead + [OH, 1, OW, 1]), zero)
+        g = g.reshape(lead + [OH * kh, OW * kw])
+        return torch.nn.functional.pad(g, [0, W - OW * kw, 0, H - OH * kh])
+    grad_input = torch.zeros(self.shape, dtype=grad_output.dtype, device=dev)
+    for i in range(kh):
+        for j in range(kw):
+            r = torch.arange(OH, device=dev) * sh + (i * dh - ph)
+            c = torch.arange(OW, device=dev) * sw + (j * dw - pw)
+            valid = ((r >= 0) & (r < H)).reshape(OH, 1) & ((c >= 0) & (c < W)).reshape(1, OW)
+            pos = torch.where(valid, r.reshape(OH, 1) * W + c.reshape(1, OW), -1)
+            g = torch.where(indices == pos, grad_output, zero)
+            grad_input = grad_input + _place(_place(g, -2, sh, i * dh - ph, H), -1, sw, j * dw - pw, W)
+    return grad_input
+
+
+def _place(g, dim, step, offset, size):
+    """Along ``dim``: element k of ``g`` moves to k*step + offset in a zero tensor
+    of length ``size`` (elements that fall outside are dropped)."""
+    n = g.shape[dim]
+    g = g.unsqueeze(dim)  # (..., n, 1, ...) with the new dim right after ``dim``
+    pads = [0, 0] * (-dim - 1) + [0, step - 1]  # zero-interleave
+    g = torch.nn.functional.pad(g, pads)
+    shape = list(g.shape)
+    del shape[dim]
+    shape[dim] = n * step
+    g = g.reshape(shape)
+    if offset < 0:
+        g = g.narrow(dim, -offset, g.shape[dim] + offset)
+    elif offset > 0:
+        g = torch.nn.functional.pad(g, [0, 0] * (-dim - 1) + [offset, 0])
+    length = g.shape[dim]
+    if length > size:
+        g = g.narrow(dim, 0, size)
+    elif length < size:
+        g = torch.nn.functional.pad(g, [0, 0] * (-dim - 1) + [0, size - length])
+    return g
 
 
 def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lowered:
