@@ -22,6 +22,8 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   pm.addPass(createVerifyBackendContractPass(contract));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  if (options.channelsLast)
+    pm.addNestedPass<func::FuncOp>(createChannelsLastPass());
   if (options.fusion)
     pm.addNestedPass<func::FuncOp>(createFuseElementwisePass());
   TileContractionsPassOptions tiling;

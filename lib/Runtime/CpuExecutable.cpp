@@ -191,6 +191,7 @@ CpuExecutable::compile(const std::string &source,
   CpuPipelineOptions pipelineOptions;
   pipelineOptions.entry = options.entry;
   pipelineOptions.fusion = options.fusion;
+  pipelineOptions.channelsLast = options.channelsLast;
   PassManager tensorStage(&ctx);
   buildCpuTensorPipeline(tensorStage, pipelineOptions);
   if (failed(tensorStage.run(*module)))

@@ -104,9 +104,11 @@ NB_MODULE(_native, m) {
   m.def(
       "compile_cpu",
       [](const std::string &source, const std::string &entry,
-         unsigned optLevel, bool fusion, bool keepLLVMDialect) {
+         unsigned optLevel, bool fusion, bool channelsLast,
+         bool keepLLVMDialect) {
         CompileOptions options;
         options.fusion = fusion;
+        options.channelsLast = channelsLast;
         options.entry = entry;
         options.optLevel = optLevel;
         options.keepLLVMDialect = keepLLVMDialect;
@@ -114,7 +116,8 @@ NB_MODULE(_native, m) {
         return CpuExecutable::compile(source, options);
       },
       nb::arg("source"), nb::arg("entry") = "main", nb::arg("opt_level") = 3,
-      nb::arg("fusion") = true, nb::arg("keep_llvm_dialect") = false,
+      nb::arg("fusion") = true, nb::arg("channels_last") = true,
+      nb::arg("keep_llvm_dialect") = false,
       "Compile linalg-on-tensors text for this CPU. Releases the GIL; raises "
       "CompileError with MLIR's diagnostics.");
 }

@@ -17,6 +17,11 @@ struct CpuPipelineOptions
                       llvm::cl::desc("Fuse elementwise producers into their "
                                      "consumers (lazymlir-fuse-elementwise)"),
                       llvm::cl::init(true)};
+  Option<bool> channelsLast{
+      *this, "channels-last",
+      llvm::cl::desc("Run convolutions and pooling in NHWC "
+                     "(lazymlir-channels-last)"),
+      llvm::cl::init(true)};
 };
 
 /// linalg-on-tensors (as torch-mlir emits it) to the LLVM dialect, with the

@@ -45,6 +45,8 @@ struct CompileOptions {
   unsigned optLevel = 3;
   /// Fuse elementwise ops (lazymlir-fuse-elementwise).
   bool fusion = true;
+  /// Convolutions and pooling in NHWC (lazymlir-channels-last).
+  bool channelsLast = true;
   /// Keep the LLVM-dialect module's text (for dumps).
   bool keepLLVMDialect = false;
 };

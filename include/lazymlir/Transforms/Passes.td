@@ -164,4 +164,30 @@ def ReassociateReductionsPass
   }];
 }
 
+def ChannelsLastPass : Pass<"lazymlir-channels-last", "mlir::func::FuncOp"> {
+  let summary = "Rewrite NCHW convolutions and pooling to NHWC";
+  let description = [{
+    torch-mlir emits convolutions and pooling in PyTorch's logical NCHW
+    layout, where the innermost loops run over the small window and the
+    channels are strided. In NHWC the channels are contiguous: the CPU
+    codegen vectorizes over them (a conv becomes im2col + a contraction
+    whose vector dimension is the output channels, with the filter laid out
+    HWCF as the contraction's row-major B operand).
+
+    Each linalg.conv_2d_nchw_fchw, depthwise_conv_2d_nchw_chw,
+    pooling_nchw_max and pooling_nchw_sum becomes its NHWC form between
+    linalg.transpose ops on its operands and result. A tensor.pad between a
+    transpose and its source is moved behind the transpose (with its padding
+    permuted), so padding does not stop propagation. The transposes are then
+    left to lazymlir-fuse-elementwise, which runs next: fusing a transpose
+    with the elementwise ops around it composes their indexing maps, so a
+    chain conv -> bias/bn/relu/residual -> conv keeps NHWC throughout and
+    inverse transposes cancel, leaving layout changes only where the graph
+    meets its NCHW inputs and outputs.
+  }];
+  let dependentDialects = [
+    "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
+  ];
+}
+
 #endif // LAZYMLIR_TRANSFORMS_PASSES
