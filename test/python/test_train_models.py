@@ -1,0 +1,267 @@
+"""Whole training steps of the tutorial's models against eager (parameters after
+3 steps), dropout and RNG, asynchronous steps and their errors, and memory
+staying flat over many steps."""
+
+import copy
+import gc
+import importlib
+import threading
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import assert_compiled
+
+import lazymlir
+from lazymlir import cache, metrics, runtime
+
+device = importlib.import_module("lazymlir.device")  # the package's `device` is the function
+
+
+class MnistNet(nn.Module):
+    """The tutorial's MNIST network."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        x = F.max_pool2d(x, 2)
+        x = self.dropout1(x)
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = self.dropout2(x)
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Dropout(0.2), nn.Linear(128, 10), nn.LogSoftmax(1))
+
+
+def _train(model, opt, batches, dev, seed=1):
+    torch.manual_seed(seed)  # dropout masks: the same stream on both devices
+    model.train()
+    losses = []
+    for x, y in batches:
+        opt.zero_grad(set_to_none=True)
+        loss = F.nll_loss(model(x.to(dev)), y.to(dev))
+        loss.backward()
+        opt.step()
+        if dev == "lazy":
+            lazymlir.mark_step()
+        losses.append(loss)
+    return [float(loss.item()) for loss in losses]
+
+
+@pytest.mark.parametrize("name", ["mlp", "mnist_cnn"])
+def test_training_matches_eager(native, name):
+    """Three Adadelta steps (the tutorial's optimizer) with dropout: the same
+    parameters as eager, one compiled graph per step, no op run eagerly."""
+    torch.manual_seed(0)
+    if name == "mlp":
+        ref, shape = mlp(), (32, 784)
+    else:
+        ref, shape = MnistNet(), (16, 1, 28, 28)
+    lazy = copy.deepcopy(ref).to("lazy")
+    batches = [(torch.randn(shape), torch.randint(0, 10, (shape[0],))) for _ in range(3)]
+    ref_losses = _train(ref, torch.optim.Adadelta(ref.parameters(), lr=1.0), batches, "cpu")
+    metrics.reset()
+    lazy_losses = _train(lazy, torch.optim.Adadelta(lazy.parameters(), lr=1.0), batches, "lazy")
+    assert lazy_losses == pytest.approx(ref_losses, rel=1e-4)
+    for (pname, a), b in zip(ref.named_parameters(), lazy.parameters()):
+        # Adadelta normalizes updates: float32 rounding differences in tiny
+        # gradients show up in absolute terms at ~1e-6.
+        torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-4, atol=1e-5, msg=pname)
+    assert metrics.counter_value("Sync") == 3, metrics.metrics_report()
+    assert_compiled()
+
+
+def _dropout_step(model, x):
+    out = model(x)
+    lazymlir.mark_step()
+    return out.cpu()
+
+
+def test_dropout_random_per_step_and_cached(native, fresh_cache):
+    drop = nn.Dropout(0.3).train()
+    x = torch.ones(1000, 100, device="lazy")
+    lazymlir.mark_step()
+    before = cache.stats()
+    outs = [_dropout_step(drop, x) for _ in range(3)]
+    assert not torch.equal(outs[0], outs[1]) and not torch.equal(outs[1], outs[2])
+    for out in outs:  # statistically: zeros with probability p, the rest scaled by 1/(1-p)
+        zeros = (out == 0).float().mean().item()
+        assert abs(zeros - 0.3) < 0.01, zeros  # 1e5 draws: sd 0.0015
+        torch.testing.assert_close(out[out != 0], torch.full_like(out[out != 0], 1 / 0.7))
+    after = cache.stats()
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 2)  # the mask is an input, not a constant
+    assert "aten::native_dropout" not in metrics.counter_names()
+    assert_compiled()
+
+
+def test_manual_seed_reproducible(native):
+    def run():
+        torch.manual_seed(123)
+        model = mlp().to("lazy")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        batches = [(torch.randn(8, 784), torch.randint(0, 10, (8,))) for _ in range(2)]
+        _train(model, opt, batches, "lazy", seed=7)
+        r = torch.rand(5, device="lazy")
+        return [p.detach().cpu() for p in model.parameters()] + [r.cpu()]
+
+    a, b = run(), run()
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+    torch.manual_seed(5)
+    r1 = nn.functional.dropout(torch.ones(50, device="lazy"), 0.5).cpu()
+    torch.manual_seed(5)
+    r2 = nn.functional.dropout(torch.ones(50), 0.5)
+    assert torch.equal(r1, r2)  # eager's random stream
+
+
+# ----------------------------------------------------------------------------
+# Asynchronous execution.
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    """Compiled graphs block on the worker until gate.set()."""
+    event = threading.Event()
+    run_into = runtime._Compiled.run_into
+
+    def gated(self, inputs, outs):
+        assert threading.current_thread() is not threading.main_thread()
+        assert event.wait(30), "the test never opened the gate"
+        run_into(self, inputs, outs)
+
+    monkeypatch.setattr(runtime._Compiled, "run_into", gated)
+    yield event
+    event.set()
+    lazymlir.wait_device_ops()
+
+
+def test_mark_step_returns_before_execution(native, gate):
+    x = torch.randn(64, 64)
+    w = torch.randn(64, 64).to("lazy")
+    y = (x.to("lazy") @ w).relu()
+    lazymlir.mark_step()  # returns although the worker is blocked
+    job = y._lz_storage.base.job
+    assert job is not None and not job.done()
+    z = y * 2  # tracing goes on
+    assert z.shape == (64, 64)
+    threading.Timer(0.2, gate.set).start()
+    torch.testing.assert_close(z.cpu(), (x @ w.cpu()).relu() * 2)  # waits for what it needs
+    assert job.done()
+    assert_compiled()
+
+
+def test_item_and_wait_device_ops_wait(native, gate):
+    x = torch.randn(100).to("lazy")
+    s = (x * 3).sum()
+    lazymlir.mark_step()
+    threading.Timer(0.1, gate.set).start()
+    lazymlir.wait_device_ops()
+    assert s._lz_storage.base.job is None or s._lz_storage.base.job.done()
+    assert s.item() == pytest.approx(float((x.cpu() * 3).sum()), rel=1e-5)
+
+
+def test_worker_errors_surface_and_are_not_lost(native, monkeypatch):
+    x = torch.randn(4).to("lazy")
+    lazymlir.mark_step()
+
+    def broken(self, inputs, outs):
+        raise ValueError("simulated failure on the worker")
+
+    monkeypatch.setattr(runtime._Compiled, "run_into", broken)
+    y = x.sin() + 1
+    lazymlir.mark_step()  # does not raise: the error happens on the worker
+    with pytest.raises(ValueError, match="simulated failure"):
+        lazymlir.wait_device_ops()
+    lazymlir.wait_device_ops()  # reported once
+    with pytest.raises(ValueError, match="simulated failure"):
+        y.cpu()  # its value was never computed: every read raises
+    monkeypatch.undo()
+    z = y * 2  # depends on the failed step
+    lazymlir.mark_step()
+    with pytest.raises(runtime.DependencyError):
+        z.cpu()
+    torch.testing.assert_close((x * 5).cpu(), x.cpu() * 5)  # independent work goes on
+
+
+def test_error_raised_by_item_after_mark_step(native, monkeypatch):
+    def broken(self, inputs, outs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(runtime._Compiled, "run_into", broken)
+    loss = torch.randn(8).to("lazy").exp().sum()
+    lazymlir.mark_step()
+    with pytest.raises(RuntimeError, match="boom"):
+        loss.item()
+    lazymlir.wait_device_ops()  # already reported by item()
+
+
+def test_synchronous_mode(native):
+    with lazymlir.config.patch(async_execution=False):
+        y = torch.ones(3).to("lazy") * 2
+        lazymlir.mark_step()
+        assert y._lz_storage.base.job.done()
+        torch.testing.assert_close(y.cpu(), torch.full((3,), 2.0))
+
+
+# ----------------------------------------------------------------------------
+# Memory.
+
+
+def _rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+def test_memory_flat_over_500_steps(native, fresh_cache):
+    """An MLP trained for 500 steps: RSS, the trace, the cache and the device
+    data stay flat after warm-up."""
+    torch.manual_seed(0)
+    model = mlp().to("lazy")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(32, 784)
+    y = torch.randint(0, 10, (32,))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.nll_loss(model(x.to("lazy")), y.to("lazy"))
+        loss.backward()
+        opt.step()
+        lazymlir.mark_step()
+        return loss
+
+    for _ in range(50):
+        step()
+    lazymlir.wait_device_ops()
+    gc.collect()
+    rss0 = _rss_mb()
+    meta0 = len(device._meta_cache)
+    for i in range(450):
+        loss = step()
+        if i % 100 == 0:
+            loss.item()
+    lazymlir.wait_device_ops()
+    gc.collect()
+    growth = _rss_mb() - rss0
+    assert growth < 8, f"RSS grew by {growth:.1f} MB over 450 steps"
+    assert cache.stats().entries == 2 and cache.stats().misses == 2
+    assert len(device._meta_cache) == meta0
+    assert len(device._pending) < 20  # weak refs of the last step only
+    # Parameters are device data whose graphs were forgotten: nothing chains
+    # back through 500 steps.
+    for p in model.parameters():
+        base = p._lz_storage.base
+        assert base.data is not None and base.inputs == ()
+    assert_compiled()
