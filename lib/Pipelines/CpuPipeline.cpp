@@ -37,6 +37,7 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
 
 void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
                                         const CpuPipelineOptions &options) {
+  pm.addNestedPass<func::FuncOp>(createDistinctResultsPass());
 
   // Identity layouts at the function boundary: the runtime passes contiguous
   // torch buffers, and static strides let LLVM vectorize the loops.

@@ -128,6 +128,26 @@ def test_signature_and_kernel_count():
     assert unfused.num_kernels > 1
 
 
+def test_value_returned_twice_fills_both_outputs():
+    text = """
+#map = affine_map<(d0) -> (d0)>
+func.func @main(%arg0: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %0 = tensor.empty() : tensor<4xf32>
+  %1 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : tensor<4xf32>) outs(%0 : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %2 = arith.addf %in, %in : f32
+    linalg.yield %2 : f32
+  } -> tensor<4xf32>
+  return %1, %1, %arg0 : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+"""
+    x = torch.randn(4)
+    outs = [torch.full((4,), float("nan")) for _ in range(3)]
+    compiler.compile_linalg(text).run([x], outs)
+    for out, expected in zip(outs, (x + x, x + x, x)):
+        assert torch.equal(out, expected)
+
+
 def test_keep_llvm_ir():
     exe = compiler.compile_linalg(export(MatmulBiasRelu(), torch.randn(2, 64)), keep_llvm_ir=True)
     assert "llvm.func @main" in exe.llvm_ir

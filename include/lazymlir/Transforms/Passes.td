@@ -190,4 +190,19 @@ def ChannelsLastPass : Pass<"lazymlir-channels-last", "mlir::func::FuncOp"> {
   ];
 }
 
+def DistinctResultsPass
+    : Pass<"lazymlir-distinct-results", "mlir::func::FuncOp"> {
+  let summary = "Return each value at most once, through a copy otherwise";
+  let description = [{
+    With destination passing every result gets its own caller-allocated
+    buffer, but upstream buffer-results-to-out-params (with hoisted
+    allocations) crashes when one buffer is returned twice. A value returned
+    more than once is therefore returned through a linalg.copy for each
+    repetition: each out-parameter is written, nothing is aliased.
+  }];
+  let dependentDialects = [
+    "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
+  ];
+}
+
 #endif // LAZYMLIR_TRANSFORMS_PASSES
