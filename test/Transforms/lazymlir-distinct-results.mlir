@@ -1,7 +1,7 @@
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-distinct-results))" | FileCheck %s
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-cpu-pipeline | FileCheck %s --check-prefix=LOWERED
 
-// CHECK-LABEL: func.func @twice
+// CHECK-LABEL: func.func @main
 // CHECK: %[[V:.+]] = linalg.generic
 // CHECK: %[[E:.+]] = tensor.empty() : tensor<4xf32>
 // CHECK: %[[C:.+]] = linalg.copy ins(%[[V]] : tensor<4xf32>) outs(%[[E]] : tensor<4xf32>)
