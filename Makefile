@@ -16,7 +16,7 @@ NATIVE_SOURCES := $(shell find CMakeLists.txt include lib tools python test -nam
 all: build
 
 demo: build
-	$(VPY) examples/demo.py
+	$(VPY) examples/mnist.py
 
 test: build
 	@set -o pipefail; status=0; \
