@@ -60,8 +60,17 @@ SmallVector<OpFoldResult> asFoldResults(MLIRContext *ctx,
 /// Contractions this pass handles: static shapes, tensors, one result whose
 /// indexing map lists the parallel loops in order (so the innermost parallel
 /// loop is the result's contiguous dimension, the one to vectorize).
+/// NHWC convolutions are tiled directly (no im2col): a tile with unit
+/// output-height and filter-height/width is a 1-D convolution, which the
+/// vectorizer turns into FMAs over the output channels.
+bool isDirectConv(Operation *op) { return isa<linalg::Conv2DNhwcHwcfOp>(op); }
+
+bool isTiledKind(linalg::LinalgOp op) {
+  return linalg::isaContractionOpInterface(op) || isDirectConv(op);
+}
+
 bool isCandidate(linalg::LinalgOp op) {
-  if (!linalg::isaContractionOpInterface(op) || !op.hasPureTensorSemantics() ||
+  if (!isTiledKind(op) || !op.hasPureTensorSemantics() ||
       op.getNumDpsInits() != 1 || op.hasDynamicShape())
     return false;
   Type elementType = getElementTypeOrSelf(op->getResult(0).getType());
@@ -186,7 +195,7 @@ struct TileContractionsPass
       if (!linalgOp)
         continue;
       op->setAttr(kVectorizeMarker, rewriter.getUnitAttr());
-      if (linalg::isaContractionOpInterface(linalgOp))
+      if (isTiledKind(linalgOp))
         tiledContraction = linalgOp;
     }
     return tiledContraction;
@@ -207,9 +216,26 @@ struct TileContractionsPass
     if (failed(result))
       return tile;
     rewriter.replaceOp(tile, result->replacements);
-    result->tiledOps.front()->setAttr(kVectorizeMarker,
-                                      rewriter.getUnitAttr());
-    return cast<linalg::LinalgOp>(result->tiledOps.front());
+    auto inner = cast<linalg::LinalgOp>(result->tiledOps.front());
+    inner->setAttr(kVectorizeMarker, rewriter.getUnitAttr());
+    return inner;
+  }
+
+  /// A direct-conv tile has unit output height and filter window: rewrite
+  /// it as the 1-D convolution the vectorizer handles.
+  void downscaleConv(linalg::LinalgOp tile) {
+    auto conv = dyn_cast<linalg::Conv2DNhwcHwcfOp>(tile.getOperation());
+    if (!conv)
+      return;
+    PatternRewriter rewriter(&getContext());
+    rewriter.setInsertionPoint(conv);
+    linalg::DownscaleSizeOneWindowed2DConvolution<linalg::Conv2DNhwcHwcfOp,
+                                                  linalg::Conv1DNwcWcfOp>
+        downscale(&getContext());
+    FailureOr<linalg::Conv1DNwcWcfOp> conv1d =
+        downscale.returningMatchAndRewrite(conv, rewriter);
+    if (succeeded(conv1d))
+      (*conv1d)->setAttr(kVectorizeMarker, rewriter.getUnitAttr());
   }
 
   void runOnOperation() override {
@@ -217,9 +243,14 @@ struct TileContractionsPass
     func::FuncOp func = getOperation();
 
     if (im2col) {
-      RewritePatternSet patterns(ctx);
-      linalg::populateConvertConv2DToImg2ColPatterns(patterns);
-      (void)applyPatternsGreedily(func, std::move(patterns));
+      // NCHW convolutions (channels-last off) take the matmul path.
+      IRRewriter rewriter(ctx);
+      SmallVector<linalg::Conv2DNchwFchwOp> convs;
+      func.walk([&](linalg::Conv2DNchwFchwOp op) { convs.push_back(op); });
+      for (linalg::Conv2DNchwFchwOp conv : convs) {
+        rewriter.setInsertionPoint(conv);
+        (void)linalg::rewriteInIm2Col(rewriter, conv);
+      }
     }
 
     // im2col leaves the contraction in a collapsed space (n, f, oh*ow)
@@ -229,7 +260,7 @@ struct TileContractionsPass
     if (fuseEpilogue) {
       auto isContraction = [](Operation *op) {
         auto linalgOp = dyn_cast_or_null<linalg::LinalgOp>(op);
-        return linalgOp && linalg::isaContractionOpInterface(linalgOp);
+        return linalgOp && isTiledKind(linalgOp);
       };
       linalg::ControlFusionFn control = [&](OpOperand *operand) {
         if (auto expand = operand->get().getDefiningOp<tensor::ExpandShapeOp>())
@@ -254,7 +285,7 @@ struct TileContractionsPass
     IRRewriter rewriter(ctx);
     for (linalg::LinalgOp contraction : contractions)
       if (linalg::LinalgOp tile = tileParallel(rewriter, contraction))
-        tileReduction(rewriter, tile);
+        downscaleConv(tileReduction(rewriter, tile));
 
     // The originals are dead once their uses moved to the tile loops.
     {

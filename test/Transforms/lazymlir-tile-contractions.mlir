@@ -89,6 +89,27 @@ func.func @conv(%arg0: tensor<2x4x10x10xf32>, %arg1: tensor<8x4x3x3xf32>) -> ten
 
 // -----
 
+// An NHWC convolution is tiled directly, without im2col: output tiles of
+// 8 pixels x 8 channels, the window walked one tap at a time, the input
+// channels by 4; each tile is a 1-D convolution, vectorized.
+// CHECK-LABEL: func.func @nhwc_conv
+// CHECK-NOT: linalg.conv_2d_nhwc_hwcf
+// CHECK-NOT: linalg.generic
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: vector.contract {{.*}} : vector<1x8x4xf32>, vector<4x8xf32> into vector<1x8x8xf32>
+func.func @nhwc_conv(%arg0: tensor<2x10x10x4xf32>, %arg1: tensor<3x3x4x8xf32>) -> tensor<2x8x8x8xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<2x8x8x8xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  %2 = linalg.conv_2d_nhwc_hwcf {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%arg0, %arg1 : tensor<2x10x10x4xf32>, tensor<3x3x4x8xf32>) outs(%1 : tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  return %2 : tensor<2x8x8x8xf32>
+}
+
+// -----
+
 #bias = affine_map<(d0, d1, d2, d3) -> (d1)>
 #id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 // conv + bias + relu + residual, as torch-mlir emits it (the bias broadcast

@@ -76,8 +76,11 @@ def TileContractionsPass
     of the machine's speed, and their result is written to memory only to be
     re-read by the bias add and activation that follow. This pass:
 
-    1. rewrites 2-D convolutions as im2col followed by a contraction
-       (`im2col`), so that they take the same path as matmul;
+    1. rewrites NCHW 2-D convolutions as im2col followed by a contraction
+       (`im2col`), so that they take the same path as matmul; NHWC
+       convolutions (lazymlir-channels-last's output) are tiled directly
+       instead, their window walked one tap at a time, so that each tile is
+       a 1-D convolution the vectorizer handles (no im2col buffer);
     2. tiles each contraction's parallel loops (the two innermost by
        `tile-m` x `tile-n`, outer ones by 1), fusing the accumulator's fill
        and, when the contraction's only user is an elementwise op over the
