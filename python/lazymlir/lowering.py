@@ -159,9 +159,10 @@ def _return_each_value_once(module) -> tuple:
     """Make @main return each SSA value once; returns the output -> result map.
 
     Distinct trace outputs often lower to one value (``buf = grad.clone()``:
-    torch-mlir folds the clone).  Returning a value twice crashes MLIR's
-    buffer-results-to-out-params in the native pipeline (repro:
-    /tmp/lazymlir-repro-duplicate-results), and would copy it twice anyway."""
+    torch-mlir folds the clone).  Returned once, the value is written once and
+    the outputs share the tensor (device data is immutable).  (Returning a value
+    twice also used to crash buffer-results-to-out-params; the native pipeline
+    now handles it too, lazymlir-distinct-results.)"""
     from torch_mlir import ir
 
     with module.context, ir.Location.unknown():

@@ -94,10 +94,9 @@ def execute(outputs: Sequence[trace.Node]):
     if type(entry) is _Eager:
         metrics.counter(entry.counter)
     outs = [torch.empty(shape, dtype=dtype) for shape, dtype in entry.out_specs]
-    inputs = []
+    inputs = graph.input_values()
     deps = []
     for n in graph.inputs:
-        inputs.append(n.data)
         job = n.job
         if job is not None:
             if job.done() and job.exception() is None:
@@ -219,7 +218,7 @@ def _compile(graph: trace.Graph):
     entry = None
     metas = [n.meta for n in graph.outputs]
     specs = [(tuple(m.shape), m.dtype) for m in metas]
-    dtypes = {n.data.dtype for n in graph.inputs} | {m.dtype for m in metas}
+    dtypes = {n.data.dtype for n in graph.inputs} | {m.dtype for m in metas} | {dt for _, dt in graph.scalars}
     if config.force_eager:
         entry = _Eager(gm, "EagerGraph", specs)
     elif not dtypes <= SUPPORTED_DTYPES:
@@ -227,7 +226,7 @@ def _compile(graph: trace.Graph):
     else:
         try:
             t1 = time.perf_counter()
-            lowered = lowering.lower(gm, [n.data for n in graph.inputs])
+            lowered = lowering.lower(gm, graph.input_values())
             metrics.timing("LoweringTime", time.perf_counter() - t1)
             debug.dump(name, "torch", lowered.torch_mlir)
             debug.dump(name, "linalg", lowered.linalg)

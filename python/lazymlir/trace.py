@@ -96,6 +96,59 @@ class Graph(NamedTuple):
     inputs: List[Node]  # leaves, in placeholder order
     nodes: List[Node]  # ops, in topological order
     outputs: List[Node]
+    # Lifted scalars (see _LIFT): (value, dtype) of the 0-dim inputs that follow
+    # the leaves, and for each lifted node its (first scalar index, positions).
+    scalars: list = []
+    lifted: dict = {}
+
+    def input_values(self) -> List[torch.Tensor]:
+        """The graph's arguments: device data of the leaves, then the lifted scalars."""
+        values = [n.data for n in self.inputs]
+        values.extend(torch.tensor(v, dtype=dt) for v, dt in self.scalars)
+        return values
+
+
+# Lifted scalars.  A Python float given to an arithmetic op is a constant of the
+# traced op; optimizers compute such floats from the step count (Adam's bias
+# corrections) and schedulers from the epoch (learning rates), so as constants
+# they would make every step a new graph: a recompilation storm.  Like
+# torch._lazy, which turns scalars into device data, the graph takes them as
+# 0-dim inputs of the op's result dtype instead, out of the cache key.  Every
+# float, as in torch._lazy: keeping 1.0 a constant would recompile when a decayed
+# learning rate leaves it.  Positions: argument indices or keyword names, per op.
+_LIFT = {
+    "aten.mul.Tensor": (1,), "aten.mul.Scalar": (1,),
+    "aten.div.Tensor": (1,), "aten.div.Scalar": (1,),
+    "aten.add.Tensor": (1, "alpha"), "aten.add.Scalar": (1, "alpha"),
+    "aten.sub.Tensor": (1, "alpha"), "aten.sub.Scalar": (1, "alpha"),
+    "aten.addcdiv.default": ("value",), "aten.addcmul.default": ("value",),
+    "aten.lerp.Scalar": (2,),
+}
+_LIFTED = ("lifted",)  # stands for a lifted value in a signature
+_FLOATS = (torch.float32, torch.float64)
+
+
+def _lift(n: Node):
+    """[(position, value)] of the floats of ``n`` that become graph inputs."""
+    meta = n.meta
+    if type(meta) is not torch.Tensor or meta.dtype not in _FLOATS:
+        return None
+    found = []
+    for pos in _LIFT[n.sig[0]]:
+        if type(pos) is int:
+            v = n.args[pos] if pos < len(n.args) else None
+        else:
+            v = n.kwargs.get(pos)
+        if type(v) is float:
+            found.append((pos, v))
+    return found
+
+
+def _lifted_sig(sig, positions):
+    op, args, kwargs = sig
+    args = tuple(_LIFTED if i in positions else a for i, a in enumerate(args))
+    kwargs = tuple((k, _LIFTED if k in positions else v) for k, v in kwargs)
+    return (op, args, kwargs)
 
 
 def collect(outputs: Sequence[Node], options: tuple = ()) -> Graph:
@@ -105,6 +158,8 @@ def collect(outputs: Sequence[Node], options: tuple = ()) -> Graph:
     entries = []
     inputs = []
     nodes = []
+    scalars = []
+    lifted = {}
     for out in outputs:
         if out in index:
             continue
@@ -128,10 +183,19 @@ def collect(outputs: Sequence[Node], options: tuple = ()) -> Graph:
                 continue
             stack.pop()
             index[n] = len(entries)
-            entries.append((n.sig, tuple([index[i] for i in n.inputs])))
+            sig = n.sig
+            if sig[0] in _LIFT:
+                found = _lift(n)
+                if found:
+                    positions = tuple(p for p, _ in found)
+                    lifted[n] = (len(scalars), positions)
+                    dtype = n.meta.dtype
+                    scalars.extend((v, dtype) for _, v in found)
+                    sig = _lifted_sig(sig, positions)
+            entries.append((sig, tuple([index[i] for i in n.inputs])))
             nodes.append(n)
     key = (tuple(entries), tuple([index[o] for o in outputs]), options)
-    return Graph(key, inputs, nodes, list(outputs))
+    return Graph(key, inputs, nodes, list(outputs), scalars, lifted)
 
 
 def graph_hash(key: tuple) -> str:
@@ -156,18 +220,24 @@ def map_nodes(a, fn):
 
 def to_fx(graph: Graph) -> torch.fx.GraphModule:
     """The graph as an FX GraphModule of aten ops on CPU tensors: placeholders are
-    the device-data inputs, outputs are returned as a tuple."""
+    the device-data inputs, then the lifted scalars; outputs are returned as a
+    tuple."""
     g = torch.fx.Graph()
     env = {}
     for i, n in enumerate(graph.inputs):
         env[n] = g.placeholder(f"arg{i}")
+    scalars = [g.placeholder(f"scalar{i}") for i in range(len(graph.scalars))]
 
     def fx_arg(a):
         return map_nodes(a, env.__getitem__)
 
     for n in graph.nodes:
         op = n.op
-        if op in _AS_RESHAPE:
+        if n in graph.lifted:
+            first, positions = graph.lifted[n]
+            env[n] = _lifted_call(g, n, fx_arg(n.args), {k: fx_arg(v) for k, v in n.kwargs.items()},
+                                  dict(zip(positions, scalars[first:first + len(positions)])))
+        elif op in _AS_RESHAPE:
             env[n] = g.call_function(aten.reshape.default, (env[n.args[0]], list(n.args[1])))
         elif op is operator.getitem:
             env[n] = g.call_function(operator.getitem, (env[n.args[0]], n.args[1]))
@@ -175,3 +245,27 @@ def to_fx(graph: Graph) -> torch.fx.GraphModule:
             env[n] = g.call_function(op, fx_arg(n.args), {k: fx_arg(v) for k, v in n.kwargs.items()})
     g.output(tuple(env[o] for o in graph.outputs))
     return torch.fx.GraphModule({}, g)
+
+
+def _lifted_call(g, n, args, kwargs, s):
+    """``n``'s op with its lifted floats read from the 0-dim placeholders ``s``
+    (by position), evaluated in the order of eager's CPU kernels."""
+    call = g.call_function
+    name = n.sig[0]
+    args = [s.get(i, a) for i, a in enumerate(args)]
+    if name.startswith(("aten.mul.", "aten.div.")):
+        return call(aten.mul.Tensor if name.startswith("aten.mul.") else aten.div.Tensor, tuple(args[:2]))
+    if name.startswith(("aten.add.", "aten.sub.")):  # self + alpha * other
+        add = aten.add.Tensor if name.startswith("aten.add.") else aten.sub.Tensor
+        other = args[1]
+        if "alpha" in s:
+            pair = (other, s["alpha"]) if isinstance(other, torch.fx.Node) else (s["alpha"], other)
+            return call(add, (args[0], call(aten.mul.Tensor, pair)))
+        return call(add, (args[0], other), kwargs)
+    if name in ("aten.addcdiv.default", "aten.addcmul.default"):  # self + value * t1 / t2
+        scaled = call(aten.mul.Tensor, (args[1], s["value"]))
+        combine = aten.div.Tensor if name == "aten.addcdiv.default" else aten.mul.Tensor
+        return call(aten.add.Tensor, (args[0], call(combine, (scaled, args[2]))))
+    if name == "aten.lerp.Scalar":
+        return call(aten.lerp.Tensor, tuple(args))
+    raise AssertionError(name)

@@ -71,7 +71,7 @@ def assert_one_graph_per_step(steps):
 
 @pytest.mark.parametrize("foreach", [False, True], ids=["forloop", "foreach"])
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_optimizer_matches_eager(native, name, foreach):
+def test_optimizer_matches_eager(native, fresh_cache, name, foreach):
     ref = MLP()
     lazy = copy.deepcopy(ref).to("lazy")
     batches = _batches(3)
@@ -82,6 +82,9 @@ def test_optimizer_matches_eager(native, name, foreach):
     assert lazy_losses == pytest.approx(ref_losses, rel=1e-5)
     assert_same_params(ref, lazy)
     assert_one_graph_per_step(3)
+    # Step-dependent floats (Adam's bias corrections) are graph inputs: only the
+    # first step (it creates the state) and the second compile.
+    assert metrics.counter_value("UncachedCompile") == 2, metrics.metrics_report()
     for state in lazy_opt.state.values():  # optimizer state lives on the lazy device too
         for k, v in state.items():
             if isinstance(v, torch.Tensor) and k != "step":
@@ -141,9 +144,10 @@ def test_step_lr(native, fresh_cache):
     assert lazy_sched.get_last_lr() == pytest.approx(ref_sched.get_last_lr())
     assert_same_params(ref, lazy)
     assert_one_graph_per_step(6)
-    # The learning rate is a constant of the graph: one compile per lr value
-    # (3 values; the first step, which creates the optimizer state, is its own).
-    assert metrics.counter_value("UncachedCompile") == 4, metrics.metrics_report()
+    # The learning rate is a graph input (a lifted scalar), not a constant: the
+    # first step (it creates the optimizer state) and the steady step compile,
+    # the 3 learning rates share the steady graph.
+    assert metrics.counter_value("UncachedCompile") == 2, metrics.metrics_report()
 
 
 def test_cache_one_compile_per_step_shape_over_an_epoch(native, fresh_cache):
