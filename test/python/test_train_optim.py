@@ -175,3 +175,24 @@ def test_cache_one_compile_per_step_shape_over_an_epoch(native, fresh_cache):
     assert (s.misses, s.hits, s.entries) == (3, steps - 3, 3), s
     assert metrics.counter_value("RecompileShapeChange") == 1  # the partial batch
     assert_one_graph_per_step(steps)
+
+
+def test_clip_grad_norm(native):
+    """clip_grad_norm_ (per-tensor norms, stack, clamp, mul_) stays in the step's graph."""
+    ref = MLP()
+    lazy = copy.deepcopy(ref).to("lazy")
+    batches = _batches(2)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    lazy_opt = torch.optim.SGD(lazy.parameters(), lr=0.1)
+    metrics.reset()
+    for model, opt, dev in ((ref, ref_opt, "cpu"), (lazy, lazy_opt, "lazy")):
+        for x, y in batches:
+            opt.zero_grad()
+            F.nll_loss(model(x.to(dev)), y.to(dev)).backward()
+            norm = nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+            opt.step()
+            if dev == "lazy":
+                lazymlir.mark_step()
+    assert_same_params(ref, lazy)
+    assert norm.device.type == "lazy"
+    assert_one_graph_per_step(2)
