@@ -33,6 +33,9 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(createReassociateReductionsPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  CountKernelsPassOptions count;
+  count.entry = options.entry;
+  pm.addPass(createCountKernelsPass(count));
 }
 
 void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,

@@ -4,8 +4,6 @@
 #include "lazymlir/Pipelines/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/ExecutionEngine/CRunnerUtils.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -196,12 +194,8 @@ CpuExecutable::compile(const std::string &source,
   buildCpuTensorPipeline(tensorStage, pipelineOptions);
   if (failed(tensorStage.run(*module)))
     diagnostics.fail("the CPU pipeline (tensor stage)");
-  // A kernel is a loop nest: a linalg op left at the top of the entry, or a
-  // tile loop nest (with everything fused into it).
-  if (auto func = module->lookupSymbol<func::FuncOp>(options.entry))
-    for (Operation &op : func.getBody().getOps())
-      if (isa<linalg::LinalgOp, scf::ForOp>(op))
-        ++impl->numKernels;
+  if (auto kernels = (*module)->getAttrOfType<IntegerAttr>("lazymlir.kernels"))
+    impl->numKernels = kernels.getInt();
 
   PassManager loweringStage(&ctx);
   buildCpuLoweringPipeline(loweringStage, pipelineOptions);

@@ -68,8 +68,8 @@ public:
 
   const std::vector<TensorSignature> &inputs() const;
   const std::vector<TensorSignature> &outputs() const;
-  /// Loop nests in the compiled entry function: the linalg ops left after
-  /// the tensor stage (fusion).
+  /// Loop nests in the compiled entry function after fusion and tiling
+  /// (lazymlir-count-kernels).
   int64_t numKernels() const;
   /// Empty unless CompileOptions::keepLLVMDialect was set.
   const std::string &llvmDialect() const;

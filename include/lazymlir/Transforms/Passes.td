@@ -208,4 +208,21 @@ def DistinctResultsPass
   ];
 }
 
+def CountKernelsPass
+    : Pass<"lazymlir-count-kernels", "mlir::ModuleOp"> {
+  let summary = "Record the number of kernels (loop nests) of the entry "
+                "function as the module attribute lazymlir.kernels";
+  let description = [{
+    Run after fusion and tiling: every linalg op left at the top of the
+    entry function, and every tile loop nest (with what is fused into it),
+    becomes one loop nest, i.e. one pass over its data. The count is what
+    fusion is judged by; it is kept on the module so that it survives the
+    lowering and shows in the LLVM-dialect dump, and the runtime reports it.
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"main\"",
+           "Function whose kernels are counted">,
+  ];
+}
+
 #endif // LAZYMLIR_TRANSFORMS_PASSES
