@@ -85,6 +85,14 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
   vectorToLLVM.vectorContractLowering =
       vector::VectorContractLowering::OuterProduct;
   pm.addPass(createConvertVectorToLLVMPass(vectorToLLVM));
+  // Temporaries are allocated through _mlir_memref_to_llvm_{aligned_alloc,
+  // free}, which the runtime serves from a pool: with malloc, every large
+  // temporary was a fresh mmap, page-faulted in on every run (a fifth of a
+  // training step).
+  FinalizeMemRefToLLVMConversionPassOptions memrefToLLVM;
+  memrefToLLVM.useAlignedAlloc = true;
+  memrefToLLVM.useGenericFunctions = true;
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass(memrefToLLVM));
   pm.addPass(createConvertToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
   pm.addPass(createCanonicalizerPass());

@@ -21,7 +21,9 @@
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdlib>
 #include <mutex>
+#include <unordered_map>
 #include <optional>
 #include <sstream>
 
@@ -125,6 +127,70 @@ private:
   std::string text;
   ScopedDiagnosticHandler handler;
 };
+
+/// Serves the compiled code's temporaries. Graphs run again and again with
+/// the same shapes, so freed blocks are kept by size and handed out again;
+/// only past `kMaxCachedBytes` of idle blocks is memory returned to the
+/// system. Thread-safe: graphs may run concurrently.
+class BufferPool {
+public:
+  static BufferPool &get() {
+    static BufferPool *pool = new BufferPool(); // never destroyed: JIT code
+    return *pool;                               // may run during exit
+  }
+
+  void *allocate(size_t alignment, size_t size) {
+    size = roundUp(std::max<size_t>(size, 1));
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = idle.find(size);
+      if (it != idle.end() && !it->second.empty()) {
+        void *block = it->second.back();
+        it->second.pop_back();
+        idleBytes -= size;
+        return block;
+      }
+    }
+    void *block = std::aligned_alloc(std::max(alignment, kAlignment), size);
+    std::lock_guard<std::mutex> lock(mutex);
+    sizes[block] = size;
+    return block;
+  }
+
+  void release(void *block) {
+    if (!block)
+      return;
+    std::lock_guard<std::mutex> lock(mutex);
+    size_t size = sizes.at(block);
+    if (idleBytes + size > kMaxCachedBytes) {
+      sizes.erase(block);
+      std::free(block);
+      return;
+    }
+    idle[size].push_back(block);
+    idleBytes += size;
+  }
+
+private:
+  static constexpr size_t kAlignment = 64;
+  static constexpr size_t kMaxCachedBytes = size_t(1) << 30;
+  static size_t roundUp(size_t size) {
+    return (size + kAlignment - 1) / kAlignment * kAlignment;
+  }
+
+  std::mutex mutex;
+  std::unordered_map<void *, size_t> sizes;
+  std::unordered_map<size_t, std::vector<void *>> idle;
+  size_t idleBytes = 0;
+};
+
+extern "C" void *lazymlirAlignedAlloc(uint64_t alignment, uint64_t size) {
+  return BufferPool::get().allocate(alignment, size);
+}
+extern "C" void *lazymlirAlloc(uint64_t size) {
+  return BufferPool::get().allocate(0, size);
+}
+extern "C" void lazymlirFree(void *block) { BufferPool::get().release(block); }
 
 } // namespace
 
@@ -235,13 +301,19 @@ CpuExecutable::compile(const std::string &source,
   }
   impl->engine = std::move(*engine);
   // Strided memref.copy (e.g. from padding) lowers to a call into MLIR's C
-  // runner utilities. The JIT searches only globally visible symbols, and
-  // Python loads extensions privately, so hand it the address.
+  // runner utilities, temporaries to our pool. The JIT searches only
+  // globally visible symbols, and Python loads extensions privately, so hand
+  // it the addresses.
   impl->engine->registerSymbols([](llvm::orc::MangleAndInterner interner) {
     llvm::orc::SymbolMap symbols;
-    symbols[interner("memrefCopy")] = {
-        llvm::orc::ExecutorAddr::fromPtr(&memrefCopy),
-        llvm::JITSymbolFlags::Exported};
+    auto add = [&](const char *name, auto *function) {
+      symbols[interner(name)] = {llvm::orc::ExecutorAddr::fromPtr(function),
+                                 llvm::JITSymbolFlags::Exported};
+    };
+    add("memrefCopy", &memrefCopy);
+    add("_mlir_memref_to_llvm_aligned_alloc", &lazymlirAlignedAlloc);
+    add("_mlir_memref_to_llvm_alloc", &lazymlirAlloc);
+    add("_mlir_memref_to_llvm_free", &lazymlirFree);
     return symbols;
   });
   impl->engine->initialize();

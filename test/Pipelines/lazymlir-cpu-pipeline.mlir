@@ -15,7 +15,7 @@
 // CHECK-SAME: %[[A:arg0]]: !llvm.ptr,
 // CHECK-SAME: %arg14: !llvm.ptr, %arg15: !llvm.ptr, %arg16: i64, %arg17: i64, %arg18: i64,
 // CHECK-SAME: %[[OUT:arg20]]: !llvm.ptr, %arg21: i64, %arg22: i64, %arg23: i64, %arg24: i64, %arg25: i64) {
-// CHECK-NOT: llvm.call @malloc
+// CHECK-NOT: llvm.call @{{(malloc|_mlir_memref_to_llvm_aligned_alloc)}}
 // CHECK: llvm.intr.fmuladd({{.*}}) : (vector<16xf32>, vector<16xf32>, vector<16xf32>) -> vector<16xf32>
 // CHECK: llvm.fcmp "ugt" {{.*}} : vector<16xf32>
 // CHECK: llvm.select {{.*}} : vector<16xi1>, vector<16xf32>
@@ -52,7 +52,7 @@ module {
 // Row sum: the accumulator is initialised in the out-parameter itself.
 // CHECK-LABEL: llvm.func @main(
 // CHECK-SAME: %arg7: !llvm.ptr, %arg8: !llvm.ptr, %arg9: i64, %arg10: i64, %arg11: i64) {
-// CHECK-NOT: llvm.call @malloc
+// CHECK-NOT: llvm.call @{{(malloc|_mlir_memref_to_llvm_aligned_alloc)}}
 // CHECK: llvm.store %{{.*}}, %{{.*}} : f32, !llvm.ptr
 // CHECK: llvm.fadd
 // CHECK: llvm.return{{$}}
@@ -77,7 +77,7 @@ module {
 // Broadcast of a row vector, in i64 to cover integer element types.
 // CHECK-LABEL: llvm.func @main(
 // CHECK-SAME: %arg12: !llvm.ptr, %arg13: !llvm.ptr, %arg14: i64, %arg15: i64, %arg16: i64, %arg17: i64, %arg18: i64) {
-// CHECK-NOT: llvm.call @malloc
+// CHECK-NOT: llvm.call @{{(malloc|_mlir_memref_to_llvm_aligned_alloc)}}
 // CHECK: llvm.mul %{{.*}}, %{{.*}} : i64
 // CHECK: llvm.return{{$}}
 module {
