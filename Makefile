@@ -9,6 +9,8 @@ LLVM_BIN := /usr/lib/llvm-22/bin
 APT_PACKAGES := libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools cmake ninja-build
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMPS := .stamps
+# pip, without the machine's notes about configured package folders it lacks.
+pip_install = set -o pipefail; $(VPY) -m pip install -q $(1) 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
 NATIVE_SOURCES := $(shell find CMakeLists.txt include lib tools python test -name '*.cpp' -o -name '*.h' -o -name '*.td' -o -name 'CMakeLists.txt' -o -name '*.in' 2>/dev/null) pyproject.toml
 
 .PHONY: all demo test check-lit check-python deps build clean
@@ -47,15 +49,15 @@ $(STAMPS)/apt:
 $(STAMPS)/venv: requirements.txt
 	@mkdir -p $(STAMPS)
 	@[ -x $(VPY) ] || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -r requirements.txt
+	$(call pip_install,--upgrade pip)
+	$(call pip_install,-r requirements.txt)
 	@touch $@
 
 # scikit-build-core builds the backend library, lazymlir-opt and the
 # lazymlir._native extension in build/ (incrementally) and installs the
 # package in editable mode, lazymlir-opt into .venv/bin.
 $(STAMPS)/build: $(STAMPS)/apt $(STAMPS)/venv $(NATIVE_SOURCES)
-	$(VPY) -m pip install -q --no-build-isolation --no-deps -e .
+	$(call pip_install,--no-build-isolation --no-deps -e .)
 	@touch $@
 
 build: $(STAMPS)/build
