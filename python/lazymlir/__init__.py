@@ -7,7 +7,7 @@ the cache) and run it.
 """
 
 from . import cache, config, metrics
-from .device import LazyTensor, device, mark_step, sync
+from .device import LazyTensor, device, kernel_count, mark_step, sync
 from .runtime import wait_device_ops
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "cache",
     "config",
     "device",
+    "kernel_count",
     "mark_step",
     "metrics",
     "sync",

@@ -32,6 +32,12 @@ device: str = _env_str("LAZYMLIR_DEVICE", "cpu")
 # Let the native compiler fuse elementwise ops (part of the cache key).
 fusion: bool = _env_bool("LAZYMLIR_FUSION", True)
 
+# Let the native compiler run convolutions and pooling in NHWC
+# (lazymlir-channels-last; part of the cache key).  Tensors keep their memory
+# format either way: channels_last device data is passed to compiled graphs as
+# is, and outputs come back in the memory format eager PyTorch gives them.
+channels_last: bool = _env_bool("LAZYMLIR_CHANNELS_LAST", True)
+
 # Run every graph eagerly (op by op, on CPU) instead of compiling it: a debugging
 # aid to tell a compiler bug from a tracer bug.  Counted as "EagerGraph".
 force_eager: bool = _env_bool("LAZYMLIR_FORCE_EAGER", False)
@@ -47,12 +53,12 @@ async_execution: bool = _env_bool("LAZYMLIR_ASYNC", True)
 # Print one line per compilation (graph hash, node count, why it was new).
 verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 
-_NAMES = ("dump_dir", "device", "fusion", "force_eager", "force_fallback", "async_execution", "verbose")
+_NAMES = ("dump_dir", "device", "fusion", "channels_last", "force_eager", "force_fallback", "async_execution", "verbose")
 
 
 def options_key() -> tuple:
     """The compiler options that change generated code, for the cache key."""
-    return (device, fusion)
+    return (device, fusion, channels_last)
 
 
 @contextlib.contextmanager

@@ -215,14 +215,19 @@ def _op_node(op, args, kwargs, meta) -> Node:
 def _eager_node(node: Node) -> Node:
     pending = [i for i in dict.fromkeys(node.inputs) if i.data is None]
     if pending:
-        values, job = runtime.execute(pending)
+        values, job, entry = runtime.execute(pending)
         for i, value in zip(pending, values):
-            i.set_data(value, job)
+            i.set_data(value, job, entry)
     for i in node.inputs:
         runtime.wait(i)
     metrics.counter(node.op._schema.name)
     data = lambda n: n.data  # noqa: E731
-    return Node.leaf(node.op(*map_nodes(node.args, data), **{k: map_nodes(v, data) for k, v in node.kwargs.items()}))
+    args = map_nodes(node.args, data)
+    if node.op in (aten.as_strided.default, aten.as_strided_scatter.default):
+        # Recorded on the value laid out contiguously (see _as_strided); device
+        # data may be in another memory format.
+        args = (args[0].contiguous(),) + tuple(args[1:])
+    return Node.leaf(node.op(*args, **{k: map_nodes(v, data) for k, v in node.kwargs.items()}))
 
 
 def _scatter(step, base: Node, src: Node) -> Node:
@@ -302,9 +307,9 @@ def _sync(storages) -> None:
     if not todo:
         return
     metrics.counter("Sync")
-    results, job = runtime.execute(todo)
+    results, job, entry = runtime.execute(todo)
     for node, value in zip(todo, results):
-        node.set_data(value, job)
+        node.set_data(value, job, entry)
 
 
 def _cpu_alias(t: LazyTensor) -> torch.Tensor:
@@ -315,8 +320,15 @@ def _cpu_alias(t: LazyTensor) -> torch.Tensor:
     runtime.wait(s.base)
     base = s.base.data
     m = s.meta
-    if not m.is_contiguous():  # device data is contiguous; give it the base's layout
-        base = torch.empty_strided(m.shape, m.stride(), dtype=m.dtype).copy_(base)
+    stride = m.stride()
+    if base.stride() != stride:
+        # Device data is dense in the memory format eager gives the value, which
+        # is normally the storage's (channels_last stays NHWC); the view chain
+        # needs the storage's exact strides.
+        if all(a == b or n == 1 for n, a, b in zip(m.shape, base.stride(), stride)):
+            base = base.as_strided(m.shape, stride)  # differs in size-1 dimensions only
+        else:
+            base = torch.empty_strided(m.shape, stride, dtype=m.dtype).copy_(base)
     for op, rest, kwargs, _, _ in t._lz_chain:
         base = op(base, *rest, **kwargs)
     return base
@@ -337,6 +349,24 @@ def mark_step() -> None:
     _pending.clear()
     _epoch += 1
     _sync(live)
+
+
+def kernel_count(tensor: torch.Tensor = None):
+    """Kernels (loop nests after fusion and tiling) of a compiled graph: of the
+    one that computed ``tensor`` (computing it first if it is pending), or
+    without an argument, of the last graph run (compiled or from the cache).
+    None when that graph ran eagerly, or the tensor's value did not come from a
+    graph (user data, an op run eagerly).  Every compilation also records its
+    count as the sample metric ``KernelsPerGraph``."""
+    if tensor is None:
+        entry = runtime.last_entry
+        return None if entry is None else entry.num_kernels
+    if type(tensor) is not LazyTensor:
+        raise TypeError("kernel_count: not a lazy tensor")
+    s = tensor._lz_storage
+    _sync((s,))
+    source = s.base.source
+    return None if source is None else source.num_kernels
 
 
 def sync(tensors: List[torch.Tensor]) -> None:
@@ -388,7 +418,10 @@ def _infer(key, func, meta_args, meta_kwargs):
     if hit is not None:
         return hit
     try:
-        meta = _intern_result(func(*meta_args, **meta_kwargs))
+        if func in _LAYOUT_FROM_CPU and any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in meta_args):
+            meta = _intern_result(_cpu_layout(func, meta_args, meta_kwargs))
+        else:
+            meta = _intern_result(func(*meta_args, **meta_kwargs))
         hit = (meta, _all_supported(meta) and _args_supported(meta_args, meta_kwargs))
     except Exception:  # no meta kernel, a data-dependent shape, or a user error
         hit = _FAILED
@@ -396,6 +429,34 @@ def _infer(key, func, meta_args, meta_kwargs):
         _meta_cache.clear()
     _meta_cache[key] = hit
     return hit
+
+
+# Ops whose meta kernel does not give eager CPU's memory format: convolution's
+# leaves its output contiguous (it cannot pick a backend without a device),
+# while eager's CPU convolution returns channels_last when its input or weight
+# is.  Their layout comes from fake CPU tensors, which pick the backend as eager
+# does (on a meta-cache miss only, and only for non-contiguous inputs).
+_LAYOUT_FROM_CPU = {aten.convolution.default, aten._convolution.default}
+_fake_mode = None
+
+
+def _cpu_layout(func, meta_args, meta_kwargs):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    global _fake_mode
+    if _fake_mode is None:
+        _fake_mode = FakeTensorMode()
+
+    def fake(a):
+        if isinstance(a, torch.Tensor):
+            return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype)  # a fake CPU tensor
+        if isinstance(a, (list, tuple)):
+            return type(a)(fake(x) for x in a)
+        return a
+
+    with _fake_mode:
+        out = func(*fake(list(meta_args)), **{k: fake(v) for k, v in meta_kwargs.items()})
+    return torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=_META)
 
 
 def _args_supported(meta_args, meta_kwargs) -> bool:

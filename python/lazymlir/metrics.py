@@ -9,6 +9,10 @@ because the compiler does not cover it).
 Timings (seconds, one sample per event): ``CollectTime`` (graph walk and cache
 key), ``LoweringTime`` (torch-mlir import and lowering), ``CompileTime`` (native
 compile), ``ExecuteTime``.
+Samples (plain numbers, one per event): ``KernelsPerGraph``, the kernels (loop
+nests after fusion and tiling) of each graph compiled, read with
+``sample_values("KernelsPerGraph")``.  ``lazymlir.kernel_count()`` gives the
+kernel count of the last graph run, or of the graph that computed a tensor.
 """
 
 import collections
@@ -16,6 +20,7 @@ from typing import Dict, List
 
 _counters: Dict[str, int] = collections.Counter()
 _timings: Dict[str, List[float]] = collections.defaultdict(list)
+_samples: Dict[str, List[float]] = collections.defaultdict(list)
 
 
 def counter(name: str, increment: int = 1) -> None:
@@ -24,6 +29,20 @@ def counter(name: str, increment: int = 1) -> None:
 
 def timing(name: str, seconds: float) -> None:
     _timings[name].append(seconds)
+
+
+def sample(name: str, value: float) -> None:
+    """Record one value of a sample metric (e.g. ``KernelsPerGraph``)."""
+    _samples[name].append(value)
+
+
+def sample_names() -> List[str]:
+    return [name for name, values in _samples.items() if values]
+
+
+def sample_values(name: str) -> List[float]:
+    """The values recorded for a sample metric, oldest first ([] if none)."""
+    return list(_samples.get(name, ()))
 
 
 def counter_names() -> List[str]:
@@ -53,6 +72,7 @@ def reset() -> None:
     """Clear every counter and timing."""
     _counters.clear()
     _timings.clear()
+    _samples.clear()
 
 
 def metrics_report() -> str:
@@ -67,6 +87,14 @@ def metrics_report() -> str:
         lines.append(
             f"Metric: {name}\n  TotalSamples: {len(samples)}\n"
             f"  Accumulator: {total * 1e3:.3f}ms\n  Median: {median * 1e3:.3f}ms"
+        )
+    for name in sorted(_samples):
+        values = sorted(_samples[name])
+        if not values:
+            continue
+        lines.append(
+            f"Metric: {name}\n  TotalSamples: {len(values)}\n  Accumulator: {sum(values):g}\n"
+            f"  Median: {values[len(values) // 2]:g}\n  Max: {values[-1]:g}"
         )
     for name in sorted(_counters):
         if _counters[name]:

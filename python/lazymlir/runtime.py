@@ -47,6 +47,10 @@ class _Compiled:
         self.out_specs = out_specs  # one per result of the executable
         self.output_map = output_map  # graph output -> result (results are deduplicated)
 
+    @property
+    def num_kernels(self) -> int:
+        return self.executable.num_kernels
+
     def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
         """On the worker: the native run releases the GIL."""
         t0 = time.perf_counter()
@@ -58,6 +62,7 @@ class _Eager:
     """A graph run op by op on CPU; ``counter`` says why (for the metrics)."""
 
     __slots__ = ("gm", "counter", "out_specs", "output_map")
+    num_kernels = None
 
     def __init__(self, gm, counter, out_specs):
         self.gm = gm
@@ -77,12 +82,19 @@ class _Eager:
 unsupported_op_listeners: List[Callable] = []
 
 
+# The cache entry of the last graph execute() ran (see kernel_count).
+last_entry = None
+
+
 def execute(outputs: Sequence[trace.Node]):
     """Start computing ``outputs`` (distinct nodes without data): returns their
-    values as contiguous CPU tensors, in order, and the Future of the job that
-    fills them (None when nothing runs).  The tensors are allocated here
-    (destination passing) and written by the worker: read them only after
+    values as CPU tensors in the memory format of the nodes' metas (dense:
+    contiguous buffers, permuted), in order, the Future of the job that fills
+    them (None when nothing runs), and the cache entry that runs (its
+    ``num_kernels``: None when it runs eagerly).  The tensors are allocated
+    here (destination passing) and written by the worker: read them only after
     :func:`wait`."""
+    global last_entry
     t0 = time.perf_counter()
     graph = trace.collect(outputs, config.options_key())
     metrics.timing("CollectTime", time.perf_counter() - t0)
@@ -104,8 +116,9 @@ def execute(outputs: Sequence[trace.Node]):
             else:
                 deps.append(job)
     job = _submit(entry, inputs, outs, deps)
+    last_entry = entry
     # Outputs that are one value share its tensor: device data is immutable.
-    return [outs[i] for i in entry.output_map], job
+    return graph.output_values([outs[i] for i in entry.output_map]), job, entry
 
 
 # ----------------------------------------------------------------------------
@@ -192,7 +205,7 @@ def _note_shapes(graph: trace.Graph, name: str) -> None:
     n_inputs = len(graph.inputs)
     entries = graph.key[0]
     shapes = tuple(tuple(n.data.shape) for n in graph.inputs)
-    structure = (tuple(e if type(e[0]) is not torch.Size else (len(e[0]), e[1]) for e in entries),) + graph.key[1:]
+    structure = (tuple(e if type(e[0]) is not torch.Size else (len(e[0]),) + e[1:] for e in entries),) + graph.key[1:]
     seen = cache.shapes_seen(structure)
     if seen:
         metrics.counter("RecompileShapeChange")
@@ -216,9 +229,8 @@ def _compile(graph: trace.Graph):
     name = trace.graph_hash(graph.key)
     _note_shapes(graph, name)
     entry = None
-    metas = [n.meta for n in graph.outputs]
-    specs = [(tuple(m.shape), m.dtype) for m in metas]
-    dtypes = {n.data.dtype for n in graph.inputs} | {m.dtype for m in metas} | {dt for _, dt in graph.scalars}
+    specs = graph.output_specs()  # the buffers the outputs are written into
+    dtypes = {n.data.dtype for n in graph.inputs} | {dt for _, dt in specs} | {dt for _, dt in graph.scalars}
     if config.force_eager:
         entry = _Eager(gm, "EagerGraph", specs)
     elif not dtypes <= SUPPORTED_DTYPES:
@@ -235,13 +247,19 @@ def _compile(graph: trace.Graph):
                 raise RuntimeError(f"the native compiler is not available ({_compiler_import_error})")
             t1 = time.perf_counter()
             options = {"keep_llvm_ir": True} if config.dump_dir else {}
-            executable = native.compile_linalg(lowered.linalg, fusion=config.fusion, **options)
+            executable = native.compile_linalg(lowered.linalg, fusion=config.fusion,
+                                               channels_last=config.channels_last, **options)
             metrics.timing("CompileTime", time.perf_counter() - t1)
-            debug.dump(name, "llvm", getattr(executable, "llvm_ir", None))
-            specs = {}
-            for m, i in zip(metas, lowered.output_map):
-                specs.setdefault(i, (tuple(m.shape), m.dtype))
-            entry = _Compiled(executable, [specs[i] for i in range(len(specs))], lowered.output_map)
+            kernels = executable.num_kernels
+            metrics.sample("KernelsPerGraph", kernels)
+            if config.dump_dir:
+                debug.dump(name, "torch", lowered.torch_mlir, kernels)
+                debug.dump(name, "linalg", lowered.linalg, kernels)
+                debug.dump(name, "llvm", getattr(executable, "llvm_ir", None), kernels)
+            results = {}
+            for spec, i in zip(specs, lowered.output_map):
+                results.setdefault(i, spec)
+            entry = _Compiled(executable, [results[i] for i in range(len(results))], lowered.output_map)
             metrics.counter("UncachedCompile")
         except Exception as e:  # never fail the user: run it eagerly instead
             detail = ""
@@ -263,7 +281,8 @@ def _compile(graph: trace.Graph):
             entry = _Eager(gm, "CompileFallback", specs)
     seconds = time.perf_counter() - t0
     if config.verbose:
+        kernels = f", {entry.num_kernels} kernels" if entry.num_kernels is not None else ""
         print(f"lazymlir: compiled graph {name}: {len(graph.nodes)} ops, {len(graph.inputs)} inputs, "
-              f"{type(entry).__name__}, {seconds * 1e3:.1f} ms")
+              f"{type(entry).__name__}{kernels}, {seconds * 1e3:.1f} ms")
     cache.insert(graph.key, entry, seconds)
     return entry

@@ -1,8 +1,10 @@
 """The functional trace: IR nodes, graph collection and the cache key.
 
 A :class:`Node` is one aten op applied to other nodes and constants, or, once it
-has been computed (or came from the user), a leaf holding device data: a
-contiguous CPU tensor that nothing ever writes to.  Nodes only point backwards,
+has been computed (or came from the user), a leaf holding device data: a CPU
+tensor that nothing ever writes to, dense, in its own memory format (contiguous,
+or e.g. channels_last: a permutation of a contiguous buffer, see
+:func:`dense_perm`).  Nodes only point backwards,
 so the graph a barrier needs is what is reachable from the tensors it reads, and
 dead intermediate nodes are freed by reference counting.  Aliasing and
 mutation never reach this level: ``device.py`` rewrites them functionally.
@@ -20,8 +22,40 @@ aten = torch.ops.aten
 _leaf_metas = {}
 
 
+def dense_perm(shape, stride):
+    """For a non-contiguous but dense layout (channels_last, a transpose), the
+    permutation ``p`` of the dimensions such that ``t.permute(p)`` is
+    contiguous: the order of the dimensions in memory, outermost first.  None
+    when there is none (the layout has gaps or overlaps)."""
+    n = len(shape)
+    perm = sorted(range(n), key=lambda i: -stride[i])  # stable: ties keep index order
+    expected = 1
+    for i in reversed(perm):
+        size = shape[i]
+        if size != 1 and stride[i] != expected:
+            return None
+        expected *= size
+    return tuple(perm)
+
+
+def inverse_perm(perm):
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return inv
+
+
+def layout_perm(t: torch.Tensor):
+    """None for a contiguous tensor (or meta tensor), else its dense permutation
+    (:func:`dense_perm`), else False (not dense: it must be copied)."""
+    if t.is_contiguous():
+        return None
+    perm = dense_perm(t.shape, t.stride())
+    return False if perm is None else perm
+
+
 class Node:
-    __slots__ = ("op", "args", "kwargs", "inputs", "sig", "meta", "data", "job")
+    __slots__ = ("op", "args", "kwargs", "inputs", "sig", "meta", "data", "job", "source")
 
     def __init__(self, op, args, kwargs, inputs, sig, meta):
         self.op = op  # an OpOverload, or operator.getitem on a multi-output node
@@ -32,26 +66,35 @@ class Node:
         self.meta = meta  # meta tensor (or tuple of them) with shape and dtype
         self.data = None  # CPU tensor once computed (or being computed: see job)
         self.job = None  # the Future of the worker job writing data, until known done
+        self.source = None  # the compiled graph (cache entry) that computed data
 
     @staticmethod
     def leaf(tensor: torch.Tensor) -> "Node":
-        """Device data: ``tensor`` is owned by the trace from now on."""
-        if not tensor.is_contiguous():
+        """Device data: ``tensor`` is owned by the trace from now on.  A dense
+        tensor keeps its layout (channels_last storage stays NHWC); anything
+        else is made contiguous."""
+        strided = not tensor.is_contiguous()
+        if strided and dense_perm(tensor.shape, tensor.stride()) is None:
             tensor = tensor.contiguous()
+            strided = False
         n = Node(None, None, None, (), None, None)
         n.data = tensor
-        key = (tensor.shape, tensor.dtype)
+        key = (tensor.shape, tensor.stride(), tensor.dtype) if strided else (tensor.shape, tensor.dtype)
         n.meta = _leaf_metas.get(key)
         if n.meta is None:
-            n.meta = _leaf_metas[key] = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
+            n.meta = _leaf_metas[key] = (
+                torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="meta") if strided
+                else torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"))
         return n
 
-    def set_data(self, tensor: torch.Tensor, job=None) -> None:
-        """The node has been computed (or ``job`` is computing it into ``tensor``):
-        it becomes a leaf and forgets its inputs, so later graphs start from this
-        value instead of recomputing it."""
+    def set_data(self, tensor: torch.Tensor, job=None, source=None) -> None:
+        """The node has been computed (or ``job`` is computing it into ``tensor``,
+        by the cache entry ``source``): it becomes a leaf and forgets its
+        inputs, so later graphs start from this value instead of recomputing
+        it."""
         self.data = tensor
         self.job = job
+        self.source = source
         self.args = self.kwargs = self.sig = None
         self.inputs = ()
 
@@ -100,12 +143,39 @@ class Graph(NamedTuple):
     # the leaves, and for each lifted node its (first scalar index, positions).
     scalars: list = []
     lifted: dict = {}
+    # Memory formats at the boundary (see dense_perm): for each leaf, None
+    # (contiguous) or the permutation that makes its device data contiguous:
+    # the graph takes that buffer as is (a channels_last input arrives as an
+    # NHWC placeholder followed by a permute to NCHW).  For each output, None or
+    # the permutation of its eager layout: the graph returns the permuted value,
+    # written into a contiguous buffer that is the output's storage.
+    input_perms: list = []
+    output_perms: list = []
 
     def input_values(self) -> List[torch.Tensor]:
-        """The graph's arguments: device data of the leaves, then the lifted scalars."""
-        values = [n.data for n in self.inputs]
+        """The graph's arguments: the leaves' device data as contiguous buffers
+        (permuted, not copied), then the lifted scalars."""
+        if self.input_perms:
+            values = [n.data if p is None else n.data.permute(p) for n, p in zip(self.inputs, self.input_perms)]
+        else:
+            values = [n.data for n in self.inputs]
         values.extend(torch.tensor(v, dtype=dt) for v, dt in self.scalars)
         return values
+
+    def output_specs(self) -> list:
+        """(shape, dtype) of the contiguous buffer each output is written into."""
+        specs = []
+        for o, p in zip(self.outputs, self.output_perms or [None] * len(self.outputs)):
+            shape = tuple(o.meta.shape)
+            specs.append((shape if p is None else tuple(shape[i] for i in p), o.meta.dtype))
+        return specs
+
+    def output_values(self, buffers: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """The outputs as tensors of their logical shape, in their memory format,
+        viewing the buffers they were written into."""
+        if not self.output_perms:
+            return list(buffers)
+        return [b if p is None else b.permute(inverse_perm(p)) for b, p in zip(buffers, self.output_perms)]
 
 
 # Lifted scalars.  A Python float given to an arithmetic op is a constant of the
@@ -160,6 +230,7 @@ def collect(outputs: Sequence[Node], options: tuple = ()) -> Graph:
     nodes = []
     scalars = []
     lifted = {}
+    input_perms = []
     for out in outputs:
         if out in index:
             continue
@@ -172,7 +243,13 @@ def collect(outputs: Sequence[Node], options: tuple = ()) -> Graph:
             if n.data is not None:
                 index[n] = len(entries)
                 d = n.data
-                entries.append((d.shape, d.dtype))
+                if d.is_contiguous():
+                    entries.append((d.shape, d.dtype))
+                    input_perms.append(None)
+                else:  # dense (Node.leaf): passed as is, permuted
+                    perm = dense_perm(d.shape, d.stride())
+                    entries.append((d.shape, d.dtype, perm))
+                    input_perms.append(perm)
                 inputs.append(n)
                 stack.pop()
                 continue
@@ -194,8 +271,13 @@ def collect(outputs: Sequence[Node], options: tuple = ()) -> Graph:
                     sig = _lifted_sig(sig, positions)
             entries.append((sig, tuple([index[i] for i in n.inputs])))
             nodes.append(n)
-    key = (tuple(entries), tuple([index[o] for o in outputs]), options)
-    return Graph(key, inputs, nodes, list(outputs), scalars, lifted)
+    output_perms = []
+    for o in outputs:
+        m = o.meta
+        perm = None if m.is_contiguous() else dense_perm(m.shape, m.stride())
+        output_perms.append(perm)
+    key = (tuple(entries), tuple([index[o] for o in outputs]), tuple(output_perms), options)
+    return Graph(key, inputs, nodes, list(outputs), scalars, lifted, input_perms, output_perms)
 
 
 def graph_hash(key: tuple) -> str:
@@ -207,6 +289,9 @@ def graph_hash(key: tuple) -> str:
 # validity depends on the strides the user saw.  reshape means the same thing on
 # values and is always valid.
 _AS_RESHAPE = {aten.view.default, aten._unsafe_view.default}
+
+# Ops that address their input's memory, not its value.
+_ADDRESSES_STORAGE = {aten.as_strided.default, aten.as_strided_scatter.default}
 
 
 def map_nodes(a, fn):
@@ -224,8 +309,11 @@ def to_fx(graph: Graph) -> torch.fx.GraphModule:
     tuple."""
     g = torch.fx.Graph()
     env = {}
-    for i, n in enumerate(graph.inputs):
+    perms = graph.input_perms or [None] * len(graph.inputs)
+    for i, (n, perm) in enumerate(zip(graph.inputs, perms)):
         env[n] = g.placeholder(f"arg{i}")
+        if perm is not None:  # the contiguous buffer of a dense layout: back to the logical order
+            env[n] = g.call_function(aten.permute.default, (env[n], inverse_perm(perm)))
     scalars = [g.placeholder(f"scalar{i}") for i in range(len(graph.scalars))]
 
     def fx_arg(a):
@@ -241,9 +329,21 @@ def to_fx(graph: Graph) -> torch.fx.GraphModule:
             env[n] = g.call_function(aten.reshape.default, (env[n.args[0]], list(n.args[1])))
         elif op is operator.getitem:
             env[n] = g.call_function(operator.getitem, (env[n.args[0]], n.args[1]))
+        elif op in _ADDRESSES_STORAGE:
+            # Recorded on a value laid out contiguously (device._as_strided):
+            # in eager execution of the graph, its input may be permuted.
+            args = fx_arg(n.args)
+            first = g.call_function(aten.clone.default, (args[0],), {"memory_format": torch.contiguous_format})
+            env[n] = g.call_function(op, (first,) + tuple(args[1:]), {k: fx_arg(v) for k, v in n.kwargs.items()})
         else:
             env[n] = g.call_function(op, fx_arg(n.args), {k: fx_arg(v) for k, v in n.kwargs.items()})
-    g.output(tuple(env[o] for o in graph.outputs))
+    outs = []
+    for o, perm in zip(graph.outputs, graph.output_perms or [None] * len(graph.outputs)):
+        v = env[o]
+        if perm is not None:  # written as the contiguous buffer of its memory format
+            v = g.call_function(aten.permute.default, (v, list(perm)))
+        outs.append(v)
+    g.output(tuple(outs))
     return torch.fx.GraphModule({}, g)
 
 

@@ -59,7 +59,7 @@ def test_native_compile_error_runs_eagerly(monkeypatch, fresh_cache):
     class CompileError(RuntimeError):
         pass
 
-    def compile_linalg(text, *, fusion=True):
+    def compile_linalg(text, **options):
         raise CompileError("error: simulated native failure")
 
     monkeypatch.setattr(runtime, "_compiler", types.SimpleNamespace(compile_linalg=compile_linalg))
