@@ -24,7 +24,7 @@ import torch
 
 from . import config, metrics, runtime
 from .runtime import SUPPORTED_DTYPES
-from .trace import BLANK, Node, freeze, map_nodes
+from .trace import BLANK, Node, dense_perm, freeze, map_nodes
 
 aten = torch.ops.aten
 
@@ -215,9 +215,9 @@ def _op_node(op, args, kwargs, meta) -> Node:
 def _eager_node(node: Node) -> Node:
     pending = [i for i in dict.fromkeys(node.inputs) if i.data is None]
     if pending:
-        values, job, entry = runtime.execute(pending)
+        values, job, kernels = runtime.execute(pending)
         for i, value in zip(pending, values):
-            i.set_data(value, job, entry)
+            i.set_data(value, job, kernels)
     for i in node.inputs:
         runtime.wait(i)
     metrics.counter(node.op._schema.name)
@@ -307,9 +307,9 @@ def _sync(storages) -> None:
     if not todo:
         return
     metrics.counter("Sync")
-    results, job, entry = runtime.execute(todo)
+    results, job, kernels = runtime.execute(todo)
     for node, value in zip(todo, results):
-        node.set_data(value, job, entry)
+        node.set_data(value, job, kernels)
 
 
 def _cpu_alias(t: LazyTensor) -> torch.Tensor:
@@ -359,14 +359,12 @@ def kernel_count(tensor: torch.Tensor = None):
     graph (user data, an op run eagerly).  Every compilation also records its
     count as the sample metric ``KernelsPerGraph``."""
     if tensor is None:
-        entry = runtime.last_entry
-        return None if entry is None else entry.num_kernels
+        return runtime.last_kernels
     if type(tensor) is not LazyTensor:
         raise TypeError("kernel_count: not a lazy tensor")
     s = tensor._lz_storage
     _sync((s,))
-    source = s.base.source
-    return None if source is None else source.num_kernels
+    return s.base.kernels
 
 
 def sync(tensors: List[torch.Tensor]) -> None:
@@ -676,15 +674,24 @@ def _view(func, args, kwargs):
 
 def _as_strided(func, args, kwargs):
     """as_strided addresses the storage, not its input: record it on the base's
-    value, which is the storage in order when the base is contiguous."""
+    value, which is the storage in order when the base is contiguous, and
+    the base permuted to its memory order when it is dense (channels_last)."""
     self = args[0]
     s = self._lz_storage
+    chain = ()
     if not s.meta.is_contiguous():
-        return _eager(func, args, kwargs)
+        perm = dense_perm(s.meta.shape, s.meta.stride())
+        if perm is None or s.meta.storage_offset():
+            return _eager(func, args, kwargs)
+        pmeta = _intern_like(aten.permute.default(s.meta, list(perm)))
+        chain = ((aten.permute.default, (list(perm),), {}, pmeta, (_oid(aten.permute.default), freeze((perm,)), ())),)
     rest = tuple(args[1:])
     meta = _intern_like(func(self._lz_meta, *rest, **kwargs))
-    step = (func, rest, kwargs, meta, (_oid(func), freeze(rest), freeze(tuple(kwargs.items()))))
-    return _wrap(meta, s, (step,), _view_node(step, s.base))
+    chain += ((func, rest, kwargs, meta, (_oid(func), freeze(rest), freeze(tuple(kwargs.items())))),)
+    value = s.base
+    for step in chain:
+        value = _view_node(step, value)
+    return _wrap(meta, s, chain, value)
 
 
 def _inplace_view(view):

@@ -82,19 +82,19 @@ class _Eager:
 unsupported_op_listeners: List[Callable] = []
 
 
-# The cache entry of the last graph execute() ran (see kernel_count).
-last_entry = None
+# The kernel count of the last graph execute() ran (None: it ran eagerly).
+last_kernels = None
 
 
 def execute(outputs: Sequence[trace.Node]):
     """Start computing ``outputs`` (distinct nodes without data): returns their
     values as CPU tensors in the memory format of the nodes' metas (dense:
     contiguous buffers, permuted), in order, the Future of the job that fills
-    them (None when nothing runs), and the cache entry that runs (its
-    ``num_kernels``: None when it runs eagerly).  The tensors are allocated
+    them (None when nothing runs), and the kernel count of the graph that
+    runs (None when it runs eagerly).  The tensors are allocated
     here (destination passing) and written by the worker: read them only after
     :func:`wait`."""
-    global last_entry
+    global last_kernels
     t0 = time.perf_counter()
     graph = trace.collect(outputs, config.options_key())
     metrics.timing("CollectTime", time.perf_counter() - t0)
@@ -116,9 +116,9 @@ def execute(outputs: Sequence[trace.Node]):
             else:
                 deps.append(job)
     job = _submit(entry, inputs, outs, deps)
-    last_entry = entry
+    last_kernels = entry.num_kernels
     # Outputs that are one value share its tensor: device data is immutable.
-    return graph.output_values([outs[i] for i in entry.output_map]), job, entry
+    return graph.output_values([outs[i] for i in entry.output_map]), job, last_kernels
 
 
 # ----------------------------------------------------------------------------

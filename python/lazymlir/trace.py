@@ -55,7 +55,7 @@ def layout_perm(t: torch.Tensor):
 
 
 class Node:
-    __slots__ = ("op", "args", "kwargs", "inputs", "sig", "meta", "data", "job", "source")
+    __slots__ = ("op", "args", "kwargs", "inputs", "sig", "meta", "data", "job", "kernels")
 
     def __init__(self, op, args, kwargs, inputs, sig, meta):
         self.op = op  # an OpOverload, or operator.getitem on a multi-output node
@@ -66,7 +66,7 @@ class Node:
         self.meta = meta  # meta tensor (or tuple of them) with shape and dtype
         self.data = None  # CPU tensor once computed (or being computed: see job)
         self.job = None  # the Future of the worker job writing data, until known done
-        self.source = None  # the compiled graph (cache entry) that computed data
+        self.kernels = None  # kernel count of the compiled graph that computed data
 
     @staticmethod
     def leaf(tensor: torch.Tensor) -> "Node":
@@ -87,14 +87,14 @@ class Node:
                 else torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"))
         return n
 
-    def set_data(self, tensor: torch.Tensor, job=None, source=None) -> None:
+    def set_data(self, tensor: torch.Tensor, job=None, kernels=None) -> None:
         """The node has been computed (or ``job`` is computing it into ``tensor``,
-        by the cache entry ``source``): it becomes a leaf and forgets its
-        inputs, so later graphs start from this value instead of recomputing
-        it."""
+        by a compiled graph of ``kernels`` kernels): it becomes a leaf and
+        forgets its inputs, so later graphs start from this value instead of
+        recomputing it."""
         self.data = tensor
         self.job = job
-        self.source = source
+        self.kernels = kernels
         self.args = self.kwargs = self.sig = None
         self.inputs = ()
 

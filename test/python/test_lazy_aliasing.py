@@ -193,3 +193,44 @@ def test_boolean_mask_assignment():
     lx = x.to("lazy")
     lx[lx > 0] = 0  # data-dependent: may run eagerly, must be exact
     torch.testing.assert_close(lx.cpu(), ref)
+
+
+# Channels-last tensors: device data keeps the NHWC storage; views, writes
+# through views and in-place ops must alias exactly as in eager (strides and
+# offsets included), and results keep eager's memory format.
+CL_CASES = {
+    "select_channel_write": lambda x: (x[:, 1].add_(1), x)[1],
+    "narrow_fill": lambda x: (x.narrow(2, 1, 2).fill_(0.0), x)[1],
+    "permute_to_nhwc_view_write": lambda x: (lambda v: (v[..., 0].mul_(2), x, v)[1:])(x.permute(0, 2, 3, 1)),
+    "transpose_write": lambda x: (x.transpose(1, 3)[0].zero_(), x)[1],
+    "relu_inplace": lambda x: (x.relu_(), x * 2)[:2],
+    "inplace_with_contiguous_operand": lambda x: (x.add_(torch.ones(2, 3, 4, 5, device=x.device)), x)[1],
+    "contiguous_copy_is_not_an_alias": lambda x: (lambda c: (c.add_(1), x, c)[1:])(x.contiguous()),
+    "reshape_copies": lambda x: (lambda r: (r.mul_(0), x, r)[1:])(x.reshape(2, -1)),
+    "flatten_of_nhwc_view": lambda x: x.permute(0, 2, 3, 1).flatten(1) * 1,
+    "to_contiguous_format_then_write": lambda x: (lambda c: (c[0].fill_(3.0), x, c)[1:])(
+        x.to(memory_format=torch.contiguous_format)),
+    "unbind_batch_write": lambda x: (x.unbind(0)[1].sub_(5), x)[1],
+    "outputs_keep_format": lambda x: (x.sin(), torch.nn.functional.max_pool2d(x, 2), x.sum(1, keepdim=True),
+                                      x.mean((2, 3))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CL_CASES))
+def test_channels_last_aliasing(native, name):
+    check(CL_CASES[name], torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last))
+
+
+def test_channels_last_as_strided_write():
+    # as_strided addresses the NHWC storage; as_strided_scatter runs eagerly
+    # (it lowers to TMTensor), so only the values are checked.
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+
+    def f(x):
+        v = x.as_strided((2, 3), (1, 3), 2)
+        v.mul_(-1)
+        return x, v, x.as_strided((4,), (7,), 1) * 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _compare(f(x.clone()), f(x.to("lazy")))
