@@ -29,9 +29,9 @@ constexpr int64_t kChwToHwc[] = {1, 2, 0};
 Value transpose(OpBuilder &b, Location loc, Value value,
                 ArrayRef<int64_t> perm) {
   auto type = cast<RankedTensorType>(value.getType());
-  SmallVector<int64_t> shape(type.getShape());
-  applyPermutationToVector(shape, perm);
-  Value empty = tensor::EmptyOp::create(b, loc, shape, type.getElementType());
+  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, value);
+  applyPermutationToVector(sizes, perm);
+  Value empty = tensor::EmptyOp::create(b, loc, sizes, type.getElementType());
   return linalg::TransposeOp::create(b, loc, value, empty, perm)->getResult(0);
 }
 

@@ -91,6 +91,18 @@ func.func @conv_bn_relu_conv_residual(%x: tensor<2x8x8x8xf32>, %w1: tensor<8x8x1
 
 // -----
 
+// Dynamic batch: the transposes carry the dynamic size.
+// CHECK-LABEL: func.func @dynamic_batch
+// CHECK: %[[N:.+]] = tensor.dim %arg0, %c0 : tensor<?x4x10x10xf32>
+// CHECK: tensor.empty(%[[N]]) : tensor<?x10x10x4xf32>
+// CHECK: linalg.conv_2d_nhwc_hwcf
+func.func @dynamic_batch(%x: tensor<?x4x10x10xf32>, %w: tensor<8x4x3x3xf32>, %init: tensor<?x8x8x8xf32>) -> tensor<?x8x8x8xf32> {
+  %0 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w : tensor<?x4x10x10xf32>, tensor<8x4x3x3xf32>) outs(%init : tensor<?x8x8x8xf32>) -> tensor<?x8x8x8xf32>
+  return %0 : tensor<?x8x8x8xf32>
+}
+
+// -----
+
 // Left untouched: already NHWC, grouped (no NHWC form here), and matmul.
 // CHECK-LABEL: func.func @untouched
 // CHECK-NOT: linalg.transpose

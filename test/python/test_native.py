@@ -183,3 +183,12 @@ def test_run_rejects_mismatched_buffers():
         exe.run([torch.randn(64, 4).t()], [out])
     with pytest.raises(ValueError, match="expected 1 inputs and 1 outputs"):
         exe.run([x, x], [out])
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float64])
+def test_matmul_dtypes_match_eager(dtype):
+    """Tiled and vectorized contractions for integer and f64 element types."""
+    a = torch.randint(-5, 5, (16, 24)).to(dtype)
+    b = torch.randint(-5, 5, (24, 40)).to(dtype)
+    _, (out,), (expected,) = compile_and_run(Fn(lambda m, x, y: x @ y), a, b)
+    assert torch.equal(out, expected)
