@@ -890,7 +890,8 @@ def _native_dropout(func, args, kwargs):
     x, p, train = a["input"], a["p"], a.get("train")
     if type(x) is not LazyTensor or train is False or not 0.0 < p < 1.0 or x.numel() == 0:
         return _functional(func, args, kwargs)
-    noise = torch.empty(x.shape, dtype=x.dtype).bernoulli_(1 - p).div_(1 - p)
+    # empty_like: eager draws the mask in the memory order of the input (NHWC too)
+    noise = torch.empty_like(x._lz_meta, device=_CPU).bernoulli_(1 - p).div_(1 - p)
     out = _functional(aten.mul.Tensor, (x, _from_cpu(noise)), {})
     return out, _from_cpu(noise != 0)
 
