@@ -124,7 +124,9 @@ def HoistRedundantTransfersPass
     from memory and writes it back in every iteration of the reduction loop.
     This pass hoists such read/write pairs out of the loop (upstream
     linalg::hoistRedundantVectorTransfers, with non-zero trip counts
-    verified), so the accumulator stays in registers.
+    verified), so the accumulator stays in registers, then forwards stored
+    vectors to the reads that follow and drops dead stores
+    (vector::transferOpflowOpt).
   }];
 }
 
