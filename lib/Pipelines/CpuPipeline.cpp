@@ -5,6 +5,7 @@
 
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Conversion/VectorToSCF/VectorToSCF.h"
+#include "mlir/Dialect/Async/Passes.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -69,7 +70,26 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
       bufferization::createPromoteBuffersToStackPass(toStack));
   bufferization::buildBufferDeallocationPipeline(pm);
 
-  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  LowerToLoopsPassOptions toLoops;
+  if (options.threads > 1)
+    toLoops.parallelThreshold = 1 << 16;
+  pm.addNestedPass<func::FuncOp>(createLowerToLoopsPass(toLoops));
+  if (options.threads > 1) {
+    // Large kernels' outer parallel loops are split into blocks run by
+    // MLIR's async runtime. Only loops created above are parallel: tile
+    // loops of contractions stay sequential, and temporaries were hoisted
+    // out of loops before any loop could run concurrently.
+    AsyncParallelForPassOptions parallelFor;
+    parallelFor.numWorkerThreads = options.threads;
+    // Iterations of the outer parallel loop per block, at least: smaller
+    // loops run in one block, in the calling thread.
+    parallelFor.minTaskSize = 512;
+    pm.addPass(createAsyncParallelForPass(parallelFor));
+    pm.addPass(createAsyncToAsyncRuntimePass());
+    pm.addPass(createAsyncRuntimeRefCountingPass());
+    pm.addPass(createAsyncRuntimeRefCountingOptPass());
+    pm.addPass(createConvertAsyncToLLVMPass());
+  }
   pm.addNestedPass<func::FuncOp>(createConvertVectorToSCFPass(
       VectorTransferToSCFOptions().enableFullUnroll()));
   pm.addPass(createLowerAffinePass());

@@ -23,6 +23,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <optional>
 #include <sstream>
@@ -194,6 +195,9 @@ extern "C" void lazymlirFree(void *block) { BufferPool::get().release(block); }
 
 } // namespace
 
+// libmlir_async_runtime's export of its symbols (no header declares it).
+extern "C" void __mlir_execution_engine_init(llvm::StringMap<void *> &);
+
 struct CpuExecutable::Impl {
   std::unique_ptr<ExecutionEngine> engine;
   void (*entry)(void **) = nullptr;
@@ -256,6 +260,9 @@ CpuExecutable::compile(const std::string &source,
   pipelineOptions.entry = options.entry;
   pipelineOptions.fusion = options.fusion;
   pipelineOptions.channelsLast = options.channelsLast;
+  pipelineOptions.threads = options.threads
+                                ? options.threads
+                                : std::max(1u, std::thread::hardware_concurrency());
   PassManager tensorStage(&ctx);
   buildCpuTensorPipeline(tensorStage, pipelineOptions);
   if (failed(tensorStage.run(*module)))
@@ -314,6 +321,14 @@ CpuExecutable::compile(const std::string &source,
     add("_mlir_memref_to_llvm_aligned_alloc", &lazymlirAlignedAlloc);
     add("_mlir_memref_to_llvm_alloc", &lazymlirAlloc);
     add("_mlir_memref_to_llvm_free", &lazymlirFree);
+    // MLIR's async runtime (parallel loops): its thread pool is process-wide
+    // and never torn down, since cached executables share it.
+    llvm::StringMap<void *> asyncRuntime;
+    __mlir_execution_engine_init(asyncRuntime);
+    for (auto &entry : asyncRuntime)
+      symbols[interner(entry.getKey())] = {
+          llvm::orc::ExecutorAddr::fromPtr(entry.getValue()),
+          llvm::JITSymbolFlags::Exported};
     return symbols;
   });
   impl->engine->initialize();

@@ -69,14 +69,17 @@ class Executable:
 
 
 def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool = True,
-                   keep_llvm_ir: bool = False, opt_level: int = 3) -> Executable:
+                   threads: int = 1, keep_llvm_ir: bool = False, opt_level: int = 3) -> Executable:
     """Compile linalg-on-tensors text whose entry is ``func.func @main``.
 
     ``fusion`` fuses elementwise ops with each other and into contractions;
-    ``channels_last`` runs convolutions and pooling in NHWC; ``keep_llvm_ir``
+    ``channels_last`` runs convolutions and pooling in NHWC; ``threads``
+    splits large kernels' parallel loops across that many threads (0: all
+    hardware threads; 1: none); ``keep_llvm_ir``
     keeps the LLVM-dialect text (for dumps). Releases the GIL while
     compiling; raises :data:`CompileError` with MLIR's diagnostics.
     """
     native = _native.compile_cpu(linalg_text, entry="main", opt_level=opt_level, fusion=fusion,
-                                 channels_last=channels_last, keep_llvm_dialect=keep_llvm_ir)
+                                 channels_last=channels_last, threads=threads,
+                                 keep_llvm_dialect=keep_llvm_ir)
     return Executable(native, native.llvm_dialect)

@@ -38,6 +38,12 @@ fusion: bool = _env_bool("LAZYMLIR_FUSION", True)
 # is, and outputs come back in the memory format eager PyTorch gives them.
 channels_last: bool = _env_bool("LAZYMLIR_CHANNELS_LAST", True)
 
+# Threads that share each large kernel's parallel loop (MLIR's async runtime;
+# part of the cache key).  1, the default, runs kernels in one thread: with
+# more, compilation takes about 3x longer (every parallel loop is outlined into
+# coroutines) and only large elementwise kernels gain.  0: all hardware threads.
+threads: int = int(_env_str("LAZYMLIR_THREADS", "1"))
+
 # Run every graph eagerly (op by op, on CPU) instead of compiling it: a debugging
 # aid to tell a compiler bug from a tracer bug.  Counted as "EagerGraph".
 force_eager: bool = _env_bool("LAZYMLIR_FORCE_EAGER", False)
@@ -53,12 +59,12 @@ async_execution: bool = _env_bool("LAZYMLIR_ASYNC", True)
 # Print one line per compilation (graph hash, node count, why it was new).
 verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 
-_NAMES = ("dump_dir", "device", "fusion", "channels_last", "force_eager", "force_fallback", "async_execution", "verbose")
+_NAMES = ("dump_dir", "device", "fusion", "channels_last", "threads", "force_eager", "force_fallback", "async_execution", "verbose")
 
 
 def options_key() -> tuple:
     """The compiler options that change generated code, for the cache key."""
-    return (device, fusion, channels_last)
+    return (device, fusion, channels_last, threads)
 
 
 @contextlib.contextmanager

@@ -248,7 +248,8 @@ def _compile(graph: trace.Graph):
             t1 = time.perf_counter()
             options = {"keep_llvm_ir": True} if config.dump_dir else {}
             executable = native.compile_linalg(lowered.linalg, fusion=config.fusion,
-                                               channels_last=config.channels_last, **options)
+                                               channels_last=config.channels_last, threads=config.threads,
+                                               **options)
             metrics.timing("CompileTime", time.perf_counter() - t1)
             kernels = executable.num_kernels
             metrics.sample("KernelsPerGraph", kernels)

@@ -104,9 +104,10 @@ NB_MODULE(_native, m) {
   m.def(
       "compile_cpu",
       [](const std::string &source, const std::string &entry,
-         unsigned optLevel, bool fusion, bool channelsLast,
+         unsigned optLevel, bool fusion, bool channelsLast, unsigned threads,
          bool keepLLVMDialect) {
         CompileOptions options;
+        options.threads = threads;
         options.fusion = fusion;
         options.channelsLast = channelsLast;
         options.entry = entry;
@@ -117,6 +118,7 @@ NB_MODULE(_native, m) {
       },
       nb::arg("source"), nb::arg("entry") = "main", nb::arg("opt_level") = 3,
       nb::arg("fusion") = true, nb::arg("channels_last") = true,
+      nb::arg("threads") = 1,
       nb::arg("keep_llvm_dialect") = false,
       "Compile linalg-on-tensors text for this CPU. Releases the GIL; raises "
       "CompileError with MLIR's diagnostics.");

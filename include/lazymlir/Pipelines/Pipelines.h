@@ -22,6 +22,12 @@ struct CpuPipelineOptions
       llvm::cl::desc("Run convolutions and pooling in NHWC "
                      "(lazymlir-channels-last)"),
       llvm::cl::init(true)};
+  Option<unsigned> threads{
+      *this, "threads",
+      llvm::cl::desc("Threads that share each kernel's parallel loop (1: "
+                     "sequential; the runtime needs MLIR's async runtime "
+                     "otherwise)"),
+      llvm::cl::init(1)};
 };
 
 /// linalg-on-tensors (as torch-mlir emits it) to the LLVM dialect, with the

@@ -47,6 +47,9 @@ struct CompileOptions {
   bool fusion = true;
   /// Convolutions and pooling in NHWC (lazymlir-channels-last).
   bool channelsLast = true;
+  /// Threads sharing each large kernel's parallel loop; 0: all hardware
+  /// threads, 1: sequential.
+  unsigned threads = 1;
   /// Keep the LLVM-dialect module's text (for dumps).
   bool keepLLVMDialect = false;
 };

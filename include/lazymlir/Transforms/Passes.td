@@ -227,4 +227,27 @@ def CountKernelsPass
   ];
 }
 
+def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
+  let summary = "Lower bufferized linalg ops to loops, parallel ones for "
+                "large kernels";
+  let description = [{
+    A linalg op (on memrefs) whose iteration space has at least
+    `parallel-threshold` points becomes an scf.parallel nest over its
+    parallel dimensions (reductions stay scf.for inside), which
+    async-parallel-for later splits across threads; smaller ones become
+    plain scf.for nests. Splitting a small kernel costs more in dispatch
+    than it saves, and every parallel loop is outlined into coroutines that
+    LLVM must then compile: parallelizing all ~90 kernels of a training
+    step made its compilation 8x slower. A threshold of 0 makes no loop
+    parallel.
+  }];
+  let dependentDialects = ["mlir::scf::SCFDialect"];
+  let options = [
+    Option<"parallelThreshold", "parallel-threshold", "int64_t",
+           /*default=*/"0",
+           "Smallest iteration space (points) lowered to parallel loops; "
+           "0: none">,
+  ];
+}
+
 #endif // LAZYMLIR_TRANSFORMS_PASSES

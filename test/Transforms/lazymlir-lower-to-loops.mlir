@@ -1,0 +1,38 @@
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-lower-to-loops{parallel-threshold=4096}))" | FileCheck %s
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-lower-to-loops))" | FileCheck %s --check-prefix=SEQ
+
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+// 64x128 points: large enough for a parallel loop over the rows; the
+// reduction stays sequential inside it.
+// CHECK-LABEL: func.func @row_sum
+// CHECK: scf.parallel (%{{.+}}) =
+// CHECK: scf.for
+// CHECK-NOT: linalg.generic
+// SEQ-LABEL: func.func @row_sum
+// SEQ-NOT: scf.parallel
+// SEQ: scf.for
+func.func @row_sum(%arg0: memref<64x128xf32>, %arg1: memref<64xf32>) {
+  linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : memref<64x128xf32>) outs(%arg1 : memref<64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.addf %in, %out : f32
+    linalg.yield %0 : f32
+  }
+  return
+}
+
+// -----
+
+#map = affine_map<(d0) -> (d0)>
+// Small: sequential even with a threshold.
+// CHECK-LABEL: func.func @small
+// CHECK-NOT: scf.parallel
+// CHECK: scf.for
+func.func @small(%arg0: memref<64xf32>, %arg1: memref<64xf32>) {
+  linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : memref<64xf32>) outs(%arg1 : memref<64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.mulf %in, %in : f32
+    linalg.yield %0 : f32
+  }
+  return
+}
