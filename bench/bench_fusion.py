@@ -12,7 +12,8 @@ For each: median step time (ms) over repeats, speedup against eager, and
 effective bandwidth (GB/s) = unavoidable bytes (inputs read once, outputs
 written once) / time, against the machine's copy bandwidth measured here
 (eager tensor.copy_ on 256 MB, all threads). lazymlir's step is the whole
-thing a user pays on a cache hit: trace, hash, execute, wait. Kernels = loop
+thing a user pays on a cache hit: trace, hash, execute, wait; "threads" runs
+large kernels on all hardware threads (LAZYMLIR_THREADS=0), the others on one. Kernels = loop
 nests in the compiled graph (lazymlir.compiler's count).
 """
 
@@ -100,7 +101,7 @@ def main():
     torch.manual_seed(0)
     bandwidth = copy_bandwidth(opts.repeats)
     print(f"machine: {torch.get_num_threads()} torch threads, copy bandwidth {bandwidth:.1f} GB/s (eager copy_)")
-    header = f"{'case':8} {'variant':18} {'ms':>9} {'vs eager':>9} {'GB/s':>7} {'of bw':>6} {'kernels':>8}"
+    header = f"{'case':8} {'variant':26} {'ms':>9} {'vs eager':>9} {'GB/s':>7} {'of bw':>6} {'kernels':>8}"
     print(header)
     print("-" * len(header))
     for name, (fn, args, nbytes) in cases().items():
@@ -109,18 +110,19 @@ def main():
         if not opts.no_compile:
             compiled = torch.compile(fn)
             rows.append(("torch.compile", lambda: compiled(*args), None))
-        for fusion in (True, False):
-            with lazymlir.config.patch(fusion=fusion):
+        for fusion, threads in ((True, 1), (False, 1), (True, 0)):
+            with lazymlir.config.patch(fusion=fusion, threads=threads):
                 step = lazy_step(fn, args)
                 torch.testing.assert_close(step().cpu(), expected, rtol=1e-4, atol=1e-4)
                 seconds = median_seconds(step, opts.repeats)
-            rows.append((f"lazymlir fusion={'on' if fusion else 'off'}", seconds, kernel_count(fn, args, fusion)))
+            variant = f"lazymlir fusion={'on' if fusion else 'off'}" + (" threads" if threads != 1 else "")
+            rows.append((variant, seconds, kernel_count(fn, args, fusion)))
         eager_seconds = None
         for variant, run, kernels in rows:
             seconds = run if isinstance(run, float) else median_seconds(run, opts.repeats)
             eager_seconds = eager_seconds or seconds
             gbs = nbytes / seconds / 1e9
-            print(f"{name:8} {variant:18} {seconds * 1e3:9.3f} {eager_seconds / seconds:8.2f}x "
+            print(f"{name:8} {variant:26} {seconds * 1e3:9.3f} {eager_seconds / seconds:8.2f}x "
                   f"{gbs:7.1f} {gbs / bandwidth:6.0%} {kernels if kernels is not None else '':>8}")
 
 
