@@ -1,13 +1,18 @@
 """Shared fixtures for the lazy-device tests: seeding, clean metrics, and the
 check that a test's work was compiled rather than run eagerly."""
 
+import os
 import random
+import sys
 
 import pytest
 import torch
 
 import lazymlir
 from lazymlir import metrics
+
+# The tests train the tutorial's network exactly as the demo defines it.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "examples"))
 
 # The native compiler comes from the C++ build.
 HAVE_NATIVE = lazymlir.runtime.native_compiler() is not None

@@ -18,6 +18,7 @@ from conftest import assert_compiled
 
 import lazymlir
 from lazymlir import config, metrics
+from mnist import Net as MnistNet  # the demo's network (examples/, via conftest)
 
 CL = torch.channels_last
 FORMATS = {"nchw": torch.contiguous_format, "channels_last": CL}
@@ -39,27 +40,6 @@ class BasicBlock(nn.Module):
         return F.relu(out + x)
 
 
-class MnistNet(nn.Module):
-    """The tutorial's MNIST network."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.relu(self.conv2(x))
-        x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = self.dropout2(x)
-        return F.log_softmax(self.fc2(x), dim=1)
 
 
 def _model(name):

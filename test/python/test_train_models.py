@@ -15,31 +15,11 @@ from conftest import assert_compiled
 
 import lazymlir
 from lazymlir import cache, metrics, runtime
+from mnist import Net as MnistNet  # the demo's network (examples/, via conftest)
 
 device = importlib.import_module("lazymlir.device")  # the package's `device` is the function
 
 
-class MnistNet(nn.Module):
-    """The tutorial's MNIST network."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.relu(self.conv2(x))
-        x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = self.dropout2(x)
-        return F.log_softmax(self.fc2(x), dim=1)
 
 
 def mlp():
