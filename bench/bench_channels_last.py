@@ -12,14 +12,13 @@ Ratios are against eager in the same memory format.
 
 import argparse
 import copy
-import statistics
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import lazymlir
+from timing import median_seconds
 
 
 class BasicBlock(nn.Module):
@@ -35,16 +34,6 @@ class BasicBlock(nn.Module):
         out = self.bn2(self.conv2(out))
         return F.relu(out + x)
 
-
-def median_seconds(fn, repeats):
-    fn()
-    fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
 
 
 def main():

@@ -18,13 +18,12 @@ nests in the compiled graph (lazymlir.compiler's count).
 """
 
 import argparse
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 
 import lazymlir
+from timing import median_seconds
 from lazymlir import compiler
 
 
@@ -50,16 +49,6 @@ def cases():
                 (256 * 1024 + 1024 * 1024 + 1024 + 256 * 1024) * 4),
     }
 
-
-def median_seconds(fn, repeats):
-    fn()
-    fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
 
 
 def copy_bandwidth(repeats):
