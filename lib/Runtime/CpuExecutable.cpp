@@ -47,21 +47,6 @@ const char *elementTypeName(ElementType type) {
   return "?";
 }
 
-size_t elementTypeBytes(ElementType type) {
-  switch (type) {
-  case ElementType::I1:
-  case ElementType::I8: return 1;
-  case ElementType::F16:
-  case ElementType::BF16:
-  case ElementType::I16: return 2;
-  case ElementType::F32:
-  case ElementType::I32: return 4;
-  case ElementType::F64:
-  case ElementType::I64: return 8;
-  }
-  return 0;
-}
-
 namespace {
 
 std::optional<ElementType> toElementType(Type type) {

@@ -21,9 +21,6 @@ enum class ElementType : uint8_t { F16, BF16, F32, F64, I1, I8, I16, I32, I64 };
 
 /// Name as in MLIR ("f32", "i1", ...).
 const char *elementTypeName(ElementType type);
-/// Bytes one element occupies in memory (i1 is stored as a byte, like torch's
-/// bool).
-size_t elementTypeBytes(ElementType type);
 
 /// One argument or result of the entry function.
 struct TensorSignature {
