@@ -5,7 +5,6 @@
 
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Conversion/VectorToSCF/VectorToSCF.h"
-#include "mlir/Dialect/Async/Passes.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -69,25 +68,23 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
       bufferization::createPromoteBuffersToStackPass(toStack));
   bufferization::buildBufferDeallocationPipeline(pm);
 
+  // Large kernels' loops become scf.parallel, and each of those one OpenMP
+  // parallel loop: the body is outlined once (LLVM's OpenMPIRBuilder) and
+  // run on libomp's thread pool. Only loops created here are parallel: tile
+  // loops of contractions stay sequential, so the temporaries hoisted out of
+  // them above are never shared between threads.
   LowerToLoopsPassOptions toLoops;
   if (options.threads > 1)
-    toLoops.parallelThreshold = 1 << 16;
+    toLoops.parallelThreshold = options.parallelThreshold;
   pm.addNestedPass<func::FuncOp>(createLowerToLoopsPass(toLoops));
   if (options.threads > 1) {
-    // Large kernels' outer parallel loops are split into blocks run by
-    // MLIR's async runtime. Only loops created above are parallel: tile
-    // loops of contractions stay sequential, and temporaries were hoisted
-    // out of loops before any loop could run concurrently.
-    AsyncParallelForPassOptions parallelFor;
-    parallelFor.numWorkerThreads = options.threads;
-    // Iterations of the outer parallel loop per block, at least: smaller
-    // loops run in one block, in the calling thread.
-    parallelFor.minTaskSize = 512;
-    pm.addPass(createAsyncParallelForPass(parallelFor));
-    pm.addPass(createAsyncToAsyncRuntimePass());
-    pm.addPass(createAsyncRuntimeRefCountingPass());
-    pm.addPass(createAsyncRuntimeRefCountingOptPass());
-    pm.addPass(createConvertAsyncToLLVMPass());
+    ConvertSCFToOpenMPPassOptions toOpenMP;
+    toOpenMP.numThreads = options.threads;
+    pm.addPass(createConvertSCFToOpenMPPass(toOpenMP));
+    // It wraps each iteration in a memref.alloca_scope, which must stay one
+    // block; loop bodies of linalg ops allocate nothing, so canonicalization
+    // inlines the scopes before scf-to-cf splits the inner loops into blocks.
+    pm.addPass(createCanonicalizerPass());
   }
   pm.addNestedPass<func::FuncOp>(createConvertVectorToSCFPass(
       VectorTransferToSCFOptions().enableFullUnroll()));
@@ -113,6 +110,8 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
   memrefToLLVM.useGenericFunctions = true;
   pm.addPass(createFinalizeMemRefToLLVMConversionPass(memrefToLLVM));
   pm.addPass(createConvertToLLVMPass());
+  if (options.threads > 1)
+    pm.addPass(createConvertOpenMPToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
   pm.addPass(createCanonicalizerPass());
 }

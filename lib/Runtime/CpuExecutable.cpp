@@ -16,6 +16,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/Support/TargetSelect.h"
@@ -69,6 +70,7 @@ const DialectRegistry &getRegistry() {
     registerAllExtensions(*r);
     registerBuiltinDialectTranslation(*r);
     registerLLVMDialectTranslation(*r);
+    registerOpenMPDialectTranslation(*r);
     return r;
   }();
   return *registry;
@@ -180,9 +182,6 @@ extern "C" void lazymlirFree(void *block) { BufferPool::get().release(block); }
 
 } // namespace
 
-// libmlir_async_runtime's export of its symbols (no header declares it).
-extern "C" void __mlir_execution_engine_init(llvm::StringMap<void *> &);
-
 struct CpuExecutable::Impl {
   std::unique_ptr<ExecutionEngine> engine;
   void (*entry)(void **) = nullptr;
@@ -285,6 +284,15 @@ CpuExecutable::compile(const std::string &source,
   engineOptions.jitCodeGenOptLevel = codeGenLevel;
   engineOptions.enableGDBNotificationListener = false;
   engineOptions.enablePerfNotificationListener = false;
+  // Parallel loops call LLVM's OpenMP runtime. Its threads spin for
+  // KMP_BLOCKTIME after each parallel loop (200 ms by default), which would
+  // take a core from the Python thread tracing the next step: keep them
+  // warm across one graph's kernels only, unless the user chose otherwise.
+  StringRef openMPRuntime = LAZYMLIR_OPENMP_RUNTIME;
+  if (pipelineOptions.threads > 1) {
+    setenv("KMP_BLOCKTIME", "1", /*overwrite=*/0);
+    engineOptions.sharedLibPaths = openMPRuntime;
+  }
   auto engine = ExecutionEngine::create(*module, engineOptions,
                                         std::move(*targetMachine));
   if (!engine) {
@@ -306,14 +314,6 @@ CpuExecutable::compile(const std::string &source,
     add("_mlir_memref_to_llvm_aligned_alloc", &lazymlirAlignedAlloc);
     add("_mlir_memref_to_llvm_alloc", &lazymlirAlloc);
     add("_mlir_memref_to_llvm_free", &lazymlirFree);
-    // MLIR's async runtime (parallel loops): its thread pool is process-wide
-    // and never torn down, since cached executables share it.
-    llvm::StringMap<void *> asyncRuntime;
-    __mlir_execution_engine_init(asyncRuntime);
-    for (auto &entry : asyncRuntime)
-      symbols[interner(entry.getKey())] = {
-          llvm::orc::ExecutorAddr::fromPtr(entry.getValue()),
-          llvm::JITSymbolFlags::Exported};
     return symbols;
   });
   impl->engine->initialize();

@@ -3,6 +3,8 @@
 #include "lazymlir/Transforms/Passes.h"
 
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/AffineExpr.h"
 #include "mlir/IR/PatternMatch.h"
 
 namespace lazymlir {
@@ -13,6 +15,25 @@ namespace lazymlir {
 using namespace mlir;
 
 namespace {
+
+/// Iterations of the parallel loop wanted at least: a few per thread, so
+/// that a static schedule balances.
+constexpr int64_t kMinParallelIterations = 64;
+
+/// Whether iterations of loop `dim` write disjoint output elements: the dim
+/// is parallel and indexes every output directly.
+bool writesDisjointly(linalg::LinalgOp op, unsigned dim) {
+  if (op.getIteratorTypesArray()[dim] != utils::IteratorType::parallel)
+    return false;
+  for (OpOperand &init : op.getDpsInitsMutable()) {
+    AffineMap map = op.getMatchingIndexingMap(&init);
+    if (!llvm::any_of(map.getResults(), [&](AffineExpr e) {
+          return e == getAffineDimExpr(dim, op.getContext());
+        }))
+      return false;
+  }
+  return true;
+}
 
 struct LowerToLoopsPass
     : lazymlir::impl::LowerToLoopsPassBase<LowerToLoopsPass> {
@@ -27,6 +48,56 @@ struct LowerToLoopsPass
     return points >= parallelThreshold;
   }
 
+  /// How many outer loops of `op`'s nest to run as one parallel loop: the
+  /// fewest whose iterations number kMinParallelIterations, all writing
+  /// disjointly, and never the innermost of several loops (it is the one
+  /// LLVM vectorizes). 0: none.
+  unsigned parallelDepth(linalg::LinalgOp op) const {
+    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+    unsigned limit = ranges.size() == 1 ? 1 : ranges.size() - 1;
+    int64_t iterations = 1;
+    for (unsigned depth = 0; depth < limit; ++depth) {
+      if (!writesDisjointly(op, depth))
+        return iterations >= 2 ? depth : 0;
+      iterations *= ranges[depth];
+      if (iterations >= kMinParallelIterations)
+        return depth + 1;
+    }
+    return iterations >= 2 ? limit : 0;
+  }
+
+  /// Replaces the outer `depth` loops of a perfect scf.for nest by one
+  /// scf.parallel over the same iteration space.
+  static void parallelize(IRRewriter &rewriter, ArrayRef<Operation *> loops,
+                          unsigned depth) {
+    SmallVector<Value> lbs, ubs, steps;
+    for (Operation *loop : loops.take_front(depth)) {
+      auto forOp = cast<scf::ForOp>(loop);
+      lbs.push_back(forOp.getLowerBound());
+      ubs.push_back(forOp.getUpperBound());
+      steps.push_back(forOp.getStep());
+    }
+    auto outer = cast<scf::ForOp>(loops.front());
+    rewriter.setInsertionPoint(outer);
+    auto parallel =
+        scf::ParallelOp::create(rewriter, outer.getLoc(), lbs, ubs, steps);
+    // Each level's ops (index computations, inner bounds) go into the
+    // parallel body in order, the innermost level's whole body last.
+    Operation *insertPoint = parallel.getBody()->getTerminator();
+    for (unsigned level = 0; level < depth; ++level) {
+      auto forOp = cast<scf::ForOp>(loops[level]);
+      rewriter.replaceAllUsesWith(forOp.getInductionVar(),
+                                  parallel.getInductionVars()[level]);
+      for (Operation &op : llvm::make_early_inc_range(*forOp.getBody())) {
+        if (&op == forOp.getBody()->getTerminator() ||
+            (level + 1 < depth && &op == loops[level + 1]))
+          continue;
+        rewriter.moveOpBefore(&op, insertPoint);
+      }
+    }
+    rewriter.eraseOp(outer);
+  }
+
   void runOnOperation() override {
     SmallVector<linalg::LinalgOp> ops;
     getOperation().walk([&](linalg::LinalgOp op) {
@@ -36,14 +107,15 @@ struct LowerToLoopsPass
     IRRewriter rewriter(&getContext());
     for (linalg::LinalgOp op : ops) {
       rewriter.setInsertionPoint(op);
-      FailureOr<linalg::LinalgLoops> loops =
-          isLarge(op) ? linalg::linalgOpToParallelLoops(rewriter, op)
-                      : linalg::linalgOpToLoops(rewriter, op);
-      if (failed(loops)) {
+      unsigned depth = isLarge(op) ? parallelDepth(op) : 0;
+      FailureOr<linalg::LinalgLoops> loops = linalg::linalgOpToLoops(rewriter, op);
+      if (failed(loops) || loops->size() < depth) {
         op.emitError("cannot lower to loops");
         return signalPassFailure();
       }
       rewriter.eraseOp(op);
+      if (depth > 0)
+        parallelize(rewriter, *loops, depth);
     }
   }
 };

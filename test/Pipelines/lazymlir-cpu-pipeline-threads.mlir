@@ -1,12 +1,21 @@
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="threads=2" | FileCheck %s
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline | FileCheck %s --check-prefix=SEQ
 
-// With threads, a large kernel's rows are split into blocks dispatched to
-// MLIR's async runtime; by default everything runs in the calling thread.
+// With threads, a large kernel's rows become one OpenMP worksharing loop on
+// that many threads (the reduction stays a sequential loop inside, the
+// scf.parallel's alloca scope is gone); the small fill stays sequential. By
+// default everything runs in the calling thread.
 // CHECK-LABEL: llvm.func @main
-// CHECK: llvm.call @mlirAsyncRuntimeCreateGroup
-// CHECK: llvm.call @mlirAsyncRuntimeAwaitAllInGroup
-// SEQ-NOT: mlirAsyncRuntime
+// CHECK: %[[THREADS:.+]] = llvm.mlir.constant(2 : i32) : i32
+// CHECK: omp.parallel num_threads(%[[THREADS]] : i32) {
+// CHECK-NEXT: omp.wsloop {
+// CHECK-NEXT: omp.loop_nest (%{{.+}}) : i64 = (%{{.+}}) to (%{{.+}}) step (%{{.+}}) {
+// CHECK-NOT: memref.alloca_scope
+// CHECK: llvm.cond_br
+// CHECK: omp.yield
+// CHECK: omp.terminator
+// CHECK-NOT: omp.parallel
+// SEQ-NOT: omp.
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d0)>
 func.func @main(%arg0: tensor<1024x256xf32>) -> tensor<1024xf32> {

@@ -36,3 +36,58 @@ func.func @small(%arg0: memref<64xf32>, %arg1: memref<64xf32>) {
   }
   return
 }
+
+// -----
+
+#map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+// Only the outer loops run in parallel, as few as give 64 iterations (8x16
+// here); the inner loops stay sequential for LLVM to vectorize.
+// CHECK-LABEL: func.func @outer_dims
+// CHECK: scf.parallel (%[[I:.+]], %[[J:.+]]) = (%{{.+}}, %{{.+}}) to (%c8, %c16)
+// CHECK-NEXT: scf.for %[[K:.+]] =
+// CHECK-NEXT: scf.for %[[L:.+]] =
+// CHECK-DAG: affine.apply #{{.+}}(%[[I]])
+// CHECK-DAG: affine.apply #{{.+}}(%[[J]])
+// CHECK: memref.store
+// CHECK: scf.reduce
+func.func @outer_dims(%arg0: memref<8x16x32x4xf32>, %arg1: memref<8x16x32x4xf32>) {
+  linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%arg0 : memref<8x16x32x4xf32>) outs(%arg1 : memref<8x16x32x4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.negf %in : f32
+    linalg.yield %0 : f32
+  }
+  return
+}
+
+// -----
+
+#map = affine_map<(d0) -> (d0)>
+// One loop: it is the parallel one.
+// CHECK-LABEL: func.func @one_dim
+// CHECK: scf.parallel
+// CHECK-NOT: scf.for
+func.func @one_dim(%arg0: memref<8192xf32>, %arg1: memref<8192xf32>) {
+  linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : memref<8192xf32>) outs(%arg1 : memref<8192xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.negf %in : f32
+    linalg.yield %0 : f32
+  }
+  return
+}
+
+// -----
+
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d1)>
+// The outer loop is a reduction: every iteration writes the whole output, so
+// no loop runs in parallel.
+// CHECK-LABEL: func.func @column_sum
+// CHECK-NOT: scf.parallel
+func.func @column_sum(%arg0: memref<128x64xf32>, %arg1: memref<64xf32>) {
+  linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction", "parallel"]} ins(%arg0 : memref<128x64xf32>) outs(%arg1 : memref<64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.addf %in, %out : f32
+    linalg.yield %0 : f32
+  }
+  return
+}

@@ -196,7 +196,7 @@ def test_matmul_dtypes_match_eager(dtype):
 
 @pytest.mark.parametrize("name", ["softmax", "sum_mean_max", "conv_bias_relu_residual", "matmul_mask_epilogue"])
 def test_threads_match_eager(name):
-    """Large kernels split across threads (MLIR's async runtime) give eager's
+    """Large kernels split across threads (OpenMP parallel loops) give eager's
     results; small ones (below the parallel threshold) stay sequential."""
     torch.manual_seed(0)
     module, args = FLOAT_CASES[name]

@@ -24,10 +24,15 @@ struct CpuPipelineOptions
       llvm::cl::init(true)};
   Option<unsigned> threads{
       *this, "threads",
-      llvm::cl::desc("Threads that share each kernel's parallel loop (1: "
-                     "sequential; the runtime needs MLIR's async runtime "
-                     "otherwise)"),
+      llvm::cl::desc("Threads that share each large kernel's parallel loop "
+                     "(1: sequential; more: OpenMP, the runtime needs "
+                     "libomp)"),
       llvm::cl::init(1)};
+  Option<int64_t> parallelThreshold{
+      *this, "parallel-threshold",
+      llvm::cl::desc("With threads > 1: iteration points a kernel needs to "
+                     "be run in parallel (forking costs microseconds)"),
+      llvm::cl::init(1 << 16)};
 };
 
 /// linalg-on-tensors (as torch-mlir emits it) to the LLVM dialect, with the

@@ -233,13 +233,11 @@ def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
   let description = [{
     A linalg op (on memrefs) whose iteration space has at least
     `parallel-threshold` points becomes an scf.parallel nest over its
-    parallel dimensions (reductions stay scf.for inside), which
-    async-parallel-for later splits across threads; smaller ones become
-    plain scf.for nests. Splitting a small kernel costs more in dispatch
-    than it saves, and every parallel loop is outlined into coroutines that
-    LLVM must then compile: parallelizing all ~90 kernels of a training
-    step made its compilation 8x slower. A threshold of 0 makes no loop
-    parallel.
+    parallel dimensions (reductions stay scf.for inside), which the CPU
+    pipeline then turns into an OpenMP parallel loop; smaller ones become
+    plain scf.for nests. Waking threads for a small kernel costs more than
+    it saves, and every parallel loop is outlined into its own function
+    that LLVM must compile. A threshold of 0 makes no loop parallel.
   }];
   let dependentDialects = ["mlir::scf::SCFDialect"];
   let options = [
