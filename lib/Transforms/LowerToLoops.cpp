@@ -3,7 +3,9 @@
 #include "lazymlir/Transforms/Passes.h"
 
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/IR/AffineExpr.h"
 #include "mlir/IR/PatternMatch.h"
 
@@ -98,6 +100,86 @@ struct LowerToLoopsPass
     rewriter.eraseOp(outer);
   }
 
+  /// The loops of a contraction's tile nest (outer to inner) that may run
+  /// as one parallel loop: marked, without loop-carried values, each the
+  /// only effectful op of its parent's body. Empty when the nest uses a
+  /// scratch buffer allocated outside it (hoisted out of the tile loops by
+  /// buffer-loop-hoisting: threads would share it) or allocates inside.
+  static SmallVector<Operation *> parallelTileNest(scf::ForOp root) {
+    SmallVector<Operation *> nest;
+    for (scf::ForOp loop = root; loop;) {
+      if (!loop->hasAttr(lazymlir::kParallelTilesAttr) ||
+          loop.getNumRegionIterArgs() != 0)
+        break;
+      nest.push_back(loop);
+      scf::ForOp inner;
+      for (Operation &op : loop.getBody()->without_terminator()) {
+        if (auto forOp = dyn_cast<scf::ForOp>(op); forOp && !inner)
+          inner = forOp;
+        else if (!isMemoryEffectFree(&op) || inner)
+          inner = nullptr, loop = nullptr; // effects besides the inner loop
+      }
+      if (!loop)
+        break;
+      loop = inner;
+    }
+    bool allocates = false;
+    root.walk([&](Operation *op) {
+      allocates |= isa<memref::AllocOp, memref::AllocaOp>(op);
+    });
+    bool sharesScratch = false;
+    root.walk([&](Operation *op) {
+      for (Value operand : op->getOperands()) {
+        if (!operand.getDefiningOp<memref::AllocOp>() &&
+            !operand.getDefiningOp<memref::AllocaOp>())
+          continue;
+        if (root->isAncestor(operand.getDefiningOp()))
+          continue;
+        sharesScratch |= llvm::all_of(operand.getUsers(), [&](Operation *u) {
+          return isa<memref::DeallocOp>(u) || root->isAncestor(u);
+        });
+      }
+    });
+    if (allocates || sharesScratch)
+      nest.clear();
+    return nest;
+  }
+
+  /// How many outer loops of `nest` to run as one parallel loop: the fewest
+  /// whose iterations number kMinParallelIterations (all if fewer).
+  static unsigned tileParallelDepth(ArrayRef<Operation *> nest) {
+    int64_t iterations = 1;
+    for (auto [depth, op] : llvm::enumerate(nest)) {
+      auto loop = cast<scf::ForOp>(op);
+      std::optional<APInt> trips = loop.getStaticTripCount();
+      iterations *= trips ? trips->getSExtValue() : kMinParallelIterations;
+      if (iterations >= kMinParallelIterations)
+        return depth + 1;
+    }
+    return iterations >= 2 ? nest.size() : 0;
+  }
+
+  void parallelizeTiles(IRRewriter &rewriter) {
+    SmallVector<scf::ForOp> roots;
+    getOperation().walk([&](scf::ForOp loop) {
+      auto points =
+          loop->getAttrOfType<IntegerAttr>(lazymlir::kParallelTilesAttr);
+      auto parent = loop->getParentOfType<scf::ForOp>();
+      if (points && points.getInt() >= parallelThreshold &&
+          parallelThreshold > 0 &&
+          !(parent && parent->hasAttr(lazymlir::kParallelTilesAttr)))
+        roots.push_back(loop);
+    });
+    for (scf::ForOp root : roots) {
+      SmallVector<Operation *> nest = parallelTileNest(root);
+      if (unsigned depth = tileParallelDepth(nest))
+        parallelize(rewriter, nest, depth);
+    }
+    getOperation().walk([](scf::ForOp loop) {
+      loop->removeAttr(lazymlir::kParallelTilesAttr);
+    });
+  }
+
   void runOnOperation() override {
     SmallVector<linalg::LinalgOp> ops;
     getOperation().walk([&](linalg::LinalgOp op) {
@@ -117,6 +199,7 @@ struct LowerToLoopsPass
       if (depth > 0)
         parallelize(rewriter, *loops, depth);
     }
+    parallelizeTiles(rewriter);
   }
 };
 

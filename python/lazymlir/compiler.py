@@ -69,12 +69,12 @@ class Executable:
 
 
 def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool = True,
-                   threads: int = 1, keep_llvm_ir: bool = False, opt_level: int = 3) -> Executable:
+                   threads: int = 0, keep_llvm_ir: bool = False, opt_level: int = 3) -> Executable:
     """Compile linalg-on-tensors text whose entry is ``func.func @main``.
 
     ``fusion`` fuses elementwise ops with each other and into contractions;
     ``channels_last`` runs convolutions and pooling in NHWC; ``threads``
-    splits large kernels' parallel loops across that many threads (0: all
+    splits large kernels' outer loops across that many threads (0: all
     hardware threads; 1: none); ``keep_llvm_ir``
     keeps the LLVM-dialect text (for dumps). Releases the GIL while
     compiling; raises :data:`CompileError` with MLIR's diagnostics.

@@ -38,11 +38,11 @@ fusion: bool = _env_bool("LAZYMLIR_FUSION", True)
 # is, and outputs come back in the memory format eager PyTorch gives them.
 channels_last: bool = _env_bool("LAZYMLIR_CHANNELS_LAST", True)
 
-# Threads that share each large kernel's parallel loop (MLIR's async runtime;
-# part of the cache key).  1, the default, runs kernels in one thread: with
-# more, compilation takes about 3x longer (every parallel loop is outlined into
-# coroutines) and only large elementwise kernels gain.  0: all hardware threads.
-threads: int = int(_env_str("LAZYMLIR_THREADS", "1"))
+# Threads that share each large kernel's outer loops (OpenMP worksharing loops;
+# part of the cache key).  0, the default: all hardware threads; 1: every
+# kernel runs in the worker thread alone; N: N threads.  Kernels below the
+# parallel threshold always run in one thread.
+threads: int = int(_env_str("LAZYMLIR_THREADS", "0"))
 
 # Run every graph eagerly (op by op, on CPU) instead of compiling it: a debugging
 # aid to tell a compiler bug from a tracer bug.  Counted as "EagerGraph".

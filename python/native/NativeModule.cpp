@@ -118,7 +118,7 @@ NB_MODULE(_native, m) {
       },
       nb::arg("source"), nb::arg("entry") = "main", nb::arg("opt_level") = 3,
       nb::arg("fusion") = true, nb::arg("channels_last") = true,
-      nb::arg("threads") = 1,
+      nb::arg("threads") = 0,
       nb::arg("keep_llvm_dialect") = false,
       "Compile linalg-on-tensors text for this CPU. Releases the GIL; raises "
       "CompileError with MLIR's diagnostics.");

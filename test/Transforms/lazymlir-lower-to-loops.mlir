@@ -91,3 +91,77 @@ func.func @column_sum(%arg0: memref<128x64xf32>, %arg1: memref<64xf32>) {
   }
   return
 }
+
+// -----
+
+// Tile loops of a contraction (marked by lazymlir-tile-contractions with its
+// size): 8x4 tiles write disjoint parts of the output, so both loops become
+// one parallel loop, and the mark is gone.
+// CHECK-LABEL: func.func @tiles
+// CHECK: scf.parallel (%[[I:.+]], %[[J:.+]]) = (%c0, %c0) to (%c64, %c128) step (%c8, %c32)
+// CHECK-NEXT: %[[TILE:.+]] = memref.subview %{{.+}}[%[[I]], %[[J]]] [8, 32]
+// CHECK: scf.for
+// CHECK: memref.store %{{.+}}, %[[TILE]]
+// CHECK: scf.reduce
+// CHECK-NOT: lazymlir.parallel_tiles
+// SEQ-LABEL: func.func @tiles
+// SEQ-NOT: scf.parallel
+// SEQ-NOT: lazymlir.parallel_tiles
+func.func @tiles(%out: memref<64x128xf32>) {
+  %c0 = arith.constant 0 : index
+  %c8 = arith.constant 8 : index
+  %c32 = arith.constant 32 : index
+  %c64 = arith.constant 64 : index
+  %c128 = arith.constant 128 : index
+  %cst = arith.constant 1.0 : f32
+  scf.for %i = %c0 to %c64 step %c8 {
+    scf.for %j = %c0 to %c128 step %c32 {
+      %tile = memref.subview %out[%i, %j] [8, 32] [1, 1] : memref<64x128xf32> to memref<8x32xf32, strided<[128, 1], offset: ?>>
+      linalg.fill ins(%cst : f32) outs(%tile : memref<8x32xf32, strided<[128, 1], offset: ?>>)
+    } {lazymlir.parallel_tiles = 1048576 : i64}
+  } {lazymlir.parallel_tiles = 1048576 : i64}
+  return
+}
+
+// -----
+
+// A scratch buffer used only inside the tile loops (hoisted out of them by
+// buffer-loop-hoisting) would be shared by the threads: the loops stay
+// sequential.
+// CHECK-LABEL: func.func @shared_scratch
+// CHECK-NOT: scf.parallel
+// CHECK-NOT: lazymlir.parallel_tiles
+func.func @shared_scratch(%out: memref<64x128xf32>) {
+  %c0 = arith.constant 0 : index
+  %c8 = arith.constant 8 : index
+  %c32 = arith.constant 32 : index
+  %c64 = arith.constant 64 : index
+  %c128 = arith.constant 128 : index
+  %cst = arith.constant 1.0 : f32
+  %scratch = memref.alloca() : memref<8x32xf32>
+  scf.for %i = %c0 to %c64 step %c8 {
+    scf.for %j = %c0 to %c128 step %c32 {
+      linalg.fill ins(%cst : f32) outs(%scratch : memref<8x32xf32>)
+      %tile = memref.subview %out[%i, %j] [8, 32] [1, 1] : memref<64x128xf32> to memref<8x32xf32, strided<[128, 1], offset: ?>>
+      memref.copy %scratch, %tile : memref<8x32xf32> to memref<8x32xf32, strided<[128, 1], offset: ?>>
+    } {lazymlir.parallel_tiles = 1048576 : i64}
+  } {lazymlir.parallel_tiles = 1048576 : i64}
+  return
+}
+
+// -----
+
+// A contraction below the threshold keeps sequential tile loops.
+// CHECK-LABEL: func.func @small_tiles
+// CHECK-NOT: scf.parallel
+func.func @small_tiles(%out: memref<64x128xf32>) {
+  %c0 = arith.constant 0 : index
+  %c8 = arith.constant 8 : index
+  %c64 = arith.constant 64 : index
+  %cst = arith.constant 1.0 : f32
+  scf.for %i = %c0 to %c64 step %c8 {
+    %tile = memref.subview %out[%i, 0] [8, 128] [1, 1] : memref<64x128xf32> to memref<8x128xf32, strided<[128, 1], offset: ?>>
+    linalg.fill ins(%cst : f32) outs(%tile : memref<8x128xf32, strided<[128, 1], offset: ?>>)
+  } {lazymlir.parallel_tiles = 1024 : i64}
+  return
+}

@@ -16,6 +16,13 @@
 
 namespace lazymlir {
 
+/// On the scf.for loops of a contraction's tiles over parallel dimensions
+/// (lazymlir-tile-contractions): the contraction's iteration points (i64).
+/// lazymlir-lower-to-loops runs such loops in parallel when large and safe,
+/// and removes the attribute.
+inline constexpr llvm::StringLiteral kParallelTilesAttr =
+    "lazymlir.parallel_tiles";
+
 #define GEN_PASS_DECL
 #include "lazymlir/Transforms/Passes.h.inc"
 

@@ -87,7 +87,9 @@ def TileContractionsPass
        same iteration space (the epilogue: bias, activation, residual add,
        usually one op after lazymlir-fuse-elementwise), tiling that consumer
        instead and fusing the contraction into it: each output tile is
-       computed, finished and written once;
+       computed, finished and written once; the tile loops are marked
+       `lazymlir.parallel_tiles` (with the contraction's iteration points)
+       for lazymlir-lower-to-loops, which may run them in parallel;
     3. tiles the reduction loops by `tile-k` and vectorizes every tile
        (`vectorize`), leaving vector.contract on small static shapes for the
        vector lowering (outer products, i.e. FMAs on registers).
@@ -237,7 +239,19 @@ def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
     pipeline then turns into an OpenMP parallel loop; smaller ones become
     plain scf.for nests. Waking threads for a small kernel costs more than
     it saves, and every parallel loop is outlined into its own function
-    that LLVM must compile. A threshold of 0 makes no loop parallel.
+    that LLVM must compile. Only outer loops run in parallel: the fewest
+    whose iterations number 64 (a static schedule then balances), each
+    writing disjoint output elements (a parallel dimension indexing every
+    output), and never the innermost of several loops, which LLVM
+    vectorizes.
+
+    Tile loops of contractions (scf.for marked `lazymlir.parallel_tiles`
+    by lazymlir-tile-contractions with the contraction's size) become
+    parallel the same way when that size reaches the threshold, unless the
+    nest allocates or uses a scratch buffer allocated outside it and used
+    nowhere else (buffer-loop-hoisting moves per-tile temporaries out of
+    the tile loops; threads would share them). The mark is removed either
+    way. A threshold of 0 makes no loop parallel.
   }];
   let dependentDialects = ["mlir::scf::SCFDialect"];
   let options = [
