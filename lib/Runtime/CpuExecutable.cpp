@@ -159,6 +159,24 @@ public:
     idleBytes += size;
   }
 
+  size_t trim() {
+    std::lock_guard<std::mutex> lock(mutex);
+    size_t freed = idleBytes;
+    for (auto &[size, blocks] : idle)
+      for (void *block : blocks) {
+        sizes.erase(block);
+        std::free(block);
+      }
+    idle.clear();
+    idleBytes = 0;
+    return freed;
+  }
+
+  size_t idleSize() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return idleBytes;
+  }
+
 private:
   static constexpr size_t kAlignment = 64;
   static constexpr size_t kMaxCachedBytes = size_t(1) << 30;
@@ -181,6 +199,13 @@ extern "C" void *lazymlirAlloc(uint64_t size) {
 extern "C" void lazymlirFree(void *block) { BufferPool::get().release(block); }
 
 } // namespace
+
+void *allocateBuffer(size_t bytes) {
+  return BufferPool::get().allocate(0, bytes);
+}
+void releaseBuffer(void *block) { BufferPool::get().release(block); }
+size_t trimBufferPool() { return BufferPool::get().trim(); }
+size_t idleBufferBytes() { return BufferPool::get().idleSize(); }
 
 struct CpuExecutable::Impl {
   std::unique_ptr<ExecutionEngine> engine;

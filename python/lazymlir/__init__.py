@@ -8,13 +8,14 @@ the cache) and run it.
 
 from . import cache, config, metrics
 from .device import LazyTensor, device, kernel_count, mark_step, sync
-from .runtime import wait_device_ops
+from .runtime import empty_cache, wait_device_ops
 
 __all__ = [
     "LazyTensor",
     "cache",
     "config",
     "device",
+    "empty_cache",
     "kernel_count",
     "mark_step",
     "metrics",

@@ -102,6 +102,23 @@ NB_MODULE(_native, m) {
           "Releases the GIL.");
 
   m.def(
+      "pooled_buffer",
+      [](size_t bytes) {
+        void *block = allocateBuffer(bytes);
+        nb::capsule owner(block, [](void *p) noexcept { releaseBuffer(p); });
+        size_t shape[1] = {bytes};
+        return nb::ndarray<nb::pytorch, uint8_t, nb::ndim<1>>(block, 1, shape,
+                                                               owner);
+      },
+      nb::arg("bytes"),
+      "A uint8 torch tensor of `bytes` from the runtime's buffer pool; its "
+      "memory goes back to the pool when the tensor is freed.");
+  m.def("trim_buffer_pool", &trimBufferPool,
+        "Return the pool's idle blocks to the system; returns the bytes.");
+  m.def("idle_buffer_bytes", &idleBufferBytes,
+        "Bytes the buffer pool holds idle.");
+
+  m.def(
       "compile_cpu",
       [](const std::string &source, const std::string &entry,
          unsigned optLevel, bool fusion, bool channelsLast, unsigned threads,

@@ -44,12 +44,23 @@ struct CompileOptions {
   bool fusion = true;
   /// Convolutions and pooling in NHWC (lazymlir-channels-last).
   bool channelsLast = true;
-  /// Threads sharing each large kernel's parallel loop; 0: all hardware
+  /// Threads sharing each large kernel's parallel loops; 0: all hardware
   /// threads, 1: sequential.
-  unsigned threads = 1;
+  unsigned threads = 0;
   /// Keep the LLVM-dialect module's text (for dumps).
   bool keepLLVMDialect = false;
 };
+
+/// Memory from the runtime's buffer pool, which also serves compiled code's
+/// temporaries: blocks freed are kept by size and handed out again, already
+/// paged in (a fresh large block costs a page fault per 4 KiB when first
+/// written). 64-byte aligned. Thread-safe.
+void *allocateBuffer(size_t bytes);
+void releaseBuffer(void *block);
+/// Returns the pool's idle blocks to the system; returns how many bytes.
+size_t trimBufferPool();
+/// Bytes the pool holds idle.
+size_t idleBufferBytes();
 
 /// A compile failure; what() carries MLIR's diagnostics.
 class CompileError : public std::runtime_error {
