@@ -48,6 +48,10 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
   bufferize.functionBoundaryTypeConversion =
       bufferization::LayoutMapOption::IdentityLayoutMap;
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  // Tile loops yield their output buffer unchanged: folding their results
+  // to that buffer lets the next pass write results in place instead of
+  // copying a finished temporary into the out-parameter.
+  pm.addPass(createCanonicalizerPass());
 
   // Destination passing (DESIGN.md, decision 4): torch allocates the outputs
   // and the kernels write into them directly instead of into a temporary

@@ -1,5 +1,5 @@
-// RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="threads=2" | FileCheck %s
-// RUN: lazymlir-opt %s --lazymlir-cpu-pipeline | FileCheck %s --check-prefix=SEQ
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-cpu-pipeline="threads=2" | FileCheck %s
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-cpu-pipeline | FileCheck %s --check-prefix=SEQ
 
 // With threads, a large kernel's rows become one OpenMP worksharing loop on
 // that many threads (the reduction stays a sequential loop inside, the
@@ -29,4 +29,40 @@ func.func @main(%arg0: tensor<1024x256xf32>) -> tensor<1024xf32> {
     linalg.yield %2 : f32
   } -> tensor<1024xf32>
   return %0 : tensor<1024xf32>
+}
+
+// -----
+
+// matmul + bias + relu: the 8x4 output tiles are one OpenMP loop (collapsed),
+// each tile's accumulator stays in registers (no scratch tile on the stack,
+// which the threads would share) and the finished tiles are written straight
+// into the caller's output (no temporary copied into it).
+// CHECK-LABEL: llvm.func @main
+// CHECK-NOT: llvm.alloca
+// CHECK: omp.parallel
+// CHECK-NEXT: omp.wsloop {
+// CHECK-NEXT: omp.loop_nest (%{{.+}}, %{{.+}}) : i64 = {{.*}} collapse(2) {
+// CHECK: llvm.intr.fmuladd({{.*}}) : (vector<32xf32>, vector<32xf32>, vector<32xf32>) -> vector<32xf32>
+// CHECK: omp.terminator
+// CHECK-NOT: memcpy
+// CHECK: llvm.return
+// SEQ-LABEL: llvm.func @main
+// SEQ-NOT: llvm.alloca
+// SEQ-NOT: omp.
+// SEQ-NOT: memcpy
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d1)>
+func.func @main(%arg0: tensor<64x64xf32>, %arg1: tensor<64x64xf32>, %arg2: tensor<64xf32>) -> tensor<64x64xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<64x64xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<64x64xf32>) -> tensor<64x64xf32>
+  %2 = linalg.matmul ins(%arg0, %arg1 : tensor<64x64xf32>, tensor<64x64xf32>) outs(%1 : tensor<64x64xf32>) -> tensor<64x64xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%2, %arg2 : tensor<64x64xf32>, tensor<64xf32>) outs(%0 : tensor<64x64xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %4 = arith.addf %in, %in_0 : f32
+    %5 = arith.cmpf ugt, %4, %cst : f32
+    %6 = arith.select %5, %4, %cst : f32
+    linalg.yield %6 : f32
+  } -> tensor<64x64xf32>
+  return %3 : tensor<64x64xf32>
 }

@@ -12,11 +12,13 @@
 // CHECK-NOT: linalg.fill
 // CHECK: %[[R:.+]] = scf.for %[[I:.+]] = %{{.+}} to %{{.+}} step %c8
 // CHECK: scf.for %[[J:.+]] = %{{.+}} to %{{.+}} step %c32
-// CHECK: %[[ACC:.+]] = scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c8 {{.*}} -> (tensor<8x32xf32>)
-// CHECK: vector.contract {{.*}} : vector<8x8xf32>, vector<8x32xf32> into vector<8x32xf32>
-// CHECK: vector.transfer_read %[[ACC]]
+// The accumulator is carried through the K loop as a vector (registers),
+// and the epilogue takes it from there: no scratch tile in memory.
+// CHECK: %[[ACC:.+]] = scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c8 iter_args(%[[A:.+]] = %{{.+}}) -> (vector<8x32xf32>)
+// CHECK: %[[C:.+]] = vector.contract {{.*}} %[[A]] : vector<8x8xf32>, vector<8x32xf32> into vector<8x32xf32>
+// CHECK-NEXT: scf.yield %[[C]]
 // CHECK: vector.transfer_read %{{.+}}{{.*}} : tensor<32xf32>, vector<32xf32>
-// CHECK: arith.addf {{.*}} : vector<8x32xf32>
+// CHECK: arith.addf %[[ACC]], {{.*}} : vector<8x32xf32>
 // CHECK: arith.select {{.*}} : vector<8x32xi1>, vector<8x32xf32>
 // CHECK: vector.transfer_write
 // CHECK: tensor.insert_slice {{.*}}[%[[I]], %[[J]]] [8, 32] [1, 1] : tensor<8x32xf32> into tensor<16x64xf32>
@@ -50,7 +52,7 @@ func.func @matmul_epilogue(%arg0: tensor<16x64xf32>, %arg1: tensor<64x64xf32>, %
 // Tile sizes divide the loop bounds: M=6 and N=10 give one 6x10 tile, K=12 is
 // split in 6s, so no tile is partial.
 // CHECK-LABEL: func.func @odd_sizes
-// CHECK: scf.for {{.*}} step %c6 {{.*}} -> (tensor<6x10xf32>)
+// CHECK: scf.for {{.*}} step %c6 {{.*}} -> (vector<6x10xf32>)
 // CHECK: vector.contract {{.*}} : vector<6x6xf32>, vector<6x10xf32> into vector<6x10xf32>
 func.func @odd_sizes(%arg0: tensor<6x12xf32>, %arg1: tensor<12x10xf32>) -> tensor<6x10xf32> {
   %cst = arith.constant 0.000000e+00 : f32
