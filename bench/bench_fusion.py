@@ -8,6 +8,13 @@ Cases (float32):
   softmax  softmax over the last dim of 4096x1024
   mlp      relu(x @ W + b), x 256x1024, W 1024x1024
 
+Variants are timed interleaved (one call of each per round, median over
+rounds: bench/timing.py), so that drifting machine load hits them all alike.
+Interleaving also means each variant starts with caches holding the previous
+variant's data (inputs are read from memory, as in a real step) and next to
+the other variants' idle OpenMP threads (torch's libgomp spins for a while
+after each parallel region; our libomp's threads spin for KMP_BLOCKTIME).
+
 For each: median step time (ms) over repeats, speedup against eager, and
 effective bandwidth (GB/s) = unavoidable bytes (inputs read once, outputs
 written once) / time, against the machine's copy bandwidth measured here
@@ -24,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 import lazymlir
-from timing import median_seconds
+from timing import interleaved_median_seconds, median_seconds
 from lazymlir import compiler
 
 
@@ -96,25 +103,34 @@ def main():
     print("-" * len(header))
     for name, (fn, args, nbytes) in cases().items():
         expected = fn(*args)
-        rows = [("eager", lambda: fn(*args), None)]
+        steps = {"eager": lambda: fn(*args)}
         if not opts.no_compile:
             compiled = torch.compile(fn)
-            rows.append(("torch.compile", lambda: compiled(*args), None))
+            steps["torch.compile"] = lambda: compiled(*args)
+        kernels = {}
         for fusion, threads in ((True, 0), (False, 0), (True, 1)):
+            variant = f"lazymlir fusion={'on' if fusion else 'off'}" + (" 1 thread" if threads == 1 else "")
             with lazymlir.config.patch(fusion=fusion, threads=threads):
                 step = lazy_step(fn, args)
                 torch.testing.assert_close(step().cpu(), expected, rtol=1e-4, atol=1e-4)
-                seconds = median_seconds(step, opts.repeats)
-            variant = f"lazymlir fusion={'on' if fusion else 'off'}" + (" 1 thread" if threads == 1 else "")
-            rows.append((variant, seconds, kernel_count(fn, args, fusion)))
-        eager_seconds = None
-        for variant, run, kernels in rows:
-            seconds = run if isinstance(run, float) else median_seconds(run, opts.repeats)
-            eager_seconds = eager_seconds or seconds
-            gbs = nbytes / seconds / 1e9
-            print(f"{name:8} {variant:26} {seconds * 1e3:9.3f} {eager_seconds / seconds:8.2f}x "
-                  f"{gbs:7.1f} {gbs / bandwidth:6.0%} {kernels if kernels is not None else '':>8}")
+            # The step's graph is cached under these options: keep them on
+            # while it is timed.
+            steps[variant] = _patched(step, fusion=fusion, threads=threads)
+            kernels[variant] = kernel_count(fn, args, fusion)
+        seconds = interleaved_median_seconds(steps, opts.repeats)
+        eager_seconds = seconds["eager"]
+        for variant, s in seconds.items():
+            gbs = nbytes / s / 1e9
+            print(f"{name:8} {variant:26} {s * 1e3:9.3f} {eager_seconds / s:8.2f}x "
+                  f"{gbs:7.1f} {gbs / bandwidth:6.0%} {kernels.get(variant, ''):>8}")
 
+
+def _patched(step, **options):
+    def run():
+        with lazymlir.config.patch(**options):
+            return step()
+
+    return run
 
 if __name__ == "__main__":
     main()
