@@ -72,11 +72,11 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
       bufferization::createPromoteBuffersToStackPass(toStack));
   bufferization::buildBufferDeallocationPipeline(pm);
 
-  // Large kernels' loops become scf.parallel, and each of those one OpenMP
+  // The outer loops of large kernels and of large contractions' tile nests
+  // become scf.parallel (lower-to-loops keeps sequential any tile nest that
+  // uses a temporary hoisted out of it above), and each of those one OpenMP
   // parallel loop: the body is outlined once (LLVM's OpenMPIRBuilder) and
-  // run on libomp's thread pool. Only loops created here are parallel: tile
-  // loops of contractions stay sequential, so the temporaries hoisted out of
-  // them above are never shared between threads.
+  // run on libomp's thread pool.
   LowerToLoopsPassOptions toLoops;
   if (options.threads > 1)
     toLoops.parallelThreshold = options.parallelThreshold;

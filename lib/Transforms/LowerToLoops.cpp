@@ -37,6 +37,20 @@ bool writesDisjointly(linalg::LinalgOp op, unsigned dim) {
   return true;
 }
 
+/// How many of the leading loops with these trip counts (loops allowed to
+/// run in parallel) to run as one parallel loop: the fewest whose iterations
+/// number kMinParallelIterations, else all of them if that makes at least
+/// two iterations. 0: none.
+unsigned leadingParallelDepth(ArrayRef<int64_t> trips) {
+  int64_t iterations = 1;
+  for (auto [depth, trip] : llvm::enumerate(trips)) {
+    iterations *= trip;
+    if (iterations >= kMinParallelIterations)
+      return depth + 1;
+  }
+  return iterations >= 2 ? trips.size() : 0;
+}
+
 struct LowerToLoopsPass
     : lazymlir::impl::LowerToLoopsPassBase<LowerToLoopsPass> {
   using Base::Base;
@@ -50,22 +64,16 @@ struct LowerToLoopsPass
     return points >= parallelThreshold;
   }
 
-  /// How many outer loops of `op`'s nest to run as one parallel loop: the
-  /// fewest whose iterations number kMinParallelIterations, all writing
-  /// disjointly, and never the innermost of several loops (it is the one
-  /// LLVM vectorizes). 0: none.
+  /// How many outer loops of `op`'s nest to run as one parallel loop: among
+  /// the leading loops writing disjointly, never the innermost of several
+  /// loops (it is the one LLVM vectorizes). 0: none.
   unsigned parallelDepth(linalg::LinalgOp op) const {
     SmallVector<int64_t> ranges = op.getStaticLoopRanges();
     unsigned limit = ranges.size() == 1 ? 1 : ranges.size() - 1;
-    int64_t iterations = 1;
-    for (unsigned depth = 0; depth < limit; ++depth) {
-      if (!writesDisjointly(op, depth))
-        return iterations >= 2 ? depth : 0;
-      iterations *= ranges[depth];
-      if (iterations >= kMinParallelIterations)
-        return depth + 1;
-    }
-    return iterations >= 2 ? limit : 0;
+    unsigned allowed = 0;
+    while (allowed < limit && writesDisjointly(op, allowed))
+      ++allowed;
+    return leadingParallelDepth(ArrayRef(ranges).take_front(allowed));
   }
 
   /// Replaces the outer `depth` loops of a perfect scf.for nest by one
@@ -123,17 +131,13 @@ struct LowerToLoopsPass
         break;
       loop = inner;
     }
-    bool allocates = false;
+    bool allocates = false, sharesScratch = false;
     root.walk([&](Operation *op) {
       allocates |= isa<memref::AllocOp, memref::AllocaOp>(op);
-    });
-    bool sharesScratch = false;
-    root.walk([&](Operation *op) {
       for (Value operand : op->getOperands()) {
-        if (!operand.getDefiningOp<memref::AllocOp>() &&
-            !operand.getDefiningOp<memref::AllocaOp>())
-          continue;
-        if (root->isAncestor(operand.getDefiningOp()))
+        Operation *def = operand.getDefiningOp();
+        if (!isa_and_nonnull<memref::AllocOp, memref::AllocaOp>(def) ||
+            root->isAncestor(def))
           continue;
         sharesScratch |= llvm::all_of(operand.getUsers(), [&](Operation *u) {
           return isa<memref::DeallocOp>(u) || root->isAncestor(u);
@@ -145,18 +149,14 @@ struct LowerToLoopsPass
     return nest;
   }
 
-  /// How many outer loops of `nest` to run as one parallel loop: the fewest
-  /// whose iterations number kMinParallelIterations (all if fewer).
+  /// How many outer loops of `nest` to run as one parallel loop (a loop
+  /// without static bounds counts as enough iterations).
   static unsigned tileParallelDepth(ArrayRef<Operation *> nest) {
-    int64_t iterations = 1;
-    for (auto [depth, op] : llvm::enumerate(nest)) {
-      auto loop = cast<scf::ForOp>(op);
-      std::optional<APInt> trips = loop.getStaticTripCount();
-      iterations *= trips ? trips->getSExtValue() : kMinParallelIterations;
-      if (iterations >= kMinParallelIterations)
-        return depth + 1;
-    }
-    return iterations >= 2 ? nest.size() : 0;
+    SmallVector<int64_t> trips = llvm::map_to_vector(nest, [](Operation *op) {
+      std::optional<APInt> trips = cast<scf::ForOp>(op).getStaticTripCount();
+      return trips ? trips->getSExtValue() : kMinParallelIterations;
+    });
+    return leadingParallelDepth(trips);
   }
 
   void parallelizeTiles(IRRewriter &rewriter) {

@@ -9,6 +9,7 @@ for the job that writes what they read, ``wait_device_ops`` for all of them.
 """
 
 import concurrent.futures
+import math
 import time
 import warnings
 from typing import Callable, List, Sequence
@@ -131,10 +132,7 @@ def _empty(shape, dtype: torch.dtype) -> torch.Tensor:
     freed and allocated again with the same sizes every step, and a fresh
     large allocation is page-faulted in on its first write, which made a 4M
     element kernel 3x slower.  Small ones come from torch's allocator."""
-    numel = 1
-    for size in shape:
-        numel *= size
-    nbytes = numel * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < _POOLED_BYTES:
         return torch.empty(shape, dtype=dtype)
     return _native.pooled_buffer(nbytes).view(dtype).view(shape)
