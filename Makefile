@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 LLVM_BIN := /usr/lib/llvm-22/bin
-APT_PACKAGES := libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools libomp-22-dev cmake ninja-build
+APT_PACKAGES := libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools cmake ninja-build
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMPS := .stamps
 # pip, without the machine's notes about configured package folders it lacks.

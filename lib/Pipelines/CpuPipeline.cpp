@@ -75,8 +75,9 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
   // The outer loops of large kernels and of large contractions' tile nests
   // become scf.parallel (lower-to-loops keeps sequential any tile nest that
   // uses a temporary hoisted out of it above), and each of those one OpenMP
-  // parallel loop: the body is outlined once (LLVM's OpenMPIRBuilder) and
-  // run on libomp's thread pool.
+  // parallel loop with a guided schedule: the body is outlined once (LLVM's
+  // OpenMPIRBuilder) and runs on the process's libgomp threads through the
+  // runtime's __kmpc_* entry points (lib/Runtime/OpenMP.cpp).
   LowerToLoopsPassOptions toLoops;
   if (options.threads > 1)
     toLoops.parallelThreshold = options.parallelThreshold;
@@ -85,6 +86,7 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
     ConvertSCFToOpenMPPassOptions toOpenMP;
     toOpenMP.numThreads = options.threads;
     pm.addPass(createConvertSCFToOpenMPPass(toOpenMP));
+    pm.addNestedPass<func::FuncOp>(createScheduleWorksharingPass());
     // It wraps each iteration in a memref.alloca_scope, which must stay one
     // block; loop bodies of linalg ops allocate nothing, so canonicalization
     // inlines the scopes before scf-to-cf splits the inner loops into blocks.

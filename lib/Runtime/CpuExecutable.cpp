@@ -2,6 +2,7 @@
 
 #include "lazymlir/Runtime/CpuExecutable.h"
 #include "lazymlir/Pipelines/Pipelines.h"
+#include "OpenMP.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/ExecutionEngine/CRunnerUtils.h"
@@ -309,15 +310,6 @@ CpuExecutable::compile(const std::string &source,
   engineOptions.jitCodeGenOptLevel = codeGenLevel;
   engineOptions.enableGDBNotificationListener = false;
   engineOptions.enablePerfNotificationListener = false;
-  // Parallel loops call LLVM's OpenMP runtime. Its threads spin for
-  // KMP_BLOCKTIME after each parallel loop (200 ms by default), which would
-  // take a core from the Python thread tracing the next step: keep them
-  // warm across one graph's kernels only, unless the user chose otherwise.
-  StringRef openMPRuntime = LAZYMLIR_OPENMP_RUNTIME;
-  if (pipelineOptions.threads > 1) {
-    setenv("KMP_BLOCKTIME", "1", /*overwrite=*/0);
-    engineOptions.sharedLibPaths = openMPRuntime;
-  }
   auto engine = ExecutionEngine::create(*module, engineOptions,
                                         std::move(*targetMachine));
   if (!engine) {
@@ -339,6 +331,11 @@ CpuExecutable::compile(const std::string &source,
     add("_mlir_memref_to_llvm_aligned_alloc", &lazymlirAlignedAlloc);
     add("_mlir_memref_to_llvm_alloc", &lazymlirAlloc);
     add("_mlir_memref_to_llvm_free", &lazymlirFree);
+    // Parallel loops: the __kmpc_* ABI over the process's libgomp.
+    for (const RuntimeSymbol &symbol : openMPEntryPoints())
+      symbols[interner(symbol.name)] = {
+          llvm::orc::ExecutorAddr::fromPtr(symbol.address),
+          llvm::JITSymbolFlags::Exported};
     return symbols;
   });
   impl->engine->initialize();

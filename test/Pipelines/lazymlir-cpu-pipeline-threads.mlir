@@ -8,7 +8,7 @@
 // CHECK-LABEL: llvm.func @main
 // CHECK: %[[THREADS:.+]] = llvm.mlir.constant(2 : i32) : i32
 // CHECK: omp.parallel num_threads(%[[THREADS]] : i32) {
-// CHECK-NEXT: omp.wsloop {
+// CHECK-NEXT: omp.wsloop schedule(guided) {
 // CHECK-NEXT: omp.loop_nest (%{{.+}}) : i64 = (%{{.+}}) to (%{{.+}}) step (%{{.+}}) {
 // CHECK-NOT: memref.alloca_scope
 // CHECK: llvm.cond_br
@@ -40,7 +40,7 @@ func.func @main(%arg0: tensor<1024x256xf32>) -> tensor<1024xf32> {
 // CHECK-LABEL: llvm.func @main
 // CHECK-NOT: llvm.alloca
 // CHECK: omp.parallel
-// CHECK-NEXT: omp.wsloop {
+// CHECK-NEXT: omp.wsloop schedule(guided) {
 // CHECK-NEXT: omp.loop_nest (%{{.+}}, %{{.+}}) : i64 = {{.*}} collapse(2) {
 // CHECK: llvm.intr.fmuladd({{.*}}) : (vector<32xf32>, vector<32xf32>, vector<32xf32>) -> vector<32xf32>
 // CHECK: omp.terminator

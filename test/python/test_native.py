@@ -218,3 +218,35 @@ def test_threads_large_elementwise_chain():
     for _ in range(3):  # repeated runs reuse the runtime's thread pool
         exe.run([x, y], [out])
         torch.testing.assert_close(out, chain(x, y))
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_threads_cover_odd_trip_counts(threads):
+    """The guided schedule hands every iteration to exactly one thread, for
+    trip counts the team does not divide and teams larger than the machine."""
+    x = torch.randn((1 << 16) + 7)
+    exe = compiler.compile_linalg(export(Fn(lambda m, a: a * 3.0 + 1.0), x), threads=threads)
+    out = torch.full_like(x, float("nan"))
+    exe.run([x], [out])
+    torch.testing.assert_close(out, x * 3.0 + 1.0)
+
+
+def test_threads_from_concurrent_callers():
+    """Parallel kernels started from several Python threads at once (each
+    caller leads its own OpenMP team) all give eager's results."""
+    import concurrent.futures
+
+    x = torch.randn(256, 1024)
+    module = Fn(lambda m, a: torch.softmax(a, dim=-1))
+    exe = compiler.compile_linalg(export(module, x), threads=2)
+    expected = torch.softmax(x, dim=-1)
+
+    def run(_):
+        out = torch.empty_like(x)
+        for _ in range(10):
+            exe.run([x], [out])
+        return out
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        for out in pool.map(run, range(6)):
+            torch.testing.assert_close(out, expected)

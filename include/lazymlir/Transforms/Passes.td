@@ -262,4 +262,25 @@ def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
   ];
 }
 
+def ScheduleWorksharingPass
+    : Pass<"lazymlir-schedule-worksharing", "mlir::func::FuncOp"> {
+  let summary = "Choose the schedule of OpenMP worksharing loops";
+  let description = [{
+    convert-scf-to-openmp gives every loop the default (static) schedule:
+    each thread gets one equal block of iterations, and the loop ends when
+    the slowest block does. On a machine whose cores are also busy with
+    other work (the Python thread tracing the next step while a graph runs,
+    other processes, eager PyTorch's threads) a statically scheduled loop
+    runs at the speed of its most loaded core. This pass sets `schedule` on
+    every omp.wsloop that has none. With `guided` (the default), threads take
+    chunks of the remaining iterations divided by the team size, so a thread
+    that is delayed takes fewer and the last chunks are small; the chunks
+    cost one atomic operation each in the runtime, a logarithmic number.
+  }];
+  let options = [
+    Option<"schedule", "schedule", "std::string", /*default=*/"\"guided\"",
+           "static or guided">,
+  ];
+}
+
 #endif // LAZYMLIR_TRANSFORMS_PASSES

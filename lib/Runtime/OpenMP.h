@@ -1,0 +1,30 @@
+//===- OpenMP.h - the OpenMP entry points compiled code calls ---*- C++ -*-===//
+//
+// Parallel loops are lowered by upstream MLIR (convert-scf-to-openmp, then
+// the OpenMP translation's OpenMPIRBuilder), which emits calls into LLVM's
+// OpenMP runtime ABI (__kmpc_*). We do not load that runtime: these functions
+// implement the few entry points our pipeline emits over the GNU OpenMP
+// runtime (libgomp) that the process already uses, so that compiled graphs
+// and eager PyTorch share one runtime and its thread management instead of
+// two pools of spinning threads fighting over the cores.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LAZYMLIR_RUNTIME_OPENMP_H
+#define LAZYMLIR_RUNTIME_OPENMP_H
+
+#include <vector>
+
+namespace lazymlir {
+
+struct RuntimeSymbol {
+  const char *name;
+  void *address;
+};
+
+/// The __kmpc_* functions to bind in the JIT, by name.
+const std::vector<RuntimeSymbol> &openMPEntryPoints();
+
+} // namespace lazymlir
+
+#endif // LAZYMLIR_RUNTIME_OPENMP_H
