@@ -4,7 +4,11 @@ torch.compile (inductor), all measured in this run.
     python bench/bench_fusion.py [--repeats 20] [--no-compile]
 
 Cases (float32):
-  chain    10 elementwise ops on two 4M-element tensors
+  chain    10 elementwise ops on two 4M-element tensors, sqrt and sigmoid
+           among them: on 2 AVX-512 cores the fused kernel is compute-bound
+           near 2.7 G elements/s (~32 GB/s effective)
+  arith    10 arithmetic elementwise ops (no transcendentals) on the same
+           tensors: memory-bound
   softmax  softmax over the last dim of 4096x1024
   mlp      relu(x @ W + b), x 256x1024, W 1024x1024
 
@@ -17,8 +21,11 @@ after each parallel region; our libomp's threads spin for KMP_BLOCKTIME).
 
 For each: median step time (ms) over repeats, speedup against eager, and
 effective bandwidth (GB/s) = unavoidable bytes (inputs read once, outputs
-written once) / time, against the machine's copy bandwidth measured here
-(eager tensor.copy_ on 256 MB, all threads). lazymlir's step is the whole
+written once) / time, against the machine's copy bandwidth: eager
+tensor.copy_ of 256 MB on all threads, counted as 2 x 256 MB like STREAM's
+copy, timed as one more variant in the same rounds (this machine's bandwidth
+drifts between runs by up to 1.5x; a reference measured apart from the
+variants would make the ratios drift with it). lazymlir's step is the whole
 thing a user pays on a cache hit: trace, hash, execute, wait. lazymlir runs
 large kernels on all hardware threads (the default, as eager and inductor do);
 the "1 thread" row runs everything in one (LAZYMLIR_THREADS=1). Kernels = loop
@@ -31,13 +38,18 @@ import torch
 import torch.nn.functional as F
 
 import lazymlir
-from timing import interleaved_median_seconds, median_seconds
+from timing import interleaved_median_seconds
 from lazymlir import compiler
 
 
 def chain(x, y):
     # 10 ops: mul, add, relu, mul, sub, abs, add, sqrt, mul, sigmoid
     return torch.sigmoid((((x * 2.0 + 1.0).relu() * y - 0.5).abs() + 1.0).sqrt() * 3.0)
+
+
+def arith(x, y):
+    # 10 ops: mul, add, relu, mul, sub, abs, add, mul, sub, clamp
+    return (((((x * 2.0 + 1.0).relu() * y - 0.5).abs() + 1.0) * 3.0) - y).clamp(-4.0, 4.0)
 
 
 def softmax(x):
@@ -52,6 +64,7 @@ def cases():
     n = 4 * 1024 * 1024
     return {
         "chain": (chain, (torch.randn(n), torch.randn(n)), 3 * n * 4),
+        "arith": (arith, (torch.randn(n), torch.randn(n)), 3 * n * 4),
         "softmax": (softmax, (torch.randn(4096, 1024),), 2 * 4096 * 1024 * 4),
         "mlp": (mlp, (torch.randn(256, 1024), torch.randn(1024, 1024) / 32, torch.randn(1024)),
                 (256 * 1024 + 1024 * 1024 + 1024 + 256 * 1024) * 4),
@@ -59,11 +72,14 @@ def cases():
 
 
 
-def copy_bandwidth(repeats):
+COPY = "memory copy (reference)"
+
+
+def copy_step():
+    """The bandwidth reference: (step, bytes counted)."""
     src = torch.randn(64 * 1024 * 1024)
     dst = torch.empty_like(src)
-    seconds = median_seconds(lambda: dst.copy_(src), repeats)
-    return 2 * src.numel() * 4 / seconds / 1e9
+    return (lambda: dst.copy_(src)), 2 * src.numel() * 4
 
 
 def kernel_count(fn, args, fusion):
@@ -96,8 +112,9 @@ def main():
     opts = parser.parse_args()
 
     torch.manual_seed(0)
-    bandwidth = copy_bandwidth(opts.repeats)
-    print(f"machine: {torch.get_num_threads()} torch threads, copy bandwidth {bandwidth:.1f} GB/s (eager copy_)")
+    copy, copy_bytes = copy_step()
+    print(f"machine: {torch.get_num_threads()} torch threads; 'of bw' is against the {COPY} row "
+          f"(eager copy_ of 256 MB, timed in the same rounds)")
     header = f"{'case':8} {'variant':26} {'ms':>9} {'vs eager':>9} {'GB/s':>7} {'of bw':>6} {'kernels':>8}"
     print(header)
     print("-" * len(header))
@@ -117,7 +134,10 @@ def main():
             # while it is timed.
             steps[variant] = _patched(step, fusion=fusion, threads=threads)
             kernels[variant] = kernel_count(fn, args, fusion)
+        steps[COPY] = copy
         seconds = interleaved_median_seconds(steps, opts.repeats)
+        bandwidth = copy_bytes / seconds.pop(COPY) / 1e9
+        print(f"{name:8} {COPY:26} {'':>9} {'':>9} {bandwidth:7.1f}")
         eager_seconds = seconds["eager"]
         for variant, s in seconds.items():
             gbs = nbytes / s / 1e9

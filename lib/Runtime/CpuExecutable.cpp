@@ -386,7 +386,8 @@ void checkBuffer(const BufferView &buffer, const TensorSignature &signature,
 } // namespace
 
 void CpuExecutable::run(const std::vector<BufferView> &inputs,
-                        const std::vector<BufferView> &outputs) const {
+                        const std::vector<BufferView> &outputs,
+                        bool background) const {
   if (inputs.size() != impl->inputs.size() ||
       outputs.size() != impl->outputs.size())
     throw std::invalid_argument(
@@ -428,6 +429,7 @@ void CpuExecutable::run(const std::vector<BufferView> &inputs,
   std::vector<void *> args(numScalars);
   for (size_t i = 0; i < numScalars; ++i)
     args[i] = &scalars[i];
+  BackgroundScope scope(background);
   impl->entry(args.data());
 }
 

@@ -14,15 +14,18 @@
 //===----------------------------------------------------------------------===//
 
 #include "OpenMP.h"
+#include "lazymlir/Runtime/CpuExecutable.h"
 
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -133,6 +136,23 @@ void runMember(void *data) {
 // Threads requested for the next fork by this thread (0: the default).
 thread_local int32_t requestedThreads = 0;
 
+// Whether this thread runs compiled code in the background, and how many
+// host threads are blocked waiting for such runs.
+thread_local bool inBackground = false;
+std::atomic<int> hostWaits{0};
+
+// The team for a fork that asked for `requested` threads (0: all cores):
+// never more than the cores, and one fewer in the background while the host
+// is not waiting (it may be tracing on a core of its own).
+int32_t teamSize(int32_t requested) {
+  static const int32_t cores =
+      std::max(1u, std::thread::hardware_concurrency());
+  int32_t free = cores;
+  if (inBackground && hostWaits.load(std::memory_order_relaxed) == 0)
+    free = std::max(1, cores - 1);
+  return requested > 0 ? std::min(requested, free) : free;
+}
+
 int32_t globalThreadNum(Ident *) { return threadNum(); }
 
 void pushNumThreads(Ident *, int32_t, int32_t threads) {
@@ -148,11 +168,11 @@ void forkCall(Ident *, int32_t argc, Microtask task, ...) {
   for (int i = 0; i < argc; ++i)
     fork.args[i] = va_arg(captures, void *);
   va_end(captures);
-  int32_t threads = std::exchange(requestedThreads, 0);
+  int32_t threads = teamSize(std::exchange(requestedThreads, 0));
   if (threads == 1 || !gomp().parallel)
     runMember(&fork);
   else
-    gomp().parallel(&runMember, &fork, threads > 0 ? threads : 0, 0);
+    gomp().parallel(&runMember, &fork, threads, 0);
 }
 
 constexpr int32_t kStaticSchedule = 34; // kmp_sch_static, unchunked
@@ -249,6 +269,14 @@ void barrier(Ident *, int32_t) {
 }
 
 } // namespace
+
+BackgroundScope::BackgroundScope(bool background) : previous(inBackground) {
+  inBackground = background;
+}
+BackgroundScope::~BackgroundScope() { inBackground = previous; }
+
+void beginHostWait() { hostWaits.fetch_add(1, std::memory_order_relaxed); }
+void endHostWait() { hostWaits.fetch_sub(1, std::memory_order_relaxed); }
 
 const std::vector<RuntimeSymbol> &openMPEntryPoints() {
   static const std::vector<RuntimeSymbol> symbols = {

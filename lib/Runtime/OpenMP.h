@@ -25,6 +25,17 @@ struct RuntimeSymbol {
 /// The __kmpc_* functions to bind in the JIT, by name.
 const std::vector<RuntimeSymbol> &openMPEntryPoints();
 
+/// Marks the current thread as running compiled code in the background
+/// (CpuExecutable::run) until destroyed.
+class BackgroundScope {
+public:
+  explicit BackgroundScope(bool background);
+  ~BackgroundScope();
+
+private:
+  bool previous;
+};
+
 } // namespace lazymlir
 
 #endif // LAZYMLIR_RUNTIME_OPENMP_H

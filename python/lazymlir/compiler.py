@@ -5,6 +5,7 @@ frontend hands over textual linalg-on-tensors IR (DESIGN.md, decision 1), and
 gets back an :class:`Executable` that runs on torch CPU tensors in place.
 """
 
+import contextlib
 from typing import List, Sequence, Tuple
 
 import torch
@@ -61,11 +62,26 @@ class Executable:
     def num_outputs(self) -> int:
         return len(self.outputs)
 
-    def run(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> None:
+    def run(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], *,
+            background: bool = False) -> None:
         """Run on contiguous CPU tensors that do not require grad; ``outputs``
         must match the result signature and are overwritten. Raises ValueError
-        on a mismatch in count, dtype, shape or layout."""
-        self._native.run(inputs, outputs)
+        on a mismatch in count, dtype, shape or layout. ``background``: called
+        on a worker while the thread that submitted the run may be busy; the
+        run's parallel loops then leave that thread a core, unless it is
+        blocked in :func:`host_wait`."""
+        self._native.run(inputs, outputs, background)
+
+
+@contextlib.contextmanager
+def host_wait():
+    """Bracket a blocking wait for background runs: while it lasts, their
+    parallel loops use every core."""
+    _native.host_wait_begin()
+    try:
+        yield
+    finally:
+        _native.host_wait_end()
 
 
 def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool = True,

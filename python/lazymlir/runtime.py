@@ -52,10 +52,10 @@ class _Compiled:
     def num_kernels(self) -> int:
         return self.executable.num_kernels
 
-    def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
-        """On the worker: the native run releases the GIL."""
+    def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
+        """The native run releases the GIL; ``background``: on the worker."""
         t0 = time.perf_counter()
-        self.executable.run(inputs, outs)
+        self.executable.run(inputs, outs, background=background)
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
 
 
@@ -71,7 +71,7 @@ class _Eager:
         self.out_specs = out_specs
         self.output_map = tuple(range(len(out_specs)))
 
-    def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
+    def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
         t0 = time.perf_counter()
         with torch.no_grad():  # grad mode is per thread: the worker's own
             for out, r in zip(outs, self.gm(*inputs)):
@@ -164,13 +164,13 @@ class DependencyError(RuntimeError):
     """A graph did not run because a graph it reads from failed."""
 
 
-def _run_job(entry, inputs, outs, deps):
+def _run_job(entry, inputs, outs, deps, background=True):
     for d in deps:
         e = d.exception()  # done: submitted earlier to the same worker
         if e is not None:
             raise DependencyError(f"lazymlir: not run, an earlier step it reads from failed: {e!r}") from e
     try:
-        entry.run_into(inputs, outs)
+        entry.run_into(inputs, outs, background)
     except BaseException as e:
         _unreported.append(e)
         raise
@@ -181,7 +181,7 @@ def _submit(entry, inputs, outs, deps):
     if not config.async_execution:
         job = concurrent.futures.Future()
         try:
-            _run_job(entry, inputs, outs, deps)
+            _run_job(entry, inputs, outs, deps, background=False)
             job.set_result(None)
         except BaseException as e:
             job.set_exception(e)
@@ -193,13 +193,26 @@ def _submit(entry, inputs, outs, deps):
     return _last_job
 
 
+def _wait_for(job: concurrent.futures.Future):
+    """Block until ``job`` is done; returns its exception (or None). While
+    this thread waits, the worker's parallel loops may use every core; while
+    it runs Python (tracing), they leave it one."""
+    if job.done():
+        return job.exception()
+    _native.host_wait_begin()
+    try:
+        return job.exception()
+    finally:
+        _native.host_wait_end()
+
+
 def wait(node: trace.Node) -> None:
     """Block until ``node``'s device data is written; raise the error of the job
     that should have written it."""
     job = node.job
     if job is None:
         return
-    e = job.exception()  # waits
+    e = _wait_for(job)
     if e is None:
         node.job = None
         return
@@ -214,7 +227,7 @@ def wait_device_ops() -> None:
     finished, like torch._lazy.wait_device_ops(); raise the first error of a
     graph that failed and was not reported yet."""
     if _last_job is not None:
-        concurrent.futures.wait([_last_job])
+        _wait_for(_last_job)
     if _unreported:
         first = _unreported[0]
         _unreported.clear()

@@ -91,15 +91,17 @@ NB_MODULE(_native, m) {
       .def(
           "run",
           [](const CpuExecutable &e, const std::vector<CpuArray> &inputs,
-             const std::vector<CpuArray> &outputs) {
+             const std::vector<CpuArray> &outputs, bool background) {
             std::vector<BufferView> in = toViews(inputs);
             std::vector<BufferView> out = toViews(outputs);
             nb::gil_scoped_release release;
-            e.run(in, out);
+            e.run(in, out, background);
           },
-          nb::arg("inputs"), nb::arg("outputs"),
+          nb::arg("inputs"), nb::arg("outputs"), nb::arg("background") = false,
           "Run on contiguous CPU buffers, writing the results into `outputs`. "
-          "Releases the GIL.");
+          "Releases the GIL. `background`: on a worker while the host thread "
+          "may be busy; parallel loops then leave it a core unless it waits "
+          "(host_wait_begin/host_wait_end).");
 
   m.def(
       "pooled_buffer",
@@ -113,6 +115,9 @@ NB_MODULE(_native, m) {
       nb::arg("bytes"),
       "A uint8 torch tensor of `bytes` from the runtime's buffer pool; its "
       "memory goes back to the pool when the tensor is freed.");
+  m.def("host_wait_begin", &beginHostWait,
+        "The host thread starts blocking on background runs.");
+  m.def("host_wait_end", &endHostWait, "The host thread stops waiting.");
   m.def("trim_buffer_pool", &trimBufferPool,
         "Return the pool's idle blocks to the system; returns the bytes.");
   m.def("idle_buffer_bytes", &idleBufferBytes,

@@ -250,3 +250,21 @@ def test_threads_from_concurrent_callers():
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
         for out in pool.map(run, range(6)):
             torch.testing.assert_close(out, expected)
+
+
+def test_background_runs_leave_the_host_a_core():
+    """A background run (the lazy device's worker) gives its parallel loops
+    one core fewer while the host thread is not waiting, all cores while it
+    waits; the results are eager's either way (on 2 cores the first is a
+    team of one, which takes the whole guided loop)."""
+    x = torch.randn((1 << 18) + 3)
+    fn = Fn(lambda m, a: torch.sigmoid(a * 2.0) + a)
+    exe = compiler.compile_linalg(export(fn, x), threads=0)
+    expected = torch.sigmoid(x * 2.0) + x
+    out = torch.full_like(x, float("nan"))
+    exe.run([x], [out], background=True)
+    torch.testing.assert_close(out, expected)
+    out.fill_(float("nan"))
+    with compiler.host_wait():
+        exe.run([x], [out], background=True)
+    torch.testing.assert_close(out, expected)

@@ -117,10 +117,10 @@ def gate(monkeypatch):
     event = threading.Event()
     run_into = runtime._Compiled.run_into
 
-    def gated(self, inputs, outs):
-        assert threading.current_thread() is not threading.main_thread()
+    def gated(self, inputs, outs, background):
+        assert threading.current_thread() is not threading.main_thread() and background
         assert event.wait(30), "the test never opened the gate"
-        run_into(self, inputs, outs)
+        run_into(self, inputs, outs, background)
 
     monkeypatch.setattr(runtime._Compiled, "run_into", gated)
     yield event
@@ -157,7 +157,7 @@ def test_worker_errors_surface_and_are_not_lost(native, monkeypatch):
     x = torch.randn(4).to("lazy")
     lazymlir.mark_step()
 
-    def broken(self, inputs, outs):
+    def broken(self, inputs, outs, background):
         raise ValueError("simulated failure on the worker")
 
     monkeypatch.setattr(runtime._Compiled, "run_into", broken)
@@ -177,7 +177,7 @@ def test_worker_errors_surface_and_are_not_lost(native, monkeypatch):
 
 
 def test_error_raised_by_item_after_mark_step(native, monkeypatch):
-    def broken(self, inputs, outs):
+    def broken(self, inputs, outs, background):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(runtime._Compiled, "run_into", broken)

@@ -62,6 +62,11 @@ size_t trimBufferPool();
 /// Bytes the pool holds idle.
 size_t idleBufferBytes();
 
+/// The host thread brackets each blocking wait for background runs with
+/// these (see CpuExecutable::run). Thread-safe; calls may nest.
+void beginHostWait();
+void endHostWait();
+
 /// A compile failure; what() carries MLIR's diagnostics.
 class CompileError : public std::runtime_error {
 public:
@@ -88,8 +93,15 @@ public:
   /// Runs the entry function on `inputs`, writing into the caller-allocated
   /// `outputs` (destination-passing). Every buffer must match its signature
   /// and be contiguous; throws std::invalid_argument otherwise.
+  ///
+  /// `background`: the caller is a worker running this while the host thread
+  /// (the one that submits work) may be busy on a core of its own. Parallel
+  /// loops then use at most the cores minus one, unless the host is blocked
+  /// in a wait (beginHostWait): a team thread that the OS deschedules in
+  /// favour of the host stalls every barrier of its team.
   void run(const std::vector<BufferView> &inputs,
-           const std::vector<BufferView> &outputs) const;
+           const std::vector<BufferView> &outputs,
+           bool background = false) const;
 
 private:
   struct Impl;
