@@ -81,6 +81,7 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
   LowerToLoopsPassOptions toLoops;
   if (options.threads > 1)
     toLoops.parallelThreshold = options.parallelThreshold;
+  toLoops.streamingStoreBytes = options.streamingStoreBytes;
   pm.addNestedPass<func::FuncOp>(createLowerToLoopsPass(toLoops));
   if (options.threads > 1) {
     ConvertSCFToOpenMPPassOptions toOpenMP;

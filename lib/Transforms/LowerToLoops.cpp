@@ -5,6 +5,8 @@
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/IR/AffineExpr.h"
 #include "mlir/IR/PatternMatch.h"
@@ -180,6 +182,177 @@ struct LowerToLoopsPass
     });
   }
 
+  /// Elements per 64-byte vector store when `op` is an elementwise kernel
+  /// whose output is large enough to stream (see the pass description);
+  /// 0 otherwise.
+  int64_t streamingWidth(linalg::LinalgOp op) const {
+    auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
+    if (streamingStoreBytes <= 0 || !generic || op.hasDynamicShape() ||
+        op.getNumDpsInits() != 1 || op.getNumLoops() == 0 ||
+        op.getNumParallelLoops() != op.getNumLoops())
+      return 0;
+    OpOperand *init = op.getDpsInitOperand(0);
+    auto outType = dyn_cast<MemRefType>(init->get().getType());
+    if (!outType || !outType.getLayout().isIdentity() ||
+        !op.getMatchingIndexingMap(init).isIdentity() ||
+        !op.getMatchingBlockArgument(init).use_empty())
+      return 0;
+    auto isByteAddressable = [](Type type) {
+      return type.isIntOrFloat() && type.getIntOrFloatBitWidth() >= 8;
+    };
+    Type element = outType.getElementType();
+    if (!isByteAddressable(element) || 512 % element.getIntOrFloatBitWidth())
+      return 0;
+    int64_t width = 512 / element.getIntOrFloatBitWidth();
+    if (outType.getShape().back() % width ||
+        outType.getNumElements() * (512 / width / 8) < streamingStoreBytes)
+      return 0;
+    unsigned inner = op.getNumLoops() - 1;
+    for (OpOperand *input : op.getDpsInputOperands()) {
+      auto type = dyn_cast<MemRefType>(input->get().getType());
+      if (!type) {
+        if (!isByteAddressable(input->get().getType()))
+          return 0;
+        continue; // a scalar operand
+      }
+      if (!type.getLayout().isIdentity() ||
+          !isByteAddressable(type.getElementType()))
+        return 0;
+      AffineMap map = op.getMatchingIndexingMap(input);
+      for (auto [position, result] : llvm::enumerate(map.getResults())) {
+        auto dim = dyn_cast<AffineDimExpr>(result);
+        if (!dim && !isa<AffineConstantExpr>(result))
+          return 0;
+        if (dim && dim.getPosition() == inner &&
+            position + 1 != map.getNumResults())
+          return 0; // strided along the vector
+      }
+    }
+    for (Operation &bodyOp : generic.getBody()->without_terminator()) {
+      if (bodyOp.getNumRegions() || !isMemoryEffectFree(&bodyOp) ||
+          !llvm::all_of(bodyOp.getResultTypes(),
+                        [](Type type) { return type.isIntOrFloat(); }) ||
+          (bodyOp.getNumOperands() &&
+           !OpTrait::hasElementwiseMappableTraits(&bodyOp)))
+        return 0;
+    }
+    return width;
+  }
+
+  /// Wraps `op` in `scf.if (output 64-byte aligned)` whose then branch is
+  /// its vectorized loop nest with non-temporal stores (parallel like the
+  /// scalar nest) and whose else branch holds `op` itself, to be lowered as
+  /// usual.
+  void streamStores(IRRewriter &rewriter, linalg::GenericOp op,
+                    int64_t width) const {
+    Location loc = op.getLoc();
+    auto index = [&](int64_t value) -> Value {
+      return arith::ConstantIndexOp::create(rewriter, loc, value);
+    };
+    Value out = op.getDpsInitOperand(0)->get();
+    Value address =
+        memref::ExtractAlignedPointerAsIndexOp::create(rewriter, loc, out);
+    Value misalignment = arith::RemUIOp::create(rewriter, loc, address,
+                                                index(64));
+    Value aligned = arith::CmpIOp::create(
+        rewriter, loc, arith::CmpIPredicate::eq, misalignment, index(0));
+    auto branch = scf::IfOp::create(rewriter, loc, aligned,
+                                    /*withElseRegion=*/true);
+    rewriter.moveOpBefore(op, branch.elseBlock()->getTerminator());
+
+    rewriter.setInsertionPoint(branch.thenBlock()->getTerminator());
+    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+    SmallVector<Operation *> loops;
+    SmallVector<Value> ivs;
+    for (auto [dim, range] : llvm::enumerate(ranges)) {
+      int64_t step = dim + 1 == ranges.size() ? width : 1;
+      auto loop = scf::ForOp::create(rewriter, loc, index(0), index(range),
+                                     index(step));
+      loops.push_back(loop);
+      ivs.push_back(loop.getInductionVar());
+      rewriter.setInsertionPoint(loop.getBody()->getTerminator());
+    }
+
+    // Values along the vector are vectors; the rest (scalar operands,
+    // inputs broadcast along it, constants) stay scalars until an op mixes
+    // them with vectors.
+    IRMapping mapping;
+    llvm::DenseSet<Value> vectors;
+    auto vectorType = [&](Type element) -> Type {
+      return VectorType::get({width}, element);
+    };
+    auto widen = [&](Value value) -> Value {
+      if (vectors.contains(value))
+        return value;
+      Value wide = vector::BroadcastOp::create(
+          rewriter, loc, vectorType(value.getType()), value);
+      vectors.insert(wide);
+      return wide;
+    };
+    unsigned inner = ranges.size() - 1;
+    for (OpOperand *input : op.getDpsInputOperands()) {
+      Value source = input->get();
+      BlockArgument argument = op.getMatchingBlockArgument(input);
+      auto type = dyn_cast<MemRefType>(source.getType());
+      if (!type) {
+        mapping.map(argument, source);
+        continue;
+      }
+      AffineMap map = op.getMatchingIndexingMap(input);
+      SmallVector<Value> indices;
+      for (AffineExpr result : map.getResults()) {
+        if (auto dim = dyn_cast<AffineDimExpr>(result))
+          indices.push_back(ivs[dim.getPosition()]);
+        else
+          indices.push_back(index(cast<AffineConstantExpr>(result).getValue()));
+      }
+      if (map.getNumResults() &&
+          map.getResults().back() == getAffineDimExpr(inner, op.getContext())) {
+        Value loaded = vector::LoadOp::create(
+            rewriter, loc, vectorType(type.getElementType()), source, indices);
+        vectors.insert(loaded);
+        mapping.map(argument, loaded);
+      } else {
+        mapping.map(argument,
+                    memref::LoadOp::create(rewriter, loc, source, indices));
+      }
+    }
+    for (Operation &bodyOp : op.getBody()->without_terminator()) {
+      bool scalar = llvm::none_of(bodyOp.getOperands(), [&](Value operand) {
+        return vectors.contains(mapping.lookupOrDefault(operand));
+      });
+      if (scalar) {
+        rewriter.clone(bodyOp, mapping);
+        continue;
+      }
+      SmallVector<Value> operands = llvm::map_to_vector(
+          bodyOp.getOperands(),
+          [&](Value operand) { return widen(mapping.lookupOrDefault(operand)); });
+      SmallVector<Type> types =
+          llvm::map_to_vector(bodyOp.getResultTypes(), vectorType);
+      Operation *wide =
+          rewriter.create(bodyOp.getLoc(), bodyOp.getName().getIdentifier(),
+                          operands, types, bodyOp.getAttrs());
+      for (auto [result, wideResult] :
+           llvm::zip(bodyOp.getResults(), wide->getResults())) {
+        mapping.map(result, wideResult);
+        vectors.insert(wideResult);
+      }
+    }
+    Value result = widen(mapping.lookupOrDefault(
+        op.getBody()->getTerminator()->getOperand(0)));
+    vector::StoreOp::create(rewriter, loc, result, out, ivs,
+                            /*nontemporal=*/true, llvm::MaybeAlign(64));
+
+    unsigned depth = 0;
+    if (isLarge(op))
+      depth = ranges.size() == 1
+                  ? leadingParallelDepth({ranges.front() / width})
+                  : parallelDepth(op);
+    if (depth > 0)
+      parallelize(rewriter, loops, depth);
+  }
+
   void runOnOperation() override {
     SmallVector<linalg::LinalgOp> ops;
     getOperation().walk([&](linalg::LinalgOp op) {
@@ -189,6 +362,11 @@ struct LowerToLoopsPass
     IRRewriter rewriter(&getContext());
     for (linalg::LinalgOp op : ops) {
       rewriter.setInsertionPoint(op);
+      if (int64_t width = streamingWidth(op)) {
+        streamStores(rewriter, cast<linalg::GenericOp>(op.getOperation()),
+                     width);
+        rewriter.setInsertionPoint(op);
+      }
       unsigned depth = isLarge(op) ? parallelDepth(op) : 0;
       FailureOr<linalg::LinalgLoops> loops = linalg::linalgOpToLoops(rewriter, op);
       if (failed(loops) || loops->size() < depth) {

@@ -268,3 +268,23 @@ def test_background_runs_leave_the_host_a_core():
     with compiler.host_wait():
         exe.run([x], [out], background=True)
     torch.testing.assert_close(out, expected)
+
+
+def test_large_elementwise_outputs_stream_when_aligned():
+    """An elementwise kernel writing >= 16 MiB uses aligned non-temporal
+    vector stores when its output is 64-byte aligned, and the ordinary loops
+    when it is not: eager's values either way."""
+    n = 4 << 20
+    x, y = torch.randn(n), torch.randn(n)
+    fn = Fn(lambda m, a, b: torch.sqrt((a * b).abs() + 1.0) - b)
+    exe = compiler.compile_linalg(export(fn, x, y), keep_llvm_ir=True)
+    assert "nontemporal" in exe.llvm_ir
+    expected = torch.sqrt((x * y).abs() + 1.0) - y
+    aligned = torch.full((n,), float("nan"))
+    assert aligned.data_ptr() % 64 == 0
+    storage = torch.full((n + 1,), float("nan"))
+    misaligned = storage[1:]  # contiguous, 4 bytes past a 64-byte boundary
+    assert misaligned.data_ptr() % 64 != 0
+    for out in (aligned, misaligned):
+        exe.run([x, y], [out])
+        torch.testing.assert_close(out, expected)

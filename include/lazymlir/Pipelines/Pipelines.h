@@ -25,14 +25,19 @@ struct CpuPipelineOptions
   Option<unsigned> threads{
       *this, "threads",
       llvm::cl::desc("Threads that share each large kernel's parallel loop "
-                     "(1: sequential; more: OpenMP, the runtime needs "
-                     "libomp)"),
+                     "(1: sequential; more: OpenMP worksharing loops)"),
       llvm::cl::init(1)};
   Option<int64_t> parallelThreshold{
       *this, "parallel-threshold",
       llvm::cl::desc("With threads > 1: iteration points a kernel needs to "
                      "be run in parallel (forking costs microseconds)"),
       llvm::cl::init(1 << 16)};
+  Option<int64_t> streamingStoreBytes{
+      *this, "streaming-store-bytes",
+      llvm::cl::desc("Elementwise kernels writing at least this many bytes "
+                     "store them with aligned non-temporal vector stores "
+                     "(lazymlir-lower-to-loops); 0: never"),
+      llvm::cl::init(16 << 20)};
 };
 
 /// linalg-on-tensors (as torch-mlir emits it) to the LLVM dialect, with the

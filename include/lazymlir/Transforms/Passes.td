@@ -252,13 +252,33 @@ def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
     nowhere else (buffer-loop-hoisting moves per-tile temporaries out of
     the tile loops; threads would share them). The mark is removed either
     way. A threshold of 0 makes no loop parallel.
+
+    Elementwise kernels whose output has at least `streaming-store-bytes`
+    bytes are vectorized here, 64 bytes per store, with non-temporal
+    (streaming) stores: such an output is evicted before anything reads it
+    again, and a regular store first reads every line it writes (read for
+    ownership), a third more memory traffic for a two-input kernel.
+    Non-temporal vector stores must be aligned, so the vector nest runs only
+    when the output's address is a multiple of 64 (the runtime's buffers
+    are), under an scf.if whose else branch is the ordinary loop nest.
+    Eligible: one output, written through the identity map, with an
+    innermost size that 64 bytes' worth of elements divides; every input
+    read either contiguously along the innermost loop or not depending on
+    it (a scalar, broadcast); a body of elementwise ops only (no
+    linalg.index, no read of the output); no i1 memory (vectors of i1 are
+    bit-packed, memory holds bytes).
   }];
-  let dependentDialects = ["mlir::scf::SCFDialect"];
+  let dependentDialects = ["mlir::scf::SCFDialect",
+                           "mlir::vector::VectorDialect"];
   let options = [
     Option<"parallelThreshold", "parallel-threshold", "int64_t",
            /*default=*/"0",
            "Smallest iteration space (points) lowered to parallel loops; "
            "0: none">,
+    Option<"streamingStoreBytes", "streaming-store-bytes", "int64_t",
+           /*default=*/"0",
+           "Smallest output (bytes) of an elementwise kernel written with "
+           "non-temporal vector stores; 0: never">,
   ];
 }
 

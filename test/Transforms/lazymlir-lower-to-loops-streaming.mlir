@@ -1,0 +1,102 @@
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-lower-to-loops{parallel-threshold=4096 streaming-store-bytes=65536}))" | FileCheck %s
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-lower-to-loops{parallel-threshold=4096}))" | FileCheck %s --check-prefix=OFF
+
+// A large elementwise kernel: when the output is 64-byte aligned, a vector
+// nest (16 x f32 per iteration, rows in parallel) with aligned non-temporal
+// stores; the row-broadcast input is a scalar load, broadcast; otherwise the
+// scalar nest. Without the option, only the scalar nest.
+// CHECK-LABEL: func.func @row_bias_sqrt
+// CHECK: %[[ADDRESS:.+]] = memref.extract_aligned_pointer_as_index %[[OUT:.+]] :
+// CHECK: %[[REM:.+]] = arith.remui %[[ADDRESS]], %{{.+}} : index
+// CHECK: %[[ALIGNED:.+]] = arith.cmpi eq, %[[REM]], %{{.+}} : index
+// CHECK: scf.if %[[ALIGNED]] {
+// CHECK: scf.parallel (%[[ROW:.+]]) =
+// CHECK: %[[C16:.+]] = arith.constant 16 : index
+// CHECK: scf.for %[[COL:.+]] = %{{.+}} to %{{.+}} step %[[C16]] {
+// CHECK: vector.load %{{.+}}[%[[ROW]], %[[COL]]] : memref<256x1024xf32>, vector<16xf32>
+// CHECK: memref.load %{{.+}}[%[[ROW]]] : memref<256xf32>
+// CHECK: math.sqrt %{{.+}} : vector<16xf32>
+// CHECK: vector.store %{{.+}}, %[[OUT]][%[[ROW]], %[[COL]]] {alignment = 64 : i64, nontemporal = true} : memref<256x1024xf32>, vector<16xf32>
+// CHECK: } else {
+// CHECK: scf.parallel
+// CHECK: memref.store %{{.+}}, %[[OUT]]
+// OFF-LABEL: func.func @row_bias_sqrt
+// OFF-NOT: scf.if
+// OFF-NOT: nontemporal
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @row_bias_sqrt(%a: memref<256x1024xf32>, %b: memref<256xf32>, %out: memref<256x1024xf32>) {
+  %c = arith.constant 2.0 : f32
+  linalg.generic {indexing_maps = [#map, #row, #map], iterator_types = ["parallel", "parallel"]} ins(%a, %b : memref<256x1024xf32>, memref<256xf32>) outs(%out : memref<256x1024xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %0 = arith.mulf %x, %c : f32
+    %1 = arith.addf %0, %y : f32
+    %2 = math.sqrt %1 : f32
+    linalg.yield %2 : f32
+  }
+  return
+}
+
+// -----
+
+// f64: 8 elements per 64-byte store; the only loop is the parallel one.
+// CHECK-LABEL: func.func @relu_f64
+// CHECK: scf.if
+// CHECK: %[[C8:.+]] = arith.constant 8 : index
+// CHECK: scf.parallel (%[[I:.+]]) = (%{{.+}}) to (%{{.+}}) step (%[[C8]])
+// CHECK: arith.maximumf %{{.+}}, %{{.+}} : vector<8xf64>
+// CHECK: vector.store %{{.+}}[%[[I]]] {alignment = 64 : i64, nontemporal = true} : memref<16384xf64>, vector<8xf64>
+#id = affine_map<(d0) -> (d0)>
+func.func @relu_f64(%a: memref<16384xf64>, %out: memref<16384xf64>) {
+  %zero = arith.constant 0.0 : f64
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]} ins(%a : memref<16384xf64>) outs(%out : memref<16384xf64>) {
+  ^bb0(%x: f64, %o: f64):
+    %0 = arith.maximumf %x, %zero : f64
+    linalg.yield %0 : f64
+  }
+  return
+}
+
+// -----
+
+// Not streamed: an innermost size 16 does not divide; an output that is also
+// read; an input strided along the innermost loop (transposed); an output
+// smaller than the option; i1 memory.
+// CHECK-LABEL: func.func @not_streamed
+// CHECK-NOT: nontemporal
+// CHECK: return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#transposed = affine_map<(d0, d1) -> (d1, d0)>
+#id = affine_map<(d0) -> (d0)>
+func.func @not_streamed(%a: memref<128x1000xf32>, %o1: memref<128x1000xf32>,
+                        %b: memref<128x1024xf32>, %o2: memref<128x1024xf32>,
+                        %t: memref<1024x128xf32>, %o3: memref<128x1024xf32>,
+                        %s: memref<1024xf32>, %o4: memref<1024xf32>,
+                        %m: memref<131072xi1>, %o5: memref<131072xf32>) {
+  linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%a : memref<128x1000xf32>) outs(%o1 : memref<128x1000xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %0 = arith.negf %x : f32
+    linalg.yield %0 : f32
+  }
+  linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%b : memref<128x1024xf32>) outs(%o2 : memref<128x1024xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %0 = arith.addf %x, %o : f32
+    linalg.yield %0 : f32
+  }
+  linalg.generic {indexing_maps = [#transposed, #map], iterator_types = ["parallel", "parallel"]} ins(%t : memref<1024x128xf32>) outs(%o3 : memref<128x1024xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %0 = arith.negf %x : f32
+    linalg.yield %0 : f32
+  }
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]} ins(%s : memref<1024xf32>) outs(%o4 : memref<1024xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %0 = arith.negf %x : f32
+    linalg.yield %0 : f32
+  }
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]} ins(%m : memref<131072xi1>) outs(%o5 : memref<131072xf32>) {
+  ^bb0(%x: i1, %o: f32):
+    %0 = arith.uitofp %x : i1 to f32
+    linalg.yield %0 : f32
+  }
+  return
+}
