@@ -19,7 +19,10 @@ variant's data (inputs are read from memory, as in a real step) and next to
 the other variants' idle OpenMP threads (torch's libgomp spins for a while
 after each parallel region; our libomp's threads spin for KMP_BLOCKTIME).
 
-For each: median step time (ms) over repeats, speedup against eager, and
+For each: median step time (ms) over repeats (the "pipelined" row: time
+per step of 8 steps run back to back with one wait at the end, as a
+training loop runs them, tracing overlapping execution), speedup against
+eager, and
 effective bandwidth (GB/s) = unavoidable bytes (inputs read once, outputs
 written once) / time, against the machine's copy bandwidth: eager
 tensor.copy_ of 256 MB on all threads, counted as 2 x 256 MB like STREAM's
@@ -93,16 +96,23 @@ def kernel_count(fn, args, fusion):
     return compiler.compile_linalg(text, fusion=fusion).num_kernels
 
 
-def lazy_step(fn, args):
+def lazy_step(fn, args, pipelined=1):
+    """One call: `pipelined` steps (trace, mark_step) and one wait at the end,
+    as a training loop runs (the worker executes step k while the caller
+    traces step k+1); 1: wait after the step (its latency)."""
     lazy_args = [a.to("lazy") for a in args]
 
     def step():
-        out = fn(*lazy_args)
-        lazymlir.mark_step()
+        for _ in range(pipelined):
+            out = fn(*lazy_args)
+            lazymlir.mark_step()
         lazymlir.wait_device_ops()
         return out
 
     return step
+
+
+PIPELINED = 8
 
 
 def main():
@@ -125,17 +135,21 @@ def main():
             compiled = torch.compile(fn)
             steps["torch.compile"] = lambda: compiled(*args)
         kernels = {}
-        for fusion, threads in ((True, 0), (False, 0), (True, 1)):
-            variant = f"lazymlir fusion={'on' if fusion else 'off'}" + (" 1 thread" if threads == 1 else "")
+        calls = {}  # variant -> steps per call
+        for fusion, threads, pipelined in ((True, 0, 1), (False, 0, 1), (True, 1, 1), (True, 0, PIPELINED)):
+            variant = (f"lazymlir fusion={'on' if fusion else 'off'}" + (" 1 thread" if threads == 1 else "")
+                       + (" pipelined" if pipelined > 1 else ""))
             with lazymlir.config.patch(fusion=fusion, threads=threads):
-                step = lazy_step(fn, args)
+                step = lazy_step(fn, args, pipelined)
                 torch.testing.assert_close(step().cpu(), expected, rtol=1e-4, atol=1e-4)
             # The step's graph is cached under these options: keep them on
             # while it is timed.
             steps[variant] = _patched(step, fusion=fusion, threads=threads)
+            calls[variant] = pipelined
             kernels[variant] = kernel_count(fn, args, fusion)
         steps[COPY] = copy
         seconds = interleaved_median_seconds(steps, opts.repeats)
+        seconds = {v: s / calls.get(v, 1) for v, s in seconds.items()}
         bandwidth = copy_bytes / seconds.pop(COPY) / 1e9
         print(f"{name:8} {COPY:26} {'':>9} {'':>9} {bandwidth:7.1f}")
         eager_seconds = seconds["eager"]

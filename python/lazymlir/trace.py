@@ -11,6 +11,7 @@ mutation never reach this level: ``device.py`` rewrites them functionally.
 """
 
 import hashlib
+import math
 import operator
 from typing import List, NamedTuple, Sequence
 
@@ -159,7 +160,7 @@ class Graph(NamedTuple):
             values = [n.data if p is None else n.data.permute(p) for n, p in zip(self.inputs, self.input_perms)]
         else:
             values = [n.data for n in self.inputs]
-        values.extend(torch.tensor(v, dtype=dt) for v, dt in self.scalars)
+        values.extend(_scalar_tensor(v, dt) for v, dt in self.scalars)
         return values
 
     def output_specs(self) -> list:
@@ -195,6 +196,22 @@ _LIFT = {
     "aten.lerp.Scalar": (2,),
 }
 _LIFTED = ("lifted",)  # stands for a lifted value in a signature
+
+# 0-dim tensors of lifted scalars, by value: a step passes the same constants
+# every time, and graphs never write their inputs. The key tells -0.0 from
+# 0.0 (equal as floats); NaNs never hit (NaN != NaN) and the cap bounds them.
+_scalar_tensors: dict = {}
+_SCALAR_TENSORS_MAX = 4096
+
+
+def _scalar_tensor(value: float, dtype: torch.dtype) -> torch.Tensor:
+    key = (value, math.copysign(1.0, value), dtype)
+    t = _scalar_tensors.get(key)
+    if t is None:
+        if len(_scalar_tensors) >= _SCALAR_TENSORS_MAX:
+            _scalar_tensors.clear()
+        t = _scalar_tensors[key] = torch.tensor(value, dtype=dtype)
+    return t
 _FLOATS = (torch.float32, torch.float64)
 
 

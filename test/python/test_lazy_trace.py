@@ -191,6 +191,16 @@ def test_lifted_floats_compute_as_eager(dtype):
         torch.testing.assert_close(o.cpu(), r, rtol=2e-7 if dtype == torch.float32 else 1e-13, atol=1e-16)
 
 
+def test_lifted_zeros_keep_their_sign():
+    """Lifted scalars are cached by value: -0.0 and 0.0 (equal as floats) are
+    different inputs, and the cached tensors stay what they were."""
+    x = torch.tensor([1.0, -2.0, 3.0])
+    lx = x.to("lazy")
+    for scale in (0.0, -0.0, 0.0, -0.0):
+        out = (lx * scale).cpu()
+        assert torch.equal(torch.signbit(out), torch.signbit(x * scale)), scale
+
+
 def test_batch_norm_training_updates_running_stats():
     """native_batch_norm mutates running stats without saying so in its schema."""
     ref = torch.nn.BatchNorm1d(3)
