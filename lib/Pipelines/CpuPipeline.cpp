@@ -23,8 +23,12 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   pm.addPass(createCSEPass());
   if (options.channelsLast)
     pm.addNestedPass<func::FuncOp>(createChannelsLastPass());
-  if (options.fusion)
+  if (options.fusion) {
     pm.addNestedPass<func::FuncOp>(createFuseElementwisePass());
+    pm.addNestedPass<func::FuncOp>(createFuseRowReductionsPass());
+    pm.addPass(createCanonicalizerPass());
+    pm.addPass(createCSEPass());
+  }
   TileContractionsPassOptions tiling;
   tiling.fuseEpilogue = options.fusion;
   pm.addNestedPass<func::FuncOp>(createTileContractionsPass(tiling));

@@ -80,8 +80,9 @@ struct LowerToLoopsPass
 
   /// Replaces the outer `depth` loops of a perfect scf.for nest by one
   /// scf.parallel over the same iteration space.
-  static void parallelize(IRRewriter &rewriter, ArrayRef<Operation *> loops,
-                          unsigned depth) {
+  static scf::ParallelOp parallelize(IRRewriter &rewriter,
+                                     ArrayRef<Operation *> loops,
+                                     unsigned depth) {
     SmallVector<Value> lbs, ubs, steps;
     for (Operation *loop : loops.take_front(depth)) {
       auto forOp = cast<scf::ForOp>(loop);
@@ -108,14 +109,19 @@ struct LowerToLoopsPass
       }
     }
     rewriter.eraseOp(outer);
+    return parallel;
   }
 
-  /// The loops of a contraction's tile nest (outer to inner) that may run
-  /// as one parallel loop: marked, without loop-carried values, each the
-  /// only effectful op of its parent's body. Empty when the nest uses a
-  /// scratch buffer allocated outside it (hoisted out of the tile loops by
-  /// buffer-loop-hoisting: threads would share it) or allocates inside.
-  static SmallVector<Operation *> parallelTileNest(scf::ForOp root) {
+  /// The loops of a tile nest (outer to inner) that may run as one parallel
+  /// loop: marked, without loop-carried values, each the only effectful op
+  /// of its parent's body. Empty when the nest allocates on the heap, inside
+  /// or outside for its own use (a scratch buffer buffer-loop-hoisting moved
+  /// out of the tile loops). Stack scratch used only by the nest (small
+  /// per-tile temporaries, hoisted and promoted) is returned in `scratch`:
+  /// the caller allocates it in the parallel body instead, so that each
+  /// iteration has its own.
+  static SmallVector<Operation *>
+  parallelTileNest(scf::ForOp root, SmallVectorImpl<memref::AllocaOp> &scratch) {
     SmallVector<Operation *> nest;
     for (scf::ForOp loop = root; loop;) {
       if (!loop->hasAttr(lazymlir::kParallelTilesAttr) ||
@@ -133,21 +139,29 @@ struct LowerToLoopsPass
         break;
       loop = inner;
     }
-    bool allocates = false, sharesScratch = false;
+    bool refused = false;
+    llvm::SetVector<Operation *> sunk;
     root.walk([&](Operation *op) {
-      allocates |= isa<memref::AllocOp, memref::AllocaOp>(op);
+      refused |= isa<memref::AllocOp, memref::AllocaOp>(op);
       for (Value operand : op->getOperands()) {
         Operation *def = operand.getDefiningOp();
         if (!isa_and_nonnull<memref::AllocOp, memref::AllocaOp>(def) ||
             root->isAncestor(def))
           continue;
-        sharesScratch |= llvm::all_of(operand.getUsers(), [&](Operation *u) {
+        bool onlyHere = llvm::all_of(operand.getUsers(), [&](Operation *u) {
           return isa<memref::DeallocOp>(u) || root->isAncestor(u);
         });
+        if (onlyHere && isa<memref::AllocaOp>(def))
+          sunk.insert(def);
+        else if (onlyHere)
+          refused = true;
       }
     });
-    if (allocates || sharesScratch)
+    if (refused)
       nest.clear();
+    else
+      for (Operation *op : sunk)
+        scratch.push_back(cast<memref::AllocaOp>(op));
     return nest;
   }
 
@@ -173,9 +187,24 @@ struct LowerToLoopsPass
         roots.push_back(loop);
     });
     for (scf::ForOp root : roots) {
-      SmallVector<Operation *> nest = parallelTileNest(root);
-      if (unsigned depth = tileParallelDepth(nest))
-        parallelize(rewriter, nest, depth);
+      SmallVector<memref::AllocaOp> scratch;
+      SmallVector<Operation *> nest = parallelTileNest(root, scratch);
+      unsigned depth = tileParallelDepth(nest);
+      if (!depth)
+        continue;
+      scf::ParallelOp parallel = parallelize(rewriter, nest, depth);
+      // Each iteration allocates its own scratch: on the heap (the runtime's
+      // pool), as an alloca would keep convert-scf-to-openmp's per-iteration
+      // alloca scope, which must then stay one block.
+      for (memref::AllocaOp alloca : scratch) {
+        rewriter.setInsertionPointToStart(parallel.getBody());
+        auto alloc = memref::AllocOp::create(rewriter, alloca.getLoc(),
+                                             alloca.getType(),
+                                             alloca.getAlignmentAttr());
+        rewriter.setInsertionPoint(parallel.getBody()->getTerminator());
+        memref::DeallocOp::create(rewriter, alloca.getLoc(), alloc);
+        rewriter.replaceOp(alloca, alloc);
+      }
     }
     getOperation().walk([](scf::ForOp loop) {
       loop->removeAttr(lazymlir::kParallelTilesAttr);

@@ -125,13 +125,18 @@ func.func @tiles(%out: memref<64x128xf32>) {
 
 // -----
 
-// A scratch buffer used only inside the tile loops (hoisted out of them by
-// buffer-loop-hoisting) would be shared by the threads: the loops stay
-// sequential.
-// CHECK-LABEL: func.func @shared_scratch
-// CHECK-NOT: scf.parallel
+// A stack scratch buffer used only inside the tile loops (hoisted out of them
+// by buffer-loop-hoisting, promoted to the stack) would be shared by the
+// threads: each iteration of the parallel loop allocates its own instead.
+// CHECK-LABEL: func.func @stack_scratch
+// CHECK-NOT: memref.alloca
+// CHECK: scf.parallel
+// CHECK-NEXT: %[[SCRATCH:.+]] = memref.alloc() : memref<8x32xf32>
+// CHECK: memref.copy %[[SCRATCH]]
+// CHECK: memref.dealloc %[[SCRATCH]]
+// CHECK-NEXT: scf.reduce
 // CHECK-NOT: lazymlir.parallel_tiles
-func.func @shared_scratch(%out: memref<64x128xf32>) {
+func.func @stack_scratch(%out: memref<64x128xf32>) {
   %c0 = arith.constant 0 : index
   %c8 = arith.constant 8 : index
   %c32 = arith.constant 32 : index
@@ -146,6 +151,32 @@ func.func @shared_scratch(%out: memref<64x128xf32>) {
       memref.copy %scratch, %tile : memref<8x32xf32> to memref<8x32xf32, strided<[128, 1], offset: ?>>
     } {lazymlir.parallel_tiles = 1048576 : i64}
   } {lazymlir.parallel_tiles = 1048576 : i64}
+  return
+}
+
+// -----
+
+// Heap scratch (too large for the stack) used only inside the tile loops: the
+// loops stay sequential.
+// CHECK-LABEL: func.func @heap_scratch
+// CHECK-NOT: scf.parallel
+// CHECK-NOT: lazymlir.parallel_tiles
+func.func @heap_scratch(%out: memref<64x128xf32>) {
+  %c0 = arith.constant 0 : index
+  %c8 = arith.constant 8 : index
+  %c32 = arith.constant 32 : index
+  %c64 = arith.constant 64 : index
+  %c128 = arith.constant 128 : index
+  %cst = arith.constant 1.0 : f32
+  %scratch = memref.alloc() : memref<8x32xf32>
+  scf.for %i = %c0 to %c64 step %c8 {
+    scf.for %j = %c0 to %c128 step %c32 {
+      linalg.fill ins(%cst : f32) outs(%scratch : memref<8x32xf32>)
+      %tile = memref.subview %out[%i, %j] [8, 32] [1, 1] : memref<64x128xf32> to memref<8x32xf32, strided<[128, 1], offset: ?>>
+      memref.copy %scratch, %tile : memref<8x32xf32> to memref<8x32xf32, strided<[128, 1], offset: ?>>
+    } {lazymlir.parallel_tiles = 1048576 : i64}
+  } {lazymlir.parallel_tiles = 1048576 : i64}
+  memref.dealloc %scratch : memref<8x32xf32>
   return
 }
 

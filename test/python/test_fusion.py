@@ -59,27 +59,32 @@ def test_chain_across_broadcast_and_reshape_is_one_kernel(native):
 
 def test_softmax_kernels(native):
     # Softmax: two reductions over each row (max, then sum of exp(x - max))
-    # and one normalizing pass: 3 passes over the data, the exponential fused
-    # into the sum and recomputed in the normalizing pass.  Today the count is
-    # 5: the two reductions' accumulators are initialised by two more, tiny
-    # loop nests (linalg.fill of a 64x1 tensor), which are counted as kernels.
-    x = torch.randn(64, 128)
+    # and one normalizing pass.  lazymlir-fuse-row-reductions runs all three
+    # (and the reductions' accumulator fills) tile of rows by tile of rows in
+    # one loop nest, so the input is read from memory once: one kernel.
+    # Without fusion every op is a kernel of its own.
+    x = torch.randn(512, 256)
     fused = run(lambda t: torch.softmax(t, -1), x)
-    assert fused <= 5
-    assert run(lambda t: torch.softmax(t, -1), x, fusion=False) > fused
+    assert fused == 1
+    assert run(lambda t: torch.softmax(t, -1), x, fusion=False) > 5
 
 
 def test_layer_norm_kernels(native):
     # torch-mlir decomposes layer norm into three row reductions (the mean in
     # f32, and the variance in f64 from its own f64 sum), a small per-row
-    # rsqrt, and the normalizing pass (scale and shift fused in); with the two
-    # accumulator fills that is 7 today.  Without fusion every elementwise op
+    # rsqrt and the normalizing pass (scale and shift fused in): all of them
+    # run by tiles of rows in one kernel.  Without fusion every elementwise op
     # is a pass of its own (18).
-    x, w, b = torch.randn(64, 128), torch.randn(128), torch.randn(128)
-    fn = lambda t, w, b: F.layer_norm(t, (128,), w, b)  # noqa: E731
-    fused = run(fn, x, w, b)
-    assert fused <= 7
-    assert run(fn, x, w, b, fusion=False) >= fused + 8
+    x, w, b = torch.randn(512, 256), torch.randn(256), torch.randn(256)
+    fn = lambda t, w, b: F.layer_norm(t, (256,), w, b)  # noqa: E731
+    assert run(fn, x, w, b) == 1
+    assert run(fn, x, w, b, fusion=False) >= 9
+
+
+def test_small_softmax_is_one_tile(native):
+    # When all rows fit one tile, the row loop folds away and the reductions
+    # stay separate loop nests over data already in cache.
+    assert run(lambda t: torch.softmax(t, -1), torch.randn(64, 128)) <= 5
 
 
 def test_matmul_bias_relu_is_one_kernel(native):

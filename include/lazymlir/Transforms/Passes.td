@@ -118,6 +118,39 @@ def TileContractionsPass
   ];
 }
 
+def FuseRowReductionsPass
+    : Pass<"lazymlir-fuse-row-reductions", "mlir::func::FuncOp"> {
+  let summary = "Run row reductions and the pass that consumes them row "
+                "tile by row tile, in one loop nest";
+  let description = [{
+    After lazymlir-fuse-elementwise, softmax is three loop nests over the
+    whole tensor: the row maxima, the row sums of exp(x - max), and the
+    normalizing pass that reads the input again; layer norm is similar.
+    Each streams the tensor from memory. This pass tiles the consumer (an
+    all-parallel linalg.generic) along its first loop and fuses into the
+    tile loop the reductions, fills and elementwise ops it reads from, so
+    that each tile of rows is reduced and normalized while it is in cache:
+    one pass over memory instead of one per reduction plus one.
+
+    An op is fused when all of its users are fused (nothing is computed
+    twice for other users) and it is "row-local": its first loop is
+    parallel with the consumer's first loop's size, and every operand it
+    shares with the fused ops and every output is indexed by that loop
+    first. At least one fused op must be a reduction. A tile has the fewest
+    rows (a divisor of the first loop's size) whose input slice reaches
+    `tile-bytes`, so that it stays in the core's cache; the tile loop is
+    marked `lazymlir.parallel_tiles` for lazymlir-lower-to-loops.
+  }];
+  let dependentDialects = [
+    "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
+    "mlir::scf::SCFDialect",
+  ];
+  let options = [
+    Option<"tileBytes", "tile-bytes", "int64_t", /*default=*/"65536",
+           "Bytes of the consumer's largest input a row tile should span">,
+  ];
+}
+
 def HoistRedundantTransfersPass
     : Pass<"lazymlir-hoist-redundant-transfers", "mlir::func::FuncOp"> {
   let summary = "Keep loop-carried vector accumulators in registers";
@@ -245,13 +278,17 @@ def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
     output), and never the innermost of several loops, which LLVM
     vectorizes.
 
-    Tile loops of contractions (scf.for marked `lazymlir.parallel_tiles`
-    by lazymlir-tile-contractions with the contraction's size) become
-    parallel the same way when that size reaches the threshold, unless the
-    nest allocates or uses a scratch buffer allocated outside it and used
-    nowhere else (buffer-loop-hoisting moves per-tile temporaries out of
-    the tile loops; threads would share them). The mark is removed either
-    way. A threshold of 0 makes no loop parallel.
+    Tile loops (scf.for marked `lazymlir.parallel_tiles` by
+    lazymlir-tile-contractions or lazymlir-fuse-row-reductions with the
+    tiled op's size) become parallel the same way when that size reaches
+    the threshold. Per-tile temporaries that buffer-loop-hoisting moved out
+    of the tile loops (and promote-buffers-to-stack made allocas) would be
+    shared by the threads: each iteration of the parallel loop allocates
+    its own instead (on the heap: allocas would keep the OpenMP lowering's
+    per-iteration alloca scope, which must stay one block). Nests that
+    allocate inside, or use heap scratch allocated outside, stay
+    sequential. The mark is removed either way. A threshold of 0 makes no
+    loop parallel.
 
     Elementwise kernels whose output has at least `streaming-store-bytes`
     bytes are vectorized here, 64 bytes per store, with non-temporal

@@ -1,0 +1,200 @@
+//===- FuseRowReductions.cpp - reductions and their consumer by row tiles -===//
+//
+// Built on upstream's scf::tileConsumerAndFuseProducersUsingSCF; what is
+// fused and the tile size are ours (see Passes.td).
+//
+//===----------------------------------------------------------------------===//
+
+#include "lazymlir/Transforms/Passes.h"
+
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Interfaces/TilingInterface.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace lazymlir {
+#define GEN_PASS_DEF_FUSEROWREDUCTIONSPASS
+#include "lazymlir/Transforms/Passes.h.inc"
+} // namespace lazymlir
+
+using namespace mlir;
+
+namespace {
+
+bool isReduction(linalg::LinalgOp op) {
+  return op.getNumReductionLoops() > 0;
+}
+
+/// Whether `op` walks rows like a consumer whose first loop has `rows`
+/// iterations: its first loop is parallel with that size and indexes first
+/// every output and every operand in `shared`.
+bool isRowLocal(linalg::LinalgOp op, int64_t rows,
+                const llvm::SetVector<Operation *> &fused) {
+  if (!isa<linalg::GenericOp, linalg::FillOp>(op) || op.hasDynamicShape() ||
+      op.getNumLoops() == 0 || !op.hasOnlyProjectedPermutations() ||
+      op.getIteratorTypesArray().front() != utils::IteratorType::parallel ||
+      op.getStaticLoopRanges().front() != rows)
+    return false;
+  AffineExpr first = getAffineDimExpr(0, op.getContext());
+  for (OpOperand &operand : op->getOpOperands()) {
+    Operation *producer = operand.get().getDefiningOp();
+    bool shared = op.isDpsInit(&operand) || (producer && fused.contains(producer));
+    if (!shared || !isa<ShapedType>(operand.get().getType()))
+      continue;
+    AffineMap map = op.getMatchingIndexingMap(&operand);
+    if (map.getNumResults() == 0 || map.getResult(0) != first)
+      return false;
+  }
+  return true;
+}
+
+struct FuseRowReductionsPass
+    : lazymlir::impl::FuseRowReductionsPassBase<FuseRowReductionsPass> {
+  using Base::Base;
+
+  /// The ops to fuse into a row-tile loop of `root`, or none.
+  llvm::SetVector<Operation *> fusedWith(linalg::GenericOp root) {
+    llvm::SetVector<Operation *> fused;
+    if (root.getNumLoops() < 2 || root.hasDynamicShape() ||
+        root.getNumParallelLoops() != root.getNumLoops() ||
+        root.getNumDpsInits() != 1)
+      return fused;
+    int64_t rows = root.getStaticLoopRanges().front();
+    Block *block = root->getBlock();
+    // Candidates: linalg producers in the same block, transitively.
+    fused.insert(root);
+    for (size_t i = 0; i < fused.size(); ++i)
+      for (Value operand : fused[i]->getOperands())
+        if (auto producer = operand.getDefiningOp<linalg::LinalgOp>();
+            producer && producer->getBlock() == block)
+          fused.insert(producer);
+    // Drop what is read outside the set or is not row-local, until stable.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (Operation *op : llvm::to_vector(fused)) {
+        if (op == root.getOperation())
+          continue;
+        bool usedOutside = llvm::any_of(op->getUsers(), [&](Operation *user) {
+          return !fused.contains(user);
+        });
+        if (usedOutside ||
+            !isRowLocal(cast<linalg::LinalgOp>(op), rows, fused)) {
+          fused.remove(op);
+          changed = true;
+        }
+      }
+    }
+    if (!isRowLocal(root, rows, fused) ||
+        llvm::none_of(fused, [](Operation *op) {
+          return isReduction(cast<linalg::LinalgOp>(op));
+        }))
+      fused.clear();
+    return fused;
+  }
+
+  /// Rows per tile: the fewest dividing the row count whose slice of the
+  /// root's largest input spans tileBytes.
+  int64_t rowsPerTile(linalg::GenericOp root) {
+    int64_t rows = root.getStaticLoopRanges().front();
+    int64_t rowBytes = 1;
+    for (Value input : root.getDpsInputs()) {
+      auto type = dyn_cast<RankedTensorType>(input.getType());
+      if (!type || type.getRank() == 0 || type.getElementTypeBitWidth() < 8)
+        continue;
+      rowBytes = std::max(rowBytes, type.getNumElements() / type.getDimSize(0) *
+                                        type.getElementTypeBitWidth() / 8);
+    }
+    int64_t wanted = std::max<int64_t>(1, tileBytes / rowBytes);
+    for (int64_t tile = std::min(wanted, rows); tile <= rows; ++tile)
+      if (rows % tile == 0)
+        return tile;
+    return rows;
+  }
+
+  /// Drops unit dimensions of generic ops (torch-mlir's keepdim reductions
+  /// index their 4096x1 results as (d0, 0), which tiling cannot slice), so
+  /// that every map is a projected permutation; fills follow through the
+  /// reshapes.
+  LogicalResult dropUnitDims() {
+    linalg::ControlDropUnitDims options;
+    options.controlFn = [](Operation *op) -> SmallVector<unsigned> {
+      if (auto generic = dyn_cast<linalg::GenericOp>(op))
+        return llvm::to_vector(llvm::seq<unsigned>(0, generic.getNumLoops()));
+      return {};
+    };
+    RewritePatternSet patterns(&getContext());
+    linalg::populateFoldUnitExtentDimsPatterns(patterns, options);
+    tensor::populateReassociativeReshapeFoldingPatterns(patterns);
+    tensor::CollapseShapeOp::getCanonicalizationPatterns(patterns,
+                                                         &getContext());
+    tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns,
+                                                       &getContext());
+    // fill then collapse_shape -> fill of the collapsed tensor: the
+    // reductions' fills become their direct producers (fused with them).
+    linalg::FillOp::getCanonicalizationPatterns(patterns, &getContext());
+    return applyPatternsGreedily(getOperation(), std::move(patterns));
+  }
+
+  void runOnOperation() override {
+    if (failed(dropUnitDims()))
+      return signalPassFailure();
+    SmallVector<linalg::GenericOp> roots;
+    for (Operation &op : getOperation().getBody().getOps())
+      if (auto generic = dyn_cast<linalg::GenericOp>(op))
+        roots.push_back(generic);
+    IRRewriter rewriter(&getContext());
+    llvm::DenseSet<Operation *> erased;
+    // Last consumers first: a fused reduction is no longer a root.
+    for (linalg::GenericOp root : llvm::reverse(roots)) {
+      if (erased.contains(root))
+        continue; // fused into a later root's tile loop
+      llvm::SetVector<Operation *> fused = fusedWith(root);
+      if (fused.empty())
+        continue;
+      int64_t tile = rowsPerTile(root);
+      SmallVector<OpFoldResult> tiles(root.getNumLoops(),
+                                      rewriter.getIndexAttr(0));
+      tiles.front() = rewriter.getIndexAttr(tile);
+      scf::SCFTileAndFuseOptions options;
+      options.tilingOptions.setTileSizes(tiles);
+      options.tilingOptions.setLoopType(
+          scf::SCFTilingOptions::LoopType::ForOp);
+      options.setFusionControlFn(
+          [&](tensor::ExtractSliceOp, OpResult producer, bool)
+              -> std::optional<scf::SCFTileAndFuseOptions::ControlFnResult> {
+            if (fused.contains(producer.getOwner()))
+              return scf::SCFTileAndFuseOptions::ControlFnResult{};
+            return std::nullopt;
+          });
+      rewriter.setInsertionPoint(root);
+      FailureOr<scf::SCFTileAndFuseResult> result =
+          scf::tileConsumerAndFuseProducersUsingSCF(
+              rewriter, cast<TilingInterface>(root.getOperation()), options);
+      if (failed(result))
+        continue;
+      int64_t points = 1;
+      for (int64_t bound : root.getStaticLoopRanges())
+        points *= bound;
+      for (LoopLikeOpInterface loop : result->loops)
+        loop->setAttr(lazymlir::kParallelTilesAttr,
+                      rewriter.getI64IntegerAttr(points));
+      for (OpResult value : root->getResults())
+        if (Value replacement = result->replacements.lookup(value))
+          rewriter.replaceAllUsesWith(value, replacement);
+      // The originals are dead now: erase them, users first.
+      for (bool progress = true; progress;) {
+        progress = false;
+        for (Operation *op : fused) {
+          if (erased.contains(op) || !op->use_empty())
+            continue;
+          rewriter.eraseOp(op);
+          erased.insert(op);
+          progress = true;
+        }
+      }
+    }
+  }
+};
+
+} // namespace

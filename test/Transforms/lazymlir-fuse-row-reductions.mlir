@@ -1,0 +1,122 @@
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-row-reductions,canonicalize,cse))" | FileCheck %s
+
+// Softmax after lazymlir-fuse-elementwise: the row maxima, the row sums of
+// exp(x - max) and the normalizing pass become one loop over tiles of 64 rows
+// (64 KiB of input), the reductions and their fills inside it; nothing is
+// left outside.
+// CHECK-LABEL: func.func @softmax
+// CHECK: %[[C64:.+]] = arith.constant 64 : index
+// CHECK: scf.for %[[ROW:.+]] = %{{.+}} to %{{.+}} step %[[C64]]
+// CHECK: %[[X:.+]] = tensor.extract_slice %{{.+}}[%[[ROW]], 0] [64, 256] [1, 1]
+// CHECK: %[[FMAX:.+]] = linalg.fill {{.+}} -> tensor<64xf32>
+// CHECK: %[[MAX:.+]] = linalg.generic {{.+}} ins(%[[X]] : tensor<64x256xf32>) outs(%[[FMAX]] : tensor<64xf32>)
+// CHECK: arith.maximumf
+// CHECK: %[[FSUM:.+]] = linalg.fill {{.+}} -> tensor<64xf32>
+// CHECK: %[[SUM:.+]] = linalg.generic {{.+}} ins(%[[X]], %[[MAX]] : tensor<64x256xf32>, tensor<64xf32>) outs(%[[FSUM]] : tensor<64xf32>)
+// CHECK: linalg.generic {{.+}} ins(%[[X]], %[[MAX]], %[[SUM]] : tensor<64x256xf32>, tensor<64xf32>, tensor<64xf32>)
+// CHECK: tensor.insert_slice
+// CHECK: } {lazymlir.parallel_tiles = 131072 : i64}
+// CHECK-NOT: linalg.
+// CHECK: return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @softmax(%x: tensor<512x256xf32>) -> tensor<512x256xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<512xf32>
+  %fmax = linalg.fill ins(%ninf : f32) outs(%e : tensor<512xf32>) -> tensor<512xf32>
+  %max = linalg.generic {indexing_maps = [#map, #row], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<512x256xf32>) outs(%fmax : tensor<512xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %m = arith.maximumf %in, %acc : f32
+    linalg.yield %m : f32
+  } -> tensor<512xf32>
+  %fsum = linalg.fill ins(%zero : f32) outs(%e : tensor<512xf32>) -> tensor<512xf32>
+  %sum = linalg.generic {indexing_maps = [#map, #row, #row], iterator_types = ["parallel", "reduction"]} ins(%x, %max : tensor<512x256xf32>, tensor<512xf32>) outs(%fsum : tensor<512xf32>) {
+  ^bb0(%in: f32, %m: f32, %acc: f32):
+    %d = arith.subf %in, %m : f32
+    %ex = math.exp %d : f32
+    %s = arith.addf %ex, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<512xf32>
+  %o = tensor.empty() : tensor<512x256xf32>
+  %r = linalg.generic {indexing_maps = [#map, #row, #row, #map], iterator_types = ["parallel", "parallel"]} ins(%x, %max, %sum : tensor<512x256xf32>, tensor<512xf32>, tensor<512xf32>) outs(%o : tensor<512x256xf32>) {
+  ^bb0(%in: f32, %m: f32, %s: f32, %out: f32):
+    %d = arith.subf %in, %m : f32
+    %ex = math.exp %d : f32
+    %q = arith.divf %ex, %s : f32
+    linalg.yield %q : f32
+  } -> tensor<512x256xf32>
+  return %r : tensor<512x256xf32>
+}
+
+// -----
+
+// torch-mlir's keepdim form: the row sums are a 512x1 tensor indexed
+// (d0, 0), which tiling cannot slice; unit dimensions are dropped first.
+// CHECK-LABEL: func.func @keepdim_row_sum
+// CHECK: scf.for
+// CHECK: linalg.fill {{.+}} -> tensor<64xf32>
+// CHECK: linalg.generic {{.+}} iterator_types = ["parallel", "reduction"]
+// CHECK: linalg.generic {{.+}} iterator_types = ["parallel", "parallel"]
+// CHECK: } {lazymlir.parallel_tiles
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#keep = affine_map<(d0, d1) -> (d0, 0)>
+func.func @keepdim_row_sum(%x: tensor<512x256xf32>) -> tensor<512x256xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<512x1xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<512x1xf32>) -> tensor<512x1xf32>
+  %sum = linalg.generic {indexing_maps = [#map, #keep], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<512x256xf32>) outs(%f : tensor<512x1xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %s = arith.addf %in, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<512x1xf32>
+  %o = tensor.empty() : tensor<512x256xf32>
+  %r = linalg.generic {indexing_maps = [#map, #keep, #map], iterator_types = ["parallel", "parallel"]} ins(%x, %sum : tensor<512x256xf32>, tensor<512x1xf32>) outs(%o : tensor<512x256xf32>) {
+  ^bb0(%in: f32, %s: f32, %out: f32):
+    %q = arith.divf %in, %s : f32
+    linalg.yield %q : f32
+  } -> tensor<512x256xf32>
+  return %r : tensor<512x256xf32>
+}
+
+// -----
+
+// Not fused: a row sum that is also returned (fusing it would compute it
+// twice), and a column sum (each row tile needs all of it).
+// CHECK-LABEL: func.func @not_row_local
+// CHECK-NOT: scf.for
+// CHECK: return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+#col = affine_map<(d0, d1) -> (d1)>
+#colsum = affine_map<(d0, d1) -> (d0)>
+#colin = affine_map<(d0, d1) -> (d1, d0)>
+func.func @not_row_local(%x: tensor<512x256xf32>) -> (tensor<512x256xf32>, tensor<512xf32>, tensor<512x256xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<512xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<512xf32>) -> tensor<512xf32>
+  %sum = linalg.generic {indexing_maps = [#map, #row], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<512x256xf32>) outs(%f : tensor<512xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %s = arith.addf %in, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<512xf32>
+  %o = tensor.empty() : tensor<512x256xf32>
+  %r = linalg.generic {indexing_maps = [#map, #row, #map], iterator_types = ["parallel", "parallel"]} ins(%x, %sum : tensor<512x256xf32>, tensor<512xf32>) outs(%o : tensor<512x256xf32>) {
+  ^bb0(%in: f32, %s: f32, %out: f32):
+    %q = arith.divf %in, %s : f32
+    linalg.yield %q : f32
+  } -> tensor<512x256xf32>
+  %ec = tensor.empty() : tensor<256xf32>
+  %fc = linalg.fill ins(%zero : f32) outs(%ec : tensor<256xf32>) -> tensor<256xf32>
+  %csum = linalg.generic {indexing_maps = [#colin, #colsum], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<512x256xf32>) outs(%fc : tensor<256xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %s = arith.addf %in, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<256xf32>
+  %r2 = linalg.generic {indexing_maps = [#map, #col, #map], iterator_types = ["parallel", "parallel"]} ins(%x, %csum : tensor<512x256xf32>, tensor<256xf32>) outs(%o : tensor<512x256xf32>) {
+  ^bb0(%in: f32, %s: f32, %out: f32):
+    %q = arith.divf %in, %s : f32
+    linalg.yield %q : f32
+  } -> tensor<512x256xf32>
+  return %r, %sum, %r2 : tensor<512x256xf32>, tensor<512xf32>, tensor<512x256xf32>
+}
