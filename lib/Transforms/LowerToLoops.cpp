@@ -114,14 +114,14 @@ struct LowerToLoopsPass
 
   /// The loops of a tile nest (outer to inner) that may run as one parallel
   /// loop: marked, without loop-carried values, each the only effectful op
-  /// of its parent's body. Empty when the nest allocates on the heap, inside
-  /// or outside for its own use (a scratch buffer buffer-loop-hoisting moved
-  /// out of the tile loops). Stack scratch used only by the nest (small
-  /// per-tile temporaries, hoisted and promoted) is returned in `scratch`:
-  /// the caller allocates it in the parallel body instead, so that each
-  /// iteration has its own.
+  /// of its parent's body. Empty when the nest allocates inside, or uses a
+  /// dynamically sized buffer allocated outside for its use only. Statically
+  /// sized scratch used only by the nest (per-tile temporaries that
+  /// buffer-loop-hoisting moved out of the tile loops) is returned in
+  /// `scratch`: the caller allocates it in the parallel body instead, so
+  /// that each iteration has its own.
   static SmallVector<Operation *>
-  parallelTileNest(scf::ForOp root, SmallVectorImpl<memref::AllocaOp> &scratch) {
+  parallelTileNest(scf::ForOp root, SmallVectorImpl<Operation *> &scratch) {
     SmallVector<Operation *> nest;
     for (scf::ForOp loop = root; loop;) {
       if (!loop->hasAttr(lazymlir::kParallelTilesAttr) ||
@@ -151,7 +151,8 @@ struct LowerToLoopsPass
         bool onlyHere = llvm::all_of(operand.getUsers(), [&](Operation *u) {
           return isa<memref::DeallocOp>(u) || root->isAncestor(u);
         });
-        if (onlyHere && isa<memref::AllocaOp>(def))
+        auto type = cast<MemRefType>(operand.getType());
+        if (onlyHere && type.hasStaticShape() && def->getNumOperands() == 0)
           sunk.insert(def);
         else if (onlyHere)
           refused = true;
@@ -160,8 +161,7 @@ struct LowerToLoopsPass
     if (refused)
       nest.clear();
     else
-      for (Operation *op : sunk)
-        scratch.push_back(cast<memref::AllocaOp>(op));
+      scratch.append(sunk.begin(), sunk.end());
     return nest;
   }
 
@@ -187,7 +187,7 @@ struct LowerToLoopsPass
         roots.push_back(loop);
     });
     for (scf::ForOp root : roots) {
-      SmallVector<memref::AllocaOp> scratch;
+      SmallVector<Operation *> scratch;
       SmallVector<Operation *> nest = parallelTileNest(root, scratch);
       unsigned depth = tileParallelDepth(nest);
       if (!depth)
@@ -196,14 +196,19 @@ struct LowerToLoopsPass
       // Each iteration allocates its own scratch: on the heap (the runtime's
       // pool), as an alloca would keep convert-scf-to-openmp's per-iteration
       // alloca scope, which must then stay one block.
-      for (memref::AllocaOp alloca : scratch) {
+      for (Operation *shared : scratch) {
+        Value buffer = shared->getResult(0);
+        for (Operation *user : llvm::make_early_inc_range(buffer.getUsers()))
+          if (isa<memref::DeallocOp>(user))
+            rewriter.eraseOp(user);
         rewriter.setInsertionPointToStart(parallel.getBody());
-        auto alloc = memref::AllocOp::create(rewriter, alloca.getLoc(),
-                                             alloca.getType(),
-                                             alloca.getAlignmentAttr());
+        auto alignment = shared->getAttrOfType<IntegerAttr>("alignment");
+        auto alloc = memref::AllocOp::create(
+            rewriter, shared->getLoc(), cast<MemRefType>(buffer.getType()),
+            alignment);
         rewriter.setInsertionPoint(parallel.getBody()->getTerminator());
-        memref::DeallocOp::create(rewriter, alloca.getLoc(), alloc);
-        rewriter.replaceOp(alloca, alloc);
+        memref::DeallocOp::create(rewriter, shared->getLoc(), alloc);
+        rewriter.replaceOp(shared, alloc);
       }
     }
     getOperation().walk([](scf::ForOp loop) {

@@ -156,11 +156,15 @@ func.func @stack_scratch(%out: memref<64x128xf32>) {
 
 // -----
 
-// Heap scratch (too large for the stack) used only inside the tile loops: the
-// loops stay sequential.
+// Heap scratch (too large for the stack) the same: allocated and freed by
+// each iteration; the free after the loops goes.
 // CHECK-LABEL: func.func @heap_scratch
-// CHECK-NOT: scf.parallel
-// CHECK-NOT: lazymlir.parallel_tiles
+// CHECK: scf.parallel
+// CHECK-NEXT: %[[SCRATCH:.+]] = memref.alloc() {alignment = 64 : i64} : memref<8x32xf32>
+// CHECK: memref.dealloc %[[SCRATCH]]
+// CHECK-NEXT: scf.reduce
+// CHECK-NOT: memref.dealloc
+// CHECK: return
 func.func @heap_scratch(%out: memref<64x128xf32>) {
   %c0 = arith.constant 0 : index
   %c8 = arith.constant 8 : index
@@ -168,7 +172,7 @@ func.func @heap_scratch(%out: memref<64x128xf32>) {
   %c64 = arith.constant 64 : index
   %c128 = arith.constant 128 : index
   %cst = arith.constant 1.0 : f32
-  %scratch = memref.alloc() : memref<8x32xf32>
+  %scratch = memref.alloc() {alignment = 64 : i64} : memref<8x32xf32>
   scf.for %i = %c0 to %c64 step %c8 {
     scf.for %j = %c0 to %c128 step %c32 {
       linalg.fill ins(%cst : f32) outs(%scratch : memref<8x32xf32>)
@@ -177,6 +181,29 @@ func.func @heap_scratch(%out: memref<64x128xf32>) {
     } {lazymlir.parallel_tiles = 1048576 : i64}
   } {lazymlir.parallel_tiles = 1048576 : i64}
   memref.dealloc %scratch : memref<8x32xf32>
+  return
+}
+
+// -----
+
+// Scratch of a size known only at run time: the loops stay sequential.
+// CHECK-LABEL: func.func @dynamic_scratch
+// CHECK-NOT: scf.parallel
+// CHECK-NOT: lazymlir.parallel_tiles
+func.func @dynamic_scratch(%out: memref<64x128xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c8 = arith.constant 8 : index
+  %c32 = arith.constant 32 : index
+  %c64 = arith.constant 64 : index
+  %c128 = arith.constant 128 : index
+  %cst = arith.constant 1.0 : f32
+  %scratch = memref.alloc(%n) : memref<?x32xf32>
+  scf.for %i = %c0 to %c64 step %c8 {
+    scf.for %j = %c0 to %c128 step %c32 {
+      linalg.fill ins(%cst : f32) outs(%scratch : memref<?x32xf32>)
+    } {lazymlir.parallel_tiles = 1048576 : i64}
+  } {lazymlir.parallel_tiles = 1048576 : i64}
+  memref.dealloc %scratch : memref<?x32xf32>
   return
 }
 
