@@ -83,8 +83,17 @@ const Gomp &gomp() {
   return resolved;
 }
 
-int threadNum() { return gomp().threadNum ? gomp().threadNum() : 0; }
-int numThreads() { return gomp().numThreads ? gomp().numThreads() : 1; }
+// Set while this thread runs a parallel region alone, without a libgomp
+// team (it may itself be a thread of some outer team, whose numbers would
+// hand it only part of the iterations).
+thread_local bool alone = false;
+
+int threadNum() {
+  return alone || !gomp().threadNum ? 0 : gomp().threadNum();
+}
+int numThreads() {
+  return alone || !gomp().numThreads ? 1 : gomp().numThreads();
+}
 
 [[noreturn]] void unsupported(const char *what) {
   std::fprintf(stderr, "lazymlir: compiled code asked the OpenMP runtime for "
@@ -169,9 +178,11 @@ void forkCall(Ident *, int32_t argc, Microtask task, ...) {
     fork.args[i] = va_arg(captures, void *);
   va_end(captures);
   int32_t threads = teamSize(std::exchange(requestedThreads, 0));
-  if (threads == 1 || !gomp().parallel)
+  if (threads == 1 || !gomp().parallel) {
+    bool outer = std::exchange(alone, true);
     runMember(&fork);
-  else
+    alone = outer;
+  } else
     gomp().parallel(&runMember, &fork, threads, 0);
 }
 

@@ -112,16 +112,28 @@ struct FuseRowReductionsPass
     return rows;
   }
 
-  /// Drops unit dimensions of generic ops (torch-mlir's keepdim reductions
-  /// index their 4096x1 results as (d0, 0), which tiling cannot slice), so
-  /// that every map is a projected permutation; fills follow through the
-  /// reshapes.
+  /// Drops unit dimensions of reductions and their consumers (torch-mlir's
+  /// keepdim reductions index their 4096x1 results as (d0, 0), which tiling
+  /// cannot slice), so that their maps are projected permutations; fills
+  /// follow through the reshapes.
   LogicalResult dropUnitDims() {
     linalg::ControlDropUnitDims options;
-    options.controlFn = [](Operation *op) -> SmallVector<unsigned> {
-      if (auto generic = dyn_cast<linalg::GenericOp>(op))
-        return llvm::to_vector(llvm::seq<unsigned>(0, generic.getNumLoops()));
-      return {};
+    // Only reductions and their direct consumers: elsewhere (a conv's
+    // epilogue with a batch of 1) the reshapes dropping adds would stand
+    // between ops that later passes fuse.
+    auto reduces = [](Operation *op) {
+      auto generic = dyn_cast_or_null<linalg::GenericOp>(op);
+      return generic && isReduction(generic);
+    };
+    options.controlFn = [reduces](Operation *op) -> SmallVector<unsigned> {
+      auto generic = dyn_cast<linalg::GenericOp>(op);
+      if (!generic ||
+          !(reduces(generic) ||
+            llvm::any_of(generic->getOperands(), [&](Value operand) {
+              return reduces(operand.getDefiningOp());
+            })))
+        return {};
+      return llvm::to_vector(llvm::seq<unsigned>(0, generic.getNumLoops()));
     };
     RewritePatternSet patterns(&getContext());
     linalg::populateFoldUnitExtentDimsPatterns(patterns, options);

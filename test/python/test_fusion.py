@@ -98,9 +98,10 @@ def conv_block(x, w, b):
     return F.relu(F.conv2d(x, w, b, padding=1)) + x
 
 
+@pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("channels_last", [True, False], ids=["nhwc_pass", "no_pass"])
-def test_conv_bias_relu_residual_fused(native, channels_last):
-    x, w, b = torch.randn(2, 8, 16, 16), torch.randn(8, 8, 3, 3) / 8, torch.randn(8)
+def test_conv_bias_relu_residual_fused(native, channels_last, batch):
+    x, w, b = torch.randn(batch, 8, 16, 16), torch.randn(8, 8, 3, 3) / 8, torch.randn(8)
     fused = run(conv_block, x, w, b, rtol=1e-4, atol=1e-4, channels_last=channels_last)
     unfused = run(conv_block, x, w, b, rtol=1e-4, atol=1e-4, channels_last=channels_last, fusion=False)
     # The bias (the conv's accumulator init), the relu and the residual add
