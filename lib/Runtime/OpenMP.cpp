@@ -150,16 +150,16 @@ thread_local int32_t requestedThreads = 0;
 thread_local bool inBackground = false;
 std::atomic<int> hostWaits{0};
 
-// The team for a fork that asked for `requested` threads (0: all cores):
-// never more than the cores, and one fewer in the background while the host
-// is not waiting (it may be tracing on a core of its own).
+// The team for a fork that asked for `requested` threads (0: all cores); in
+// the background while the host is not waiting (it may be tracing on a core
+// of its own), at most the cores but one.
 int32_t teamSize(int32_t requested) {
   static const int32_t cores =
       std::max(1u, std::thread::hardware_concurrency());
-  int32_t free = cores;
+  int32_t team = requested > 0 ? requested : cores;
   if (inBackground && hostWaits.load(std::memory_order_relaxed) == 0)
-    free = std::max(1, cores - 1);
-  return requested > 0 ? std::min(requested, free) : free;
+    team = std::min(team, std::max(1, cores - 1));
+  return team;
 }
 
 int32_t globalThreadNum(Ident *) { return threadNum(); }

@@ -185,15 +185,7 @@ struct FuseRowReductionsPass
               rewriter, cast<TilingInterface>(root.getOperation()), options);
       if (failed(result))
         continue;
-      int64_t points = 1;
-      for (int64_t bound : root.getStaticLoopRanges())
-        points *= bound;
-      for (LoopLikeOpInterface loop : result->loops)
-        loop->setAttr(lazymlir::kParallelTilesAttr,
-                      rewriter.getI64IntegerAttr(points));
-      for (OpResult value : root->getResults())
-        if (Value replacement = result->replacements.lookup(value))
-          rewriter.replaceAllUsesWith(value, replacement);
+      lazymlir::finishParallelTiling(rewriter, root, *result, root);
       // The originals are dead now: erase them, users first.
       for (bool progress = true; progress;) {
         progress = false;
@@ -210,3 +202,16 @@ struct FuseRowReductionsPass
 };
 
 } // namespace
+
+void lazymlir::finishParallelTiling(RewriterBase &rewriter, Operation *root,
+                                    const scf::SCFTileAndFuseResult &result,
+                                    linalg::LinalgOp sized) {
+  int64_t points = 1;
+  for (int64_t bound : sized.getStaticLoopRanges())
+    points *= bound;
+  for (LoopLikeOpInterface loop : result.loops)
+    loop->setAttr(kParallelTilesAttr, rewriter.getI64IntegerAttr(points));
+  for (OpResult value : root->getResults())
+    if (Value replacement = result.replacements.lookup(value))
+      rewriter.replaceAllUsesWith(value, replacement);
+}

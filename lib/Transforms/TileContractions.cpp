@@ -186,18 +186,10 @@ struct TileContractionsPass
             rewriter, cast<TilingInterface>(root), options);
     if (failed(result))
       return nullptr;
-    // Tiles of parallel loops write disjoint parts of the result: mark the
-    // loops (with the contraction's size) for lazymlir-lower-to-loops, which
-    // may run them in parallel once buffers show what they share.
-    int64_t points = 1;
-    for (int64_t bound : contraction.getStaticLoopRanges())
-      points *= bound;
-    for (LoopLikeOpInterface loop : result->loops)
-      loop->setAttr(lazymlir::kParallelTilesAttr,
-                    rewriter.getI64IntegerAttr(points));
-    for (OpResult value : root->getResults())
-      if (Value replacement = result->replacements.lookup(value))
-        rewriter.replaceAllUsesWith(value, replacement);
+    // Tiles of parallel loops write disjoint parts of the result: marked
+    // (with the contraction's size) for lazymlir-lower-to-loops, which may
+    // run them in parallel once buffers show what they share.
+    lazymlir::finishParallelTiling(rewriter, root, *result, contraction);
 
     linalg::LinalgOp tiledContraction;
     for (Operation *op : result->tiledAndFusedOps) {

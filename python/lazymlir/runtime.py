@@ -17,6 +17,7 @@ from typing import Callable, List, Sequence
 import torch
 
 from . import _native, cache, config, debug, lowering, metrics, trace
+from .compiler import host_wait
 
 # The dtypes the native compiler takes; a graph touching another runs eagerly.
 SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.int32, torch.int64, torch.bool})
@@ -199,11 +200,8 @@ def _wait_for(job: concurrent.futures.Future):
     it runs Python (tracing), they leave it one."""
     if job.done():
         return job.exception()
-    _native.host_wait_begin()
-    try:
+    with host_wait():
         return job.exception()
-    finally:
-        _native.host_wait_end()
 
 
 def wait(node: trace.Node) -> None:

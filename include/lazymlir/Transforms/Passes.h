@@ -14,14 +14,26 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 
+namespace mlir::scf {
+struct SCFTileAndFuseResult;
+} // namespace mlir::scf
+
 namespace lazymlir {
 
-/// On the scf.for loops of a contraction's tiles over parallel dimensions
-/// (lazymlir-tile-contractions): the contraction's iteration points (i64).
+/// On the scf.for loops of tiles over parallel dimensions (of a contraction,
+/// lazymlir-tile-contractions; of a row-reduced pass,
+/// lazymlir-fuse-row-reductions): the tiled op's iteration points (i64).
 /// lazymlir-lower-to-loops runs such loops in parallel when large and safe,
 /// and removes the attribute.
 inline constexpr llvm::StringLiteral kParallelTilesAttr =
     "lazymlir.parallel_tiles";
+
+/// After tile-and-fuse of `root` over parallel dimensions: marks the tile
+/// loops kParallelTilesAttr with `sized`'s iteration points and replaces
+/// `root`'s results with the loops'.
+void finishParallelTiling(mlir::RewriterBase &rewriter, mlir::Operation *root,
+                          const mlir::scf::SCFTileAndFuseResult &result,
+                          mlir::linalg::LinalgOp sized);
 
 #define GEN_PASS_DECL
 #include "lazymlir/Transforms/Passes.h.inc"
