@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -112,7 +114,14 @@ struct Fork {
   Microtask task;
   int argc;
   void *args[kMaxCaptures];
+  // The team thread that takes no chunk of a guided loop while the host
+  // is busy (-1: none), and whether some thread found the loop exhausted.
+  int32_t reserved = -1;
+  std::atomic<bool> exhausted{false};
 };
+
+// The fork whose region this thread is running.
+thread_local Fork *currentFork = nullptr;
 
 template <size_t> using Pointer = void *;
 
@@ -136,10 +145,12 @@ constexpr auto makeInvokers(std::index_sequence<N...>) {
 void runMember(void *data) {
   static constexpr auto invokers =
       makeInvokers(std::make_index_sequence<kMaxCaptures + 1>());
-  const Fork &fork = *static_cast<const Fork *>(data);
+  Fork &fork = *static_cast<Fork *>(data);
+  Fork *outer = std::exchange(currentFork, &fork);
   int32_t tid = threadNum();
   int32_t btid = tid;
   invokers[fork.argc](fork, &tid, &btid);
+  currentFork = outer;
 }
 
 // Threads requested for the next fork by this thread (0: the default).
@@ -150,16 +161,22 @@ thread_local int32_t requestedThreads = 0;
 thread_local bool inBackground = false;
 std::atomic<int> hostWaits{0};
 
-// The team for a fork that asked for `requested` threads (0: all cores); in
-// the background while the host is not waiting (it may be tracing on a core
-// of its own), at most the cores but one.
-int32_t teamSize(int32_t requested) {
-  static const int32_t cores =
+int32_t cores() {
+  static const int32_t count =
       std::max(1u, std::thread::hardware_concurrency());
-  int32_t team = requested > 0 ? requested : cores;
-  if (inBackground && hostWaits.load(std::memory_order_relaxed) == 0)
-    team = std::min(team, std::max(1, cores - 1));
-  return team;
+  return count;
+}
+
+bool hostBusy() { return hostWaits.load(std::memory_order_relaxed) == 0; }
+
+// Reserved threads sleep here until the host waits or their loop is done.
+std::mutex reservedMutex;
+std::condition_variable reservedWakeup;
+
+void wakeReserved() {
+  // Taking the mutex orders the change before a sleeper's next check.
+  { std::lock_guard<std::mutex> lock(reservedMutex); }
+  reservedWakeup.notify_all();
 }
 
 int32_t globalThreadNum(Ident *) { return threadNum(); }
@@ -177,7 +194,14 @@ void forkCall(Ident *, int32_t argc, Microtask task, ...) {
   for (int i = 0; i < argc; ++i)
     fork.args[i] = va_arg(captures, void *);
   va_end(captures);
-  int32_t threads = teamSize(std::exchange(requestedThreads, 0));
+  int32_t requested = std::exchange(requestedThreads, 0);
+  int32_t threads = requested > 0 ? requested : cores();
+  // In the background while the host is busy (it may be tracing on a core
+  // of its own), a team as large as the machine keeps its last thread out
+  // of guided loops until the host waits: it joins then for what is left,
+  // instead of the whole region running short of a thread.
+  if (inBackground && hostBusy() && threads >= cores() && threads > 1)
+    fork.reserved = threads - 1;
   if (threads == 1 || !gomp().parallel) {
     bool outer = std::exchange(alone, true);
     runMember(&fork);
@@ -255,10 +279,22 @@ int32_t dispatchNext(Ident *, int32_t, int32_t *lastIteration, T *lower,
     begin = dispatch.begin;
     end = dispatch.end;
   } else {
+    Fork *fork = currentFork;
+    if (!dispatch.started && fork && fork->reserved == threadNum()) {
+      // The reserved thread: sleep while the host is busy, until the others
+      // have run out of chunks (then join the loop, which is empty).
+      std::unique_lock<std::mutex> lock(reservedMutex);
+      reservedWakeup.wait(lock, [&] {
+        return !hostBusy() || fork->exhausted.load(std::memory_order_acquire);
+      });
+    }
     more = dispatch.started
                ? gomp().guidedNext(&begin, &end)
                : gomp().guidedStart(true, dispatch.begin, dispatch.end, 1,
                                     dispatch.chunk, &begin, &end);
+    if (!more && fork && fork->reserved >= 0 &&
+        !fork->exhausted.exchange(true, std::memory_order_acq_rel))
+      wakeReserved();
   }
   dispatch.started = true;
   if (!more) {
@@ -286,7 +322,10 @@ BackgroundScope::BackgroundScope(bool background) : previous(inBackground) {
 }
 BackgroundScope::~BackgroundScope() { inBackground = previous; }
 
-void beginHostWait() { hostWaits.fetch_add(1, std::memory_order_relaxed); }
+void beginHostWait() {
+  hostWaits.fetch_add(1, std::memory_order_relaxed);
+  wakeReserved();
+}
 void endHostWait() { hostWaits.fetch_sub(1, std::memory_order_relaxed); }
 
 const std::vector<RuntimeSymbol> &openMPEntryPoints() {

@@ -68,8 +68,8 @@ class Executable:
         must match the result signature and are overwritten. Raises ValueError
         on a mismatch in count, dtype, shape or layout. ``background``: called
         on a worker while the thread that submitted the run may be busy; the
-        run's parallel loops then leave that thread a core, unless it is
-        blocked in :func:`host_wait`."""
+        run's parallel loops then keep one thread asleep (leaving that thread
+        a core) until it blocks in :func:`host_wait`."""
         self._native.run(inputs, outputs, background)
 
 

@@ -100,7 +100,7 @@ NB_MODULE(_native, m) {
           nb::arg("inputs"), nb::arg("outputs"), nb::arg("background") = false,
           "Run on contiguous CPU buffers, writing the results into `outputs`. "
           "Releases the GIL. `background`: on a worker while the host thread "
-          "may be busy; parallel loops then leave it a core unless it waits "
+          "may be busy; parallel loops then leave it a core until it waits "
           "(host_wait_begin/host_wait_end).");
 
   m.def(

@@ -253,10 +253,10 @@ def test_threads_from_concurrent_callers():
 
 
 def test_background_runs_leave_the_host_a_core():
-    """A background run (the lazy device's worker) gives its parallel loops
-    one core fewer while the host thread is not waiting, all cores while it
-    waits; the results are eager's either way (on 2 cores the first is a
-    team of one, which takes the whole guided loop)."""
+    """A background run (the lazy device's worker) keeps one thread of its
+    parallel loops asleep while the host thread is not waiting (it wakes
+    when the others run out of chunks), all threads work while it waits;
+    the results are eager's either way."""
     x = torch.randn((1 << 18) + 3)
     fn = Fn(lambda m, a: torch.sigmoid(a * 2.0) + a)
     exe = compiler.compile_linalg(export(fn, x), threads=0)

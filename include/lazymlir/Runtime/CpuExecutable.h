@@ -95,10 +95,11 @@ public:
   /// and be contiguous; throws std::invalid_argument otherwise.
   ///
   /// `background`: the caller is a worker running this while the host thread
-  /// (the one that submits work) may be busy on a core of its own. Parallel
-  /// loops then use at most the cores minus one, unless the host is blocked
-  /// in a wait (beginHostWait): a team thread that the OS deschedules in
-  /// favour of the host stalls every barrier of its team.
+  /// (the one that submits work) may be busy on a core of its own. A
+  /// parallel loop started while the host is not blocked in a wait
+  /// (beginHostWait) keeps one thread of a machine-sized team asleep until
+  /// the host waits, which wakes it for the chunks left: a team thread that
+  /// the OS deschedules in favour of the host would stall every barrier.
   void run(const std::vector<BufferView> &inputs,
            const std::vector<BufferView> &outputs,
            bool background = false) const;
