@@ -24,6 +24,10 @@ namespace {
 /// that a static schedule balances.
 constexpr int64_t kMinParallelIterations = 64;
 
+/// Bytes per streaming (non-temporal) store: one cache line, one AVX-512
+/// register; also the alignment those stores need.
+constexpr int64_t kStreamBytes = 64;
+
 /// Whether iterations of loop `dim` write disjoint output elements: the dim
 /// is parallel and indexes every output directly.
 bool writesDisjointly(linalg::LinalgOp op, unsigned dim) {
@@ -235,11 +239,14 @@ struct LowerToLoopsPass
       return type.isIntOrFloat() && type.getIntOrFloatBitWidth() >= 8;
     };
     Type element = outType.getElementType();
-    if (!isByteAddressable(element) || 512 % element.getIntOrFloatBitWidth())
+    if (!isByteAddressable(element) || element.getIntOrFloatBitWidth() % 8)
       return 0;
-    int64_t width = 512 / element.getIntOrFloatBitWidth();
+    int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;
+    if (kStreamBytes % elementBytes)
+      return 0;
+    int64_t width = kStreamBytes / elementBytes;
     if (outType.getShape().back() % width ||
-        outType.getNumElements() * (512 / width / 8) < streamingStoreBytes)
+        outType.getNumElements() * elementBytes < streamingStoreBytes)
       return 0;
     unsigned inner = op.getNumLoops() - 1;
     for (OpOperand *input : op.getDpsInputOperands()) {
@@ -287,7 +294,7 @@ struct LowerToLoopsPass
     Value address =
         memref::ExtractAlignedPointerAsIndexOp::create(rewriter, loc, out);
     Value misalignment = arith::RemUIOp::create(rewriter, loc, address,
-                                                index(64));
+                                                index(kStreamBytes));
     Value aligned = arith::CmpIOp::create(
         rewriter, loc, arith::CmpIPredicate::eq, misalignment, index(0));
     auto branch = scf::IfOp::create(rewriter, loc, aligned,
@@ -376,7 +383,8 @@ struct LowerToLoopsPass
     Value result = widen(mapping.lookupOrDefault(
         op.getBody()->getTerminator()->getOperand(0)));
     vector::StoreOp::create(rewriter, loc, result, out, ivs,
-                            /*nontemporal=*/true, llvm::MaybeAlign(64));
+                            /*nontemporal=*/true,
+                            llvm::MaybeAlign(kStreamBytes));
 
     unsigned depth = 0;
     if (isLarge(op))
