@@ -49,6 +49,21 @@ const char *elementTypeName(ElementType type) {
   return "?";
 }
 
+size_t elementBytes(ElementType type) {
+  switch (type) {
+  case ElementType::I1:
+  case ElementType::I8: return 1;
+  case ElementType::F16:
+  case ElementType::BF16:
+  case ElementType::I16: return 2;
+  case ElementType::F32:
+  case ElementType::I32: return 4;
+  case ElementType::F64:
+  case ElementType::I64: return 8;
+  }
+  return 0;
+}
+
 namespace {
 
 std::optional<ElementType> toElementType(Type type) {
@@ -215,6 +230,46 @@ struct CpuExecutable::Impl {
   std::vector<TensorSignature> outputs;
   std::string llvmDialect;
   int64_t numKernels = 0;
+  /// The packed entry point's arguments as 8-byte scalars: for each input,
+  /// then each output, the memref descriptor (allocated pointer, aligned
+  /// pointer, offset, sizes..., canonical strides...) with null pointers.
+  std::vector<int64_t> argumentBlock;
+  /// Where each buffer's allocated pointer sits in argumentBlock.
+  std::vector<size_t> pointerSlots;
+
+  void buildArgumentBlock() {
+    for (const auto *list : {&inputs, &outputs}) {
+      for (const TensorSignature &signature : *list) {
+        pointerSlots.push_back(argumentBlock.size());
+        argumentBlock.insert(argumentBlock.end(), {0, 0, 0});
+        argumentBlock.insert(argumentBlock.end(), signature.shape.begin(),
+                             signature.shape.end());
+        std::vector<int64_t> strides(signature.shape.size());
+        int64_t stride = 1;
+        for (size_t d = strides.size(); d-- > 0;) {
+          strides[d] = stride;
+          stride *= signature.shape[d];
+        }
+        argumentBlock.insert(argumentBlock.end(), strides.begin(),
+                             strides.end());
+      }
+    }
+  }
+
+  /// Calls the entry on buffers that match the signatures, inputs first.
+  void invoke(const std::vector<void *> &data, bool background) const {
+    std::vector<int64_t> scalars = argumentBlock;
+    for (size_t i = 0; i < data.size(); ++i) {
+      auto pointer = reinterpret_cast<int64_t>(data[i]);
+      scalars[pointerSlots[i]] = pointer;
+      scalars[pointerSlots[i] + 1] = pointer;
+    }
+    std::vector<void *> args(scalars.size());
+    for (size_t i = 0; i < scalars.size(); ++i)
+      args[i] = &scalars[i];
+    BackgroundScope scope(background);
+    entry(args.data());
+  }
 };
 
 CpuExecutable::CpuExecutable(std::unique_ptr<Impl> impl)
@@ -265,6 +320,7 @@ CpuExecutable::compile(const std::string &source,
     collect(func.getArgumentTypes(), impl->inputs);
     collect(func.getResultTypes(), impl->outputs);
   }
+  impl->buildArgumentBlock();
 
   CpuPipelineOptions pipelineOptions;
   pipelineOptions.entry = options.entry;
@@ -385,52 +441,58 @@ void checkBuffer(const BufferView &buffer, const TensorSignature &signature,
 
 } // namespace
 
-void CpuExecutable::run(const std::vector<BufferView> &inputs,
-                        const std::vector<BufferView> &outputs,
-                        bool background) const {
-  if (inputs.size() != impl->inputs.size() ||
-      outputs.size() != impl->outputs.size())
+void CpuExecutable::checkCounts(size_t numInputs, size_t numOutputs) const {
+  if (numInputs != impl->inputs.size() || numOutputs != impl->outputs.size())
     throw std::invalid_argument(
         "expected " + std::to_string(impl->inputs.size()) + " inputs and " +
         std::to_string(impl->outputs.size()) + " outputs, got " +
-        std::to_string(inputs.size()) + " and " +
-        std::to_string(outputs.size()));
+        std::to_string(numInputs) + " and " + std::to_string(numOutputs));
+}
+
+void CpuExecutable::run(const std::vector<BufferView> &inputs,
+                        const std::vector<BufferView> &outputs,
+                        bool background) const {
+  checkCounts(inputs.size(), outputs.size());
   for (size_t i = 0; i < inputs.size(); ++i)
     checkBuffer(inputs[i], impl->inputs[i], "input", i);
   for (size_t i = 0; i < outputs.size(); ++i)
     checkBuffer(outputs[i], impl->outputs[i], "output", i);
 
-  // The LLVM lowering expands each memref argument into (allocated pointer,
-  // aligned pointer, offset, sizes..., strides...); the packed entry point
-  // takes a pointer to each of those scalars. Every scalar is 8 bytes.
-  size_t numScalars = 0;
+  std::vector<void *> data;
+  data.reserve(inputs.size() + outputs.size());
   for (const auto *list : {&inputs, &outputs})
     for (const BufferView &buffer : *list)
-      numScalars += 3 + 2 * buffer.sizes.size();
-  std::vector<int64_t> scalars;
-  scalars.reserve(numScalars);
-  for (const auto *list : {&inputs, &outputs}) {
-    for (const BufferView &buffer : *list) {
-      auto pointer = reinterpret_cast<int64_t>(buffer.data);
-      scalars.push_back(pointer);
-      scalars.push_back(pointer);
-      scalars.push_back(0);
-      // Canonical strides: size-1 dimensions may carry anything from torch.
-      int64_t stride = 1;
-      std::vector<int64_t> strides(buffer.sizes.size());
-      for (size_t d = buffer.sizes.size(); d-- > 0;) {
-        strides[d] = stride;
-        stride *= buffer.sizes[d];
-      }
-      scalars.insert(scalars.end(), buffer.sizes.begin(), buffer.sizes.end());
-      scalars.insert(scalars.end(), strides.begin(), strides.end());
+      data.push_back(buffer.data);
+  impl->invoke(data, background);
+}
+
+void CpuExecutable::run(const std::vector<RawBuffer> &inputs,
+                        const std::vector<RawBuffer> &outputs,
+                        bool background) const {
+  checkCounts(inputs.size(), outputs.size());
+  std::vector<void *> data;
+  data.reserve(inputs.size() + outputs.size());
+  auto check = [&](const std::vector<RawBuffer> &buffers,
+                   const std::vector<TensorSignature> &signatures,
+                   const char *kind) {
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const TensorSignature &signature = signatures[i];
+      size_t bytes = elementBytes(signature.elementType);
+      for (int64_t size : signature.shape)
+        bytes *= size;
+      if (buffers[i].bytes != bytes)
+        throw std::invalid_argument(
+            std::string(kind) + " #" + std::to_string(i) + ": " +
+            std::to_string(buffers[i].bytes) + " bytes, expected " +
+            std::to_string(bytes) + " (" +
+            elementTypeName(signature.elementType) + " " +
+            describe(signature.shape) + ")");
+      data.push_back(buffers[i].data);
     }
-  }
-  std::vector<void *> args(numScalars);
-  for (size_t i = 0; i < numScalars; ++i)
-    args[i] = &scalars[i];
-  BackgroundScope scope(background);
-  impl->entry(args.data());
+  };
+  check(inputs, impl->inputs, "input");
+  check(outputs, impl->outputs, "output");
+  impl->invoke(data, background);
 }
 
 } // namespace lazymlir

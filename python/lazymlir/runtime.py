@@ -8,8 +8,11 @@ the caller goes on tracing (``LAZYMLIR_ASYNC=0``: in the caller); barriers wait
 for the job that writes what they read, ``wait_device_ops`` for all of them.
 """
 
+import atexit
+import collections
 import concurrent.futures
 import math
+import threading
 import time
 import warnings
 from typing import Callable, List, Sequence
@@ -42,12 +45,15 @@ def native_compiler():
 
 
 class _Compiled:
-    __slots__ = ("executable", "out_specs", "output_map")
+    __slots__ = ("executable", "out_specs", "output_map", "checked")
 
     def __init__(self, executable, out_specs, output_map):
         self.executable = executable
         self.out_specs = out_specs  # one per result of the executable
         self.output_map = output_map  # graph output -> result (results are deduplicated)
+        # The first run checks every buffer's dtype, shape and layout; the
+        # cache key fixes them for the runs after it, which check sizes only.
+        self.checked = False
 
     @property
     def num_kernels(self) -> int:
@@ -56,7 +62,11 @@ class _Compiled:
     def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
         """The native run releases the GIL; ``background``: on the worker."""
         t0 = time.perf_counter()
-        self.executable.run(inputs, outs, background=background)
+        if self.checked:
+            self.executable.run_allocated(inputs, outs, background=background)
+        else:
+            self.executable.run(inputs, outs, background=background)
+            self.checked = True
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
 
 
@@ -152,9 +162,12 @@ def empty_cache() -> int:
 # ----------------------------------------------------------------------------
 # Asynchronous execution: one worker thread runs graphs in the order they were
 # submitted, so a graph's inputs made by an earlier graph are ready when it
-# starts.  A failed job poisons the jobs that read its outputs (they would read
-# garbage); its error is raised by the next wait, and by every read of a tensor
-# it (or a job depending on it) should have computed.
+# starts.  A thread that waits for a job the worker has not started runs the
+# queued jobs up to it itself (in order, on every core): a step that is waited
+# for at once then costs no thread hand-offs.  A failed job poisons the jobs
+# that read its outputs (they would read garbage); its error is raised by the
+# next wait, and by every read of a tensor it (or a job depending on it)
+# should have computed.
 
 _worker = None
 _last_job = None
@@ -177,6 +190,73 @@ def _run_job(entry, inputs, outs, deps, background=True):
         raise
 
 
+class _Worker:
+    """Runs submitted jobs one at a time, in order: on its own thread, or on
+    a thread that waits for one of them (:meth:`run_until`)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._queue = collections.deque()  # (future, args of _run_job)
+        self._busy = False  # a job is running (on the worker or a waiter)
+        self._thread = threading.Thread(target=self._loop, name="lazymlir-worker", daemon=True)
+        self._thread.start()
+
+    def submit(self, *args) -> concurrent.futures.Future:
+        job = concurrent.futures.Future()
+        with self._lock:
+            self._queue.append((job, args))
+            self._wake.notify()
+        return job
+
+    def _take(self):
+        """The next job, marked running (the lock is held)."""
+        job, args = self._queue.popleft()
+        self._busy = True
+        job.set_running_or_notify_cancel()
+        return job, args
+
+    def _finish(self, job, args, background):
+        try:
+            _run_job(*args, background=background)
+        except BaseException as e:
+            job.set_exception(e)
+        else:
+            job.set_result(None)
+        finally:
+            with self._lock:
+                self._busy = False
+                if self._queue:
+                    self._wake.notify()
+
+    def _loop(self):
+        while True:
+            with self._lock:
+                while self._busy or not self._queue:
+                    self._wake.wait()
+                job, args = self._take()
+            self._finish(job, args, True)
+            del job, args  # the buffers: not held while idle
+
+    def run_until(self, target: concurrent.futures.Future) -> None:
+        """Run queued jobs on this thread, up to ``target``, while the worker
+        is idle; returns when ``target`` is done or the worker is busy."""
+        while not target.done():
+            with self._lock:
+                if self._busy or not self._queue:
+                    return
+                job, args = self._take()
+            self._finish(job, args, False)
+            del job, args
+
+    def drain(self) -> None:
+        """Wait for every job submitted so far (at interpreter exit)."""
+        with self._lock:
+            last = self._queue[-1][0] if self._queue else None
+        if last is not None:
+            concurrent.futures.wait([last])
+
+
 def _submit(entry, inputs, outs, deps):
     global _worker, _last_job
     if not config.async_execution:
@@ -189,15 +269,19 @@ def _submit(entry, inputs, outs, deps):
         _last_job = job
         return job
     if _worker is None:
-        _worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="lazymlir-worker")
-    _last_job = _worker.submit(_run_job, entry, inputs, outs, deps)
+        _worker = _Worker()
+        atexit.register(_worker.drain)
+    _last_job = _worker.submit(entry, inputs, outs, deps)
     return _last_job
 
 
 def _wait_for(job: concurrent.futures.Future):
-    """Block until ``job`` is done; returns its exception (or None). While
-    this thread waits, the worker's parallel loops may use every core; while
-    it runs Python (tracing), they leave it one."""
+    """Block until ``job`` is done; returns its exception (or None). A job
+    not started yet is run here (with the ones queued before it) when the
+    worker is idle. While this thread waits, the worker's parallel loops may
+    use every core; while it runs Python (tracing), they leave it one."""
+    if not job.done() and _worker is not None:
+        _worker.run_until(job)
     if job.done():
         return job.exception()
     with host_wait():

@@ -101,7 +101,36 @@ NB_MODULE(_native, m) {
           "Run on contiguous CPU buffers, writing the results into `outputs`. "
           "Releases the GIL. `background`: on a worker while the host thread "
           "may be busy; parallel loops then leave it a core until it waits "
-          "(host_wait_begin/host_wait_end).");
+          "(host_wait_begin/host_wait_end).")
+      .def(
+          "run_raw",
+          [](const CpuExecutable &e, const std::vector<uintptr_t> &inputs,
+             const std::vector<size_t> &inputBytes,
+             const std::vector<uintptr_t> &outputs,
+             const std::vector<size_t> &outputBytes, bool background) {
+            auto raw = [](const std::vector<uintptr_t> &addresses,
+                          const std::vector<size_t> &bytes) {
+              if (addresses.size() != bytes.size())
+                throw std::invalid_argument(
+                    "run_raw: addresses and byte sizes differ in count");
+              std::vector<RawBuffer> buffers;
+              buffers.reserve(addresses.size());
+              for (size_t i = 0; i < addresses.size(); ++i)
+                buffers.push_back(
+                    {reinterpret_cast<void *>(addresses[i]), bytes[i]});
+              return buffers;
+            };
+            std::vector<RawBuffer> in = raw(inputs, inputBytes);
+            std::vector<RawBuffer> out = raw(outputs, outputBytes);
+            nb::gil_scoped_release release;
+            e.run(in, out, background);
+          },
+          nb::arg("inputs"), nb::arg("input_bytes"), nb::arg("outputs"),
+          nb::arg("output_bytes"), nb::arg("background") = false,
+          "`run` on raw buffers (addresses and byte sizes) that the caller "
+          "allocated contiguous with the signatures' element types; only "
+          "counts and byte sizes are checked. Skips DLPack's per-buffer "
+          "cost. Releases the GIL.");
 
   m.def(
       "pooled_buffer",

@@ -185,6 +185,24 @@ def test_run_rejects_mismatched_buffers():
         exe.run([x, x], [out])
 
 
+def test_run_allocated_matches_run_and_checks_sizes():
+    """The runtime's path: raw addresses, checked for count and byte size."""
+    x = torch.randn(4, 64)
+    module = MatmulBiasRelu()
+    exe = compiler.compile_linalg(export(module, x))
+    checked, raw = torch.empty(4, 48), torch.full((4, 48), float("nan"))
+    exe.run([x], [checked])
+    exe.run_allocated([x], [raw])
+    assert torch.equal(raw, checked)
+    torch.testing.assert_close(raw, module(x).detach())
+    with pytest.raises(ValueError, match="input #0: 1280 bytes, expected 1024 \\(f32 \\[4, 64\\]\\)"):
+        exe.run_allocated([torch.randn(5, 64)], [raw])
+    with pytest.raises(ValueError, match="output #0: 4 bytes"):
+        exe.run_allocated([x], [torch.empty(1)])
+    with pytest.raises(ValueError, match="expected 1 inputs and 1 outputs"):
+        exe.run_allocated([x, x], [raw])
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float64])
 def test_matmul_dtypes_match_eager(dtype):
     """Tiled and vectorized contractions for integer and f64 element types."""

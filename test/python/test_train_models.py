@@ -118,7 +118,9 @@ def gate(monkeypatch):
     run_into = runtime._Compiled.run_into
 
     def gated(self, inputs, outs, background):
-        assert threading.current_thread() is not threading.main_thread() and background
+        # Background exactly when on the worker (a waiting thread runs jobs
+        # the worker has not started itself, on every core).
+        assert (threading.current_thread() is not threading.main_thread()) == background
         assert event.wait(30), "the test never opened the gate"
         run_into(self, inputs, outs, background)
 
@@ -151,6 +153,35 @@ def test_item_and_wait_device_ops_wait(native, gate):
     lazymlir.wait_device_ops()
     assert s._lz_storage.base.job is None or s._lz_storage.base.job.done()
     assert s.item() == pytest.approx(float((x.cpu() * 3).sum()), rel=1e-5)
+
+
+def test_a_waiting_thread_runs_queued_jobs_in_order(native, monkeypatch):
+    """Jobs the worker has not started are run by the thread that waits for
+    them, in submission order, on every core (not as background runs)."""
+
+    class Stalled(runtime._Worker):
+        def _loop(self):  # its thread never takes a job
+            pass
+
+    lazymlir.wait_device_ops()
+    monkeypatch.setattr(runtime, "_worker", Stalled())
+    ran = []
+    run_into = runtime._Compiled.run_into
+
+    def spy(self, inputs, outs, background):
+        ran.append((threading.current_thread() is threading.main_thread(), background))
+        run_into(self, inputs, outs, background)
+
+    monkeypatch.setattr(runtime._Compiled, "run_into", spy)
+    x = torch.randn(1000)
+    a = x.to("lazy") * 2
+    lazymlir.mark_step()
+    b = (a + 1).sin()
+    lazymlir.mark_step()
+    assert ran == []  # both queued
+    torch.testing.assert_close(b.cpu(), (x * 2 + 1).sin())
+    assert ran == [(True, False), (True, False)]
+    assert_compiled()
 
 
 def test_worker_errors_surface_and_are_not_lost(native, monkeypatch):

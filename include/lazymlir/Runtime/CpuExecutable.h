@@ -28,6 +28,16 @@ struct TensorSignature {
   std::vector<int64_t> shape;
 };
 
+/// Bytes of one element (i1: a byte, as torch's bool).
+size_t elementBytes(ElementType type);
+
+/// A caller-owned contiguous buffer of a known signature: its address and
+/// its size in bytes (the one check a run on raw buffers makes).
+struct RawBuffer {
+  void *data;
+  size_t bytes;
+};
+
 /// A caller-owned buffer. Sizes and strides count elements.
 struct BufferView {
   void *data;
@@ -104,7 +114,16 @@ public:
            const std::vector<BufferView> &outputs,
            bool background = false) const;
 
+  /// The same on raw buffers, for a caller that allocated them to the
+  /// signatures: each must be contiguous with the signature's element type,
+  /// which is not checked; counts and byte sizes are (std::invalid_argument).
+  /// The per-call cost is a copy of a precomputed argument block.
+  void run(const std::vector<RawBuffer> &inputs,
+           const std::vector<RawBuffer> &outputs,
+           bool background = false) const;
+
 private:
+  void checkCounts(size_t numInputs, size_t numOutputs) const;
   struct Impl;
   explicit CpuExecutable(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl;
