@@ -24,12 +24,17 @@ struct ReassociateReductionsPass
       for (auto [init, yielded] :
            llvm::zip(op.getRegionOutputArgs(), yield.getValues())) {
         Operation *combiner = yielded.getDefiningOp();
-        if (!isa_and_nonnull<arith::AddFOp, arith::MulFOp>(combiner) ||
-            !llvm::is_contained(combiner->getOperands(), init))
+        if (!combiner || !llvm::is_contained(combiner->getOperands(), init))
+          continue;
+        arith::FastMathFlags flag;
+        if (isa<arith::AddFOp, arith::MulFOp>(combiner))
+          flag = arith::FastMathFlags::reassoc;
+        else if (isa<arith::MaximumFOp, arith::MinimumFOp>(combiner))
+          flag = arith::FastMathFlags::nsz;
+        else
           continue;
         auto fastmath = cast<arith::ArithFastMathInterface>(combiner);
-        auto flags = fastmath.getFastMathFlagsAttr().getValue() |
-                     arith::FastMathFlags::reassoc;
+        auto flags = fastmath.getFastMathFlagsAttr().getValue() | flag;
         combiner->setAttr(fastmath.getFastMathAttrName(),
                           arith::FastMathFlagsAttr::get(op.getContext(), flags));
       }

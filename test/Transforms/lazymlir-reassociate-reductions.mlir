@@ -37,3 +37,29 @@ func.func @untouched(%arg0: tensor<8xf32>, %arg1: tensor<8xi64>, %init: tensor<i
   } -> tensor<i64>
   return %0, %2 : tensor<8xf32>, tensor<i64>
 }
+
+// -----
+
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+// A max reduction's combiner may return either zero on a tie (nsz); NaN
+// semantics stay. An elementwise maximumf is untouched.
+// CHECK-LABEL: func.func @row_max
+// CHECK: arith.maximumf %{{.+}}, %{{.+}} : f32
+// CHECK: arith.maximumf %{{.+}}, %{{.+}} fastmath<nsz> : f32
+// CHECK: arith.minimumf %{{.+}}, %{{.+}} fastmath<nsz> : f32
+func.func @row_max(%arg0: tensor<4x8xf32>, %init: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %0 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x8xf32>) outs(%init : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %c = arith.constant 1.0 : f32
+    %1 = arith.maximumf %in, %c : f32
+    %2 = arith.maximumf %1, %out : f32
+    linalg.yield %2 : f32
+  } -> tensor<4xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x8xf32>) outs(%init : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %4 = arith.minimumf %out, %in : f32
+    linalg.yield %4 : f32
+  } -> tensor<4xf32>
+  return %0, %3 : tensor<4xf32>, tensor<4xf32>
+}

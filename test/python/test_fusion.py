@@ -69,6 +69,23 @@ def test_softmax_kernels(native):
     assert run(lambda t: torch.softmax(t, -1), x, fusion=False) > 5
 
 
+def test_max_reductions_propagate_nan(native):
+    # Max/min reductions may return either zero when -0.0 and +0.0 tie (as
+    # eager's vectorized max may), but a NaN anywhere in a row propagates.
+    x = torch.randn(64, 256)
+    x[3, 17] = x[5, 0] = x[7, 255] = float("nan")
+    x[9] = 0.0
+    x[9, ::2] = -0.0
+    lx = x.to("lazy")
+    lazymlir.mark_step()
+    outs = [lx.amax(-1), lx.amin(-1), torch.softmax(lx, -1)]
+    lazymlir.mark_step()
+    for out, expected in zip(outs, [x.amax(-1), x.amin(-1), torch.softmax(x, -1)]):
+        torch.testing.assert_close(out.cpu(), expected, equal_nan=True)
+    assert outs[0].cpu()[[3, 5, 7]].isnan().all() and outs[2].cpu()[3].isnan().all()
+    assert_compiled()
+
+
 def test_layer_norm_kernels(native):
     # torch-mlir decomposes layer norm into three row reductions (the mean in
     # f32, and the variance in f64 from its own f64 sum), a small per-row

@@ -199,8 +199,11 @@ def ReassociateReductionsPass
     order is not what users get in eager either. This pass marks the op that
     combines the accumulator (addf, mulf) in each reduction's body with
     `fastmath<reassoc>`, nothing else: the rest of the body keeps strict
-    semantics. Max/min reductions need no flag (their order does not change
-    the result).
+    semantics. The combiner of a max/min reduction (arith.maximumf,
+    minimumf) gets `fastmath<nsz>` instead: when -0.0 and +0.0 tie, either
+    may come out (so in eager's vectorized max), while a NaN still
+    propagates. Without it LLVM orders the zeros in every element's max, six
+    instructions instead of three: softmax of 4096x1024 took 15% longer.
   }];
 }
 
