@@ -220,6 +220,25 @@ struct LowerToLoopsPass
     });
   }
 
+  /// The bytes written through `op`'s output when it streams: the output
+  /// itself, or, for an op in a tile loop (marked lazymlir.parallel_tiles)
+  /// writing a subview, the whole buffer its tiles fill (a softmax's
+  /// normalized rows). 0 otherwise.
+  static int64_t streamedBytes(linalg::LinalgOp op, MemRefType outType) {
+    int64_t elementBytes = outType.getElementTypeBitWidth() / 8;
+    if (outType.getLayout().isIdentity())
+      return outType.getNumElements() * elementBytes;
+    auto subview =
+        op.getDpsInitOperand(0)->get().getDefiningOp<memref::SubViewOp>();
+    auto tile = op->getParentOfType<scf::ForOp>();
+    if (!subview || !tile || !tile->hasAttr(lazymlir::kParallelTilesAttr))
+      return 0;
+    MemRefType sourceType = subview.getSourceType();
+    if (!sourceType.hasStaticShape() || !sourceType.getLayout().isIdentity())
+      return 0;
+    return sourceType.getNumElements() * elementBytes;
+  }
+
   /// Elements per 64-byte vector store when `op` is an elementwise kernel
   /// whose output is large enough to stream (see the pass description);
   /// 0 otherwise.
@@ -231,8 +250,7 @@ struct LowerToLoopsPass
       return 0;
     OpOperand *init = op.getDpsInitOperand(0);
     auto outType = dyn_cast<MemRefType>(init->get().getType());
-    if (!outType || !outType.getLayout().isIdentity() ||
-        !op.getMatchingIndexingMap(init).isIdentity() ||
+    if (!outType || !op.getMatchingIndexingMap(init).isIdentity() ||
         !op.getMatchingBlockArgument(init).use_empty())
       return 0;
     auto isByteAddressable = [](Type type) {
@@ -246,7 +264,18 @@ struct LowerToLoopsPass
       return 0;
     int64_t width = kStreamBytes / elementBytes;
     if (outType.getShape().back() % width ||
-        outType.getNumElements() * elementBytes < streamingStoreBytes)
+        streamedBytes(op, outType) < streamingStoreBytes)
+      return 0;
+    // Every vector store starts a multiple of 64 bytes after the output's
+    // start (checked at run time): so must every row.
+    SmallVector<int64_t> outStrides;
+    int64_t outOffset;
+    if (failed(outType.getStridesAndOffset(outStrides, outOffset)) ||
+        outStrides.back() != 1 ||
+        llvm::any_of(ArrayRef(outStrides).drop_back(), [&](int64_t stride) {
+          return ShapedType::isDynamic(stride) ||
+                 (stride * elementBytes) % kStreamBytes;
+        }))
       return 0;
     unsigned inner = op.getNumLoops() - 1;
     for (OpOperand *input : op.getDpsInputOperands()) {
@@ -256,7 +285,10 @@ struct LowerToLoopsPass
           return 0;
         continue; // a scalar operand
       }
-      if (!type.getLayout().isIdentity() ||
+      SmallVector<int64_t> strides;
+      int64_t offset;
+      if (failed(type.getStridesAndOffset(strides, offset)) ||
+          (type.getRank() && strides.back() != 1) ||
           !isByteAddressable(type.getElementType()))
         return 0;
       AffineMap map = op.getMatchingIndexingMap(input);
@@ -291,8 +323,17 @@ struct LowerToLoopsPass
       return arith::ConstantIndexOp::create(rewriter, loc, value);
     };
     Value out = op.getDpsInitOperand(0)->get();
+    auto outType = cast<MemRefType>(out.getType());
     Value address =
         memref::ExtractAlignedPointerAsIndexOp::create(rewriter, loc, out);
+    if (!outType.getLayout().isIdentity()) { // a tile: where it starts
+      auto metadata =
+          memref::ExtractStridedMetadataOp::create(rewriter, loc, out);
+      Value offsetBytes = arith::MulIOp::create(
+          rewriter, loc, metadata.getOffset(),
+          index(outType.getElementTypeBitWidth() / 8));
+      address = arith::AddIOp::create(rewriter, loc, address, offsetBytes);
+    }
     Value misalignment = arith::RemUIOp::create(rewriter, loc, address,
                                                 index(kStreamBytes));
     Value aligned = arith::CmpIOp::create(

@@ -100,3 +100,74 @@ func.func @not_streamed(%a: memref<128x1000xf32>, %o1: memref<128x1000xf32>,
   }
   return
 }
+
+// -----
+
+// A tile loop (lazymlir.parallel_tiles, as lazymlir-fuse-row-reductions
+// makes for softmax) writing row tiles of a large output: each tile streams
+// when it starts 64-byte aligned (the buffer's aligned pointer plus the
+// tile's offset in bytes); its input is a strided tile too.
+// CHECK-LABEL: func.func @row_tiles
+// CHECK: scf.parallel (%[[TILE:.+]]) =
+// CHECK: memref.subview %{{.+}}[%[[TILE]], 0] [16, 1024] [1, 1]
+// CHECK: %[[TILE_OUT:.+]] = memref.subview %{{.+}}[%[[TILE]], 0] [16, 1024] [1, 1]
+// CHECK: %[[BASE:.+]] = memref.extract_aligned_pointer_as_index %[[TILE_OUT]]
+// CHECK: %{{.+}}, %[[OFFSET:.+]], %{{.+}}:2, %{{.+}}:2 = memref.extract_strided_metadata %[[TILE_OUT]]
+// CHECK: %[[BYTES:.+]] = arith.muli %[[OFFSET]], %{{.+}} : index
+// CHECK: %[[START:.+]] = arith.addi %[[BASE]], %[[BYTES]] : index
+// CHECK: arith.remui %[[START]], %{{.+}} : index
+// CHECK: scf.if
+// CHECK: vector.load %{{.+}} : memref<16x1024xf32, strided<[1024, 1], offset: ?>>, vector<16xf32>
+// CHECK: vector.store %{{.+}}, %[[TILE_OUT]][%{{.+}}, %{{.+}}] {alignment = 64 : i64, nontemporal = true} : memref<16x1024xf32, strided<[1024, 1], offset: ?>>, vector<16xf32>
+// CHECK: } else {
+// OFF-LABEL: func.func @row_tiles
+// OFF-NOT: nontemporal
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @row_tiles(%a: memref<256x1024xf32>, %out: memref<256x1024xf32>) {
+  %c0 = arith.constant 0 : index
+  %c16 = arith.constant 16 : index
+  %c256 = arith.constant 256 : index
+  scf.for %i = %c0 to %c256 step %c16 {
+    %in = memref.subview %a[%i, 0] [16, 1024] [1, 1] : memref<256x1024xf32> to memref<16x1024xf32, strided<[1024, 1], offset: ?>>
+    %o = memref.subview %out[%i, 0] [16, 1024] [1, 1] : memref<256x1024xf32> to memref<16x1024xf32, strided<[1024, 1], offset: ?>>
+    linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%in : memref<16x1024xf32, strided<[1024, 1], offset: ?>>) outs(%o : memref<16x1024xf32, strided<[1024, 1], offset: ?>>) {
+    ^bb0(%x: f32, %y: f32):
+      %0 = math.sqrt %x : f32
+      linalg.yield %0 : f32
+    }
+  } {lazymlir.parallel_tiles = 262144 : i64}
+  return
+}
+
+// -----
+
+// The same tiles outside a tile loop, and tiles whose rows are not a
+// multiple of 64 bytes apart (1028 floats), keep regular stores.
+// CHECK-LABEL: func.func @not_row_tiles
+// CHECK-NOT: nontemporal
+// CHECK: return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @not_row_tiles(%a: memref<256x1024xf32>, %out: memref<256x1024xf32>, %b: memref<256x1028xf32>, %out2: memref<256x1028xf32>) {
+  %c0 = arith.constant 0 : index
+  %c16 = arith.constant 16 : index
+  %c256 = arith.constant 256 : index
+  scf.for %i = %c0 to %c256 step %c16 {
+    %in = memref.subview %a[%i, 0] [16, 1024] [1, 1] : memref<256x1024xf32> to memref<16x1024xf32, strided<[1024, 1], offset: ?>>
+    %o = memref.subview %out[%i, 0] [16, 1024] [1, 1] : memref<256x1024xf32> to memref<16x1024xf32, strided<[1024, 1], offset: ?>>
+    linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%in : memref<16x1024xf32, strided<[1024, 1], offset: ?>>) outs(%o : memref<16x1024xf32, strided<[1024, 1], offset: ?>>) {
+    ^bb0(%x: f32, %y: f32):
+      %0 = math.sqrt %x : f32
+      linalg.yield %0 : f32
+    }
+  }
+  scf.for %i = %c0 to %c256 step %c16 {
+    %in = memref.subview %b[%i, 0] [16, 1024] [1, 1] : memref<256x1028xf32> to memref<16x1024xf32, strided<[1028, 1], offset: ?>>
+    %o = memref.subview %out2[%i, 0] [16, 1024] [1, 1] : memref<256x1028xf32> to memref<16x1024xf32, strided<[1028, 1], offset: ?>>
+    linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%in : memref<16x1024xf32, strided<[1028, 1], offset: ?>>) outs(%o : memref<16x1024xf32, strided<[1028, 1], offset: ?>>) {
+    ^bb0(%x: f32, %y: f32):
+      %0 = math.sqrt %x : f32
+      linalg.yield %0 : f32
+    }
+  } {lazymlir.parallel_tiles = 263168 : i64}
+  return
+}

@@ -288,6 +288,24 @@ def test_background_runs_leave_the_host_a_core():
     torch.testing.assert_close(out, expected)
 
 
+def test_large_softmax_row_tiles_stream_when_aligned():
+    """Softmax's normalized rows, written tile by tile into a >= 16 MiB
+    output, stream (non-temporal stores) from tiles that start 64-byte
+    aligned; a misaligned output takes the ordinary loops: eager's values
+    either way."""
+    x = torch.randn(4096, 1024)
+    exe = compiler.compile_linalg(export(Fn(lambda m, a: torch.softmax(a, -1)), x), keep_llvm_ir=True)
+    assert "nontemporal" in exe.llvm_ir and exe.num_kernels == 1
+    expected = torch.softmax(x, -1)
+    aligned = torch.full((4096, 1024), float("nan"))
+    assert aligned.data_ptr() % 64 == 0
+    misaligned = torch.full((4096 * 1024 + 1,), float("nan"))[1:].view(4096, 1024)
+    assert misaligned.data_ptr() % 64 != 0
+    for out in (aligned, misaligned):
+        exe.run([x], [out])
+        torch.testing.assert_close(out, expected)
+
+
 def test_large_elementwise_outputs_stream_when_aligned():
     """An elementwise kernel writing >= 16 MiB uses aligned non-temporal
     vector stores when its output is 64-byte aligned, and the ordinary loops

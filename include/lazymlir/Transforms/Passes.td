@@ -301,12 +301,16 @@ def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
     Non-temporal vector stores must be aligned, so the vector nest runs only
     when the output's address is a multiple of 64 (the runtime's buffers
     are), under an scf.if whose else branch is the ordinary loop nest.
-    Eligible: one output, written through the identity map, with an
-    innermost size that 64 bytes' worth of elements divides; every input
-    read either contiguously along the innermost loop or not depending on
-    it (a scalar, broadcast); a body of elementwise ops only (no
-    linalg.index, no read of the output); no i1 memory (vectors of i1 are
-    bit-packed, memory holds bytes).
+    The same holds for an elementwise op in a tile loop writing a tile (a
+    subview) of such an output, like softmax's normalizing pass: its tiles
+    stream when the tile starts 64-byte aligned and its rows lie a multiple
+    of 64 bytes apart (4096x1024 softmax: 5-10% faster on 2 threads).
+    Eligible: one output, written through the identity map, unit stride
+    along the innermost loop, with an innermost size that 64 bytes' worth
+    of elements divides; every input read either contiguously (unit stride)
+    along the innermost loop or not depending on it (a scalar, broadcast);
+    a body of elementwise ops only (no linalg.index, no read of the output);
+    no i1 memory (vectors of i1 are bit-packed, memory holds bytes).
   }];
   let dependentDialects = ["mlir::scf::SCFDialect",
                            "mlir::vector::VectorDialect"];
