@@ -84,7 +84,10 @@ class _Eager:
 
     def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
         t0 = time.perf_counter()
-        with torch.no_grad():  # grad mode is per thread: the worker's own
+        # Grad mode and autocast are per thread: on the worker they are off;
+        # a waiting thread that runs the graph itself (runtime._wait_for) may
+        # be inside torch.autocast, which would change the recorded dtypes.
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
             for out, r in zip(outs, self.gm(*inputs)):
                 out.copy_(r)
         metrics.timing("ExecuteTime", time.perf_counter() - t0)

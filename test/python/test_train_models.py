@@ -184,6 +184,26 @@ def test_a_waiting_thread_runs_queued_jobs_in_order(native, monkeypatch):
     assert_compiled()
 
 
+def test_a_waiting_thread_runs_eager_graphs_as_recorded(monkeypatch):
+    """A graph run eagerly by a thread that waits inside torch.autocast
+    computes what was recorded (f32), not under the caller's autocast."""
+
+    class Stalled(runtime._Worker):
+        def _loop(self):  # its thread never takes a job
+            pass
+
+    lazymlir.wait_device_ops()
+    monkeypatch.setattr(runtime, "_worker", Stalled())
+    x, w = torch.randn(64, 64), torch.randn(64, 64)
+    with lazymlir.config.patch(force_eager=True):
+        y = x.to("lazy") @ w.to("lazy") + 1.0
+        lazymlir.mark_step()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lazymlir.wait_device_ops()  # runs the queued graph here
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y.cpu(), x @ w + 1.0)
+
+
 def test_worker_errors_surface_and_are_not_lost(native, monkeypatch):
     x = torch.randn(4).to("lazy")
     lazymlir.mark_step()
