@@ -49,6 +49,9 @@ const char *elementTypeName(ElementType type) {
   return "?";
 }
 
+namespace {
+
+/// Bytes of one element (i1: a byte, as torch's bool).
 size_t elementBytes(ElementType type) {
   switch (type) {
   case ElementType::I1:
@@ -63,8 +66,6 @@ size_t elementBytes(ElementType type) {
   }
   return 0;
 }
-
-namespace {
 
 std::optional<ElementType> toElementType(Type type) {
   if (type.isF16()) return ElementType::F16;
@@ -236,10 +237,16 @@ struct CpuExecutable::Impl {
   std::vector<int64_t> argumentBlock;
   /// Where each buffer's allocated pointer sits in argumentBlock.
   std::vector<size_t> pointerSlots;
+  /// Each buffer's size in bytes, inputs then outputs.
+  std::vector<size_t> bufferBytes;
 
   void buildArgumentBlock() {
     for (const auto *list : {&inputs, &outputs}) {
       for (const TensorSignature &signature : *list) {
+        size_t bytes = elementBytes(signature.elementType);
+        for (int64_t size : signature.shape)
+          bytes *= size;
+        bufferBytes.push_back(bytes);
         pointerSlots.push_back(argumentBlock.size());
         argumentBlock.insert(argumentBlock.end(), {0, 0, 0});
         argumentBlock.insert(argumentBlock.end(), signature.shape.begin(),
@@ -474,12 +481,10 @@ void CpuExecutable::run(const std::vector<RawBuffer> &inputs,
   data.reserve(inputs.size() + outputs.size());
   auto check = [&](const std::vector<RawBuffer> &buffers,
                    const std::vector<TensorSignature> &signatures,
-                   const char *kind) {
+                   const char *kind, size_t first) {
     for (size_t i = 0; i < buffers.size(); ++i) {
       const TensorSignature &signature = signatures[i];
-      size_t bytes = elementBytes(signature.elementType);
-      for (int64_t size : signature.shape)
-        bytes *= size;
+      size_t bytes = impl->bufferBytes[first + i];
       if (buffers[i].bytes != bytes)
         throw std::invalid_argument(
             std::string(kind) + " #" + std::to_string(i) + ": " +
@@ -490,8 +495,8 @@ void CpuExecutable::run(const std::vector<RawBuffer> &inputs,
       data.push_back(buffers[i].data);
     }
   };
-  check(inputs, impl->inputs, "input");
-  check(outputs, impl->outputs, "output");
+  check(inputs, impl->inputs, "input", 0);
+  check(outputs, impl->outputs, "output", inputs.size());
   impl->invoke(data, background);
 }
 

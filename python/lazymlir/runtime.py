@@ -252,13 +252,6 @@ class _Worker:
             self._finish(job, args, False)
             del job, args
 
-    def drain(self) -> None:
-        """Wait for every job submitted so far (at interpreter exit)."""
-        with self._lock:
-            last = self._queue[-1][0] if self._queue else None
-        if last is not None:
-            concurrent.futures.wait([last])
-
 
 def _submit(entry, inputs, outs, deps):
     global _worker, _last_job
@@ -273,9 +266,16 @@ def _submit(entry, inputs, outs, deps):
         return job
     if _worker is None:
         _worker = _Worker()
-        atexit.register(_worker.drain)
+        atexit.register(_drain)
     _last_job = _worker.submit(entry, inputs, outs, deps)
     return _last_job
+
+
+def _drain() -> None:
+    """At interpreter exit: let the last job submitted (hence every job)
+    finish before the worker's daemon thread is stopped."""
+    if _last_job is not None:
+        concurrent.futures.wait([_last_job])
 
 
 def _wait_for(job: concurrent.futures.Future):

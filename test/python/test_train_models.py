@@ -155,16 +155,21 @@ def test_item_and_wait_device_ops_wait(native, gate):
     assert s.item() == pytest.approx(float((x.cpu() * 3).sum()), rel=1e-5)
 
 
-def test_a_waiting_thread_runs_queued_jobs_in_order(native, monkeypatch):
-    """Jobs the worker has not started are run by the thread that waits for
-    them, in submission order, on every core (not as background runs)."""
+@pytest.fixture
+def stalled_worker(monkeypatch):
+    """A worker whose thread never takes a job: only waiting threads run them."""
 
     class Stalled(runtime._Worker):
-        def _loop(self):  # its thread never takes a job
+        def _loop(self):
             pass
 
     lazymlir.wait_device_ops()
     monkeypatch.setattr(runtime, "_worker", Stalled())
+
+
+def test_a_waiting_thread_runs_queued_jobs_in_order(native, monkeypatch, stalled_worker):
+    """Jobs the worker has not started are run by the thread that waits for
+    them, in submission order, on every core (not as background runs)."""
     ran = []
     run_into = runtime._Compiled.run_into
 
@@ -184,16 +189,9 @@ def test_a_waiting_thread_runs_queued_jobs_in_order(native, monkeypatch):
     assert_compiled()
 
 
-def test_a_waiting_thread_runs_eager_graphs_as_recorded(monkeypatch):
+def test_a_waiting_thread_runs_eager_graphs_as_recorded(stalled_worker):
     """A graph run eagerly by a thread that waits inside torch.autocast
     computes what was recorded (f32), not under the caller's autocast."""
-
-    class Stalled(runtime._Worker):
-        def _loop(self):  # its thread never takes a job
-            pass
-
-    lazymlir.wait_device_ops()
-    monkeypatch.setattr(runtime, "_worker", Stalled())
     x, w = torch.randn(64, 64), torch.randn(64, 64)
     with lazymlir.config.patch(force_eager=True):
         y = x.to("lazy") @ w.to("lazy") + 1.0

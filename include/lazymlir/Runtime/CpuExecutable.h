@@ -28,9 +28,6 @@ struct TensorSignature {
   std::vector<int64_t> shape;
 };
 
-/// Bytes of one element (i1: a byte, as torch's bool).
-size_t elementBytes(ElementType type);
-
 /// A caller-owned contiguous buffer of a known signature: its address and
 /// its size in bytes (the one check a run on raw buffers makes).
 struct RawBuffer {
