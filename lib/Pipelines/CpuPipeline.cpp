@@ -32,7 +32,9 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   TileContractionsPassOptions tiling;
   tiling.fuseEpilogue = options.fusion;
   pm.addNestedPass<func::FuncOp>(createTileContractionsPass(tiling));
-  pm.addNestedPass<func::FuncOp>(createApproximateMathPass());
+  ApproximateMathPassOptions approximate;
+  approximate.useLdexp = options.useLdexp;
+  pm.addNestedPass<func::FuncOp>(createApproximateMathPass(approximate));
   pm.addNestedPass<func::FuncOp>(createReassociateReductionsPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -21,6 +21,7 @@
 
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/TargetParser/Host.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdlib>
@@ -336,6 +337,9 @@ CpuExecutable::compile(const std::string &source,
   pipelineOptions.threads = options.threads
                                 ? options.threads
                                 : std::max(1u, std::thread::hardware_concurrency());
+  // The JIT compiles for the host (detectHost below): AVX-512 has a vector
+  // ldexp (vscalefps) for exp's 2^n.
+  pipelineOptions.useLdexp = llvm::sys::getHostCPUFeatures().lookup("avx512f");
   PassManager tensorStage(&ctx);
   buildCpuTensorPipeline(tensorStage, pipelineOptions);
   if (failed(tensorStage.run(*module)))

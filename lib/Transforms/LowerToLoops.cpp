@@ -2,6 +2,8 @@
 
 #include "lazymlir/Transforms/Passes.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -305,7 +307,7 @@ struct LowerToLoopsPass
       if (bodyOp.getNumRegions() || !isMemoryEffectFree(&bodyOp) ||
           !llvm::all_of(bodyOp.getResultTypes(),
                         [](Type type) { return type.isIntOrFloat(); }) ||
-          (bodyOp.getNumOperands() &&
+          (bodyOp.getNumOperands() && !isa<LLVM::LoadExpOp>(bodyOp) &&
            !OpTrait::hasElementwiseMappableTraits(&bodyOp)))
         return 0;
     }
@@ -412,9 +414,18 @@ struct LowerToLoopsPass
           [&](Value operand) { return widen(mapping.lookupOrDefault(operand)); });
       SmallVector<Type> types =
           llvm::map_to_vector(bodyOp.getResultTypes(), vectorType);
-      Operation *wide =
-          rewriter.create(bodyOp.getLoc(), bodyOp.getName().getIdentifier(),
-                          operands, types, bodyOp.getAttrs());
+      Operation *wide;
+      if (isa<LLVM::LoadExpOp>(bodyOp)) {
+        // Scalar-only in the LLVM dialect (lazymlir-approximate-math's exp):
+        // the overloaded intrinsic takes vectors.
+        wide = LLVM::CallIntrinsicOp::create(
+            rewriter, bodyOp.getLoc(), types.front(),
+            rewriter.getStringAttr("llvm.ldexp"), operands);
+      } else {
+        wide = rewriter.create(bodyOp.getLoc(),
+                               bodyOp.getName().getIdentifier(), operands,
+                               types, bodyOp.getAttrs());
+      }
       for (auto [result, wideResult] :
            llvm::zip(bodyOp.getResults(), wide->getResults())) {
         mapping.map(result, wideResult);

@@ -27,3 +27,29 @@ func.func @untouched(%x: f64, %y: f32) -> (f64, f32) {
   %1 = math.sin %y : f32
   return %0, %1 : f64, f32
 }
+
+// -----
+
+// With use-ldexp, scalar f32 exp scales by 2^n with llvm.intr.ldexp (one
+// vscalefps on AVX-512) instead of building 2^n in the exponent bits; a NaN
+// is carried through by the NaN-propagating clamps. 2-D vectors (LLVM has
+// none) keep upstream's expansion.
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-approximate-math{use-ldexp=1}))" | FileCheck %s --check-prefix=LDEXP
+// CHECK-LABEL: func.func @exp_scaling
+// CHECK-NOT: llvm.intr.ldexp
+// CHECK: arith.shli
+// CHECK: return
+// LDEXP-LABEL: func.func @exp_scaling
+// LDEXP: arith.minimumf %{{.+}} : f32
+// LDEXP: arith.maximumf %{{.+}} : f32
+// LDEXP-NOT: arith.shli
+// LDEXP: llvm.intr.ldexp(%{{.+}}, %{{.+}}) : (f32, i32) -> f32
+// LDEXP-NOT: math.exp
+// LDEXP: arith.shli %{{.+}} : vector<4x8xi32>
+// LDEXP-NOT: math.exp
+// LDEXP: return
+func.func @exp_scaling(%x: f32, %v: vector<4x8xf32>) -> (f32, vector<4x8xf32>) {
+  %0 = math.exp %x : f32
+  %1 = math.exp %v : vector<4x8xf32>
+  return %0, %1 : f32, vector<4x8xf32>
+}

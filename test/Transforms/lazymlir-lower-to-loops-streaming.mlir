@@ -171,3 +171,26 @@ func.func @not_row_tiles(%a: memref<256x1024xf32>, %out: memref<256x1024xf32>, %
   } {lazymlir.parallel_tiles = 263168 : i64}
   return
 }
+
+// -----
+
+// The scalar llvm.intr.ldexp of lazymlir-approximate-math's exp (the LLVM
+// dialect's op takes no vectors) streams as a call of the overloaded
+// intrinsic on vectors.
+// CHECK-LABEL: func.func @scale_by_power_of_two
+// CHECK: scf.if
+// CHECK: %[[N:.+]] = arith.fptosi %{{.+}} : vector<16xf32> to vector<16xi32>
+// CHECK: llvm.call_intrinsic "llvm.ldexp"(%{{.+}}, %[[N]]) : (vector<16xf32>, vector<16xi32>) -> vector<16xf32>
+// CHECK: vector.store %{{.+}} {alignment = 64 : i64, nontemporal = true}
+// CHECK: } else {
+// CHECK: llvm.intr.ldexp(%{{.+}}, %{{.+}}) : (f32, i32) -> f32
+#flat = affine_map<(d0) -> (d0)>
+func.func @scale_by_power_of_two(%a: memref<32768xf32>, %out: memref<32768xf32>) {
+  linalg.generic {indexing_maps = [#flat, #flat], iterator_types = ["parallel"]} ins(%a : memref<32768xf32>) outs(%out : memref<32768xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %n = arith.fptosi %x : f32 to i32
+    %0 = llvm.intr.ldexp(%x, %n) : (f32, i32) -> f32
+    linalg.yield %0 : f32
+  }
+  return
+}

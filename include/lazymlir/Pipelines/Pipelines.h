@@ -32,6 +32,13 @@ struct CpuPipelineOptions
       llvm::cl::desc("With threads > 1: iteration points a kernel needs to "
                      "be run in parallel (forking costs microseconds)"),
       llvm::cl::init(1 << 16)};
+  Option<bool> useLdexp{
+      *this, "use-ldexp",
+      llvm::cl::desc("Expand f32 exp with llvm.intr.ldexp "
+                     "(lazymlir-approximate-math): for targets with a vector "
+                     "ldexp (AVX-512's vscalefps); the runtime sets it from "
+                     "the host's features"),
+      llvm::cl::init(false)};
   Option<int64_t> streamingStoreBytes{
       *this, "streaming-store-bytes",
       llvm::cl::desc("Elementwise kernels writing at least this many bytes "

@@ -180,12 +180,16 @@ def ApproximateMathPass
   }];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::math::MathDialect",
-    "mlir::vector::VectorDialect",
+    "mlir::vector::VectorDialect", "mlir::LLVM::LLVMDialect",
   ];
   let options = [
     ListOption<"ops", "ops", "std::string",
                "math ops to approximate (default: exp, expm1, log, log1p, "
                "log2, tanh, erf)">,
+    Option<"useLdexp", "use-ldexp", "bool", /*default=*/"false",
+           "Expand f32 exp with llvm.intr.ldexp for its 2^n factor: one "
+           "vscalefps on AVX-512 (the CPU pipeline turns it on there); "
+           "targets without a vector ldexp would call libm per element">,
   ];
 }
 
