@@ -8,9 +8,9 @@ the caller goes on tracing (``LAZYMLIR_ASYNC=0``: in the caller); barriers wait
 for the job that writes what they read, ``wait_device_ops`` for all of them.
 """
 
+import _thread
 import atexit
 import collections
-import concurrent.futures
 import math
 import threading
 import time
@@ -104,7 +104,7 @@ last_kernels = None
 def execute(outputs: Sequence[trace.Node]):
     """Start computing ``outputs`` (distinct nodes without data): returns their
     values as CPU tensors in the memory format of the nodes' metas (dense:
-    contiguous buffers, permuted), in order, the Future of the job that fills
+    contiguous buffers, permuted), in order, the job (runtime._Job) that fills
     them (None when nothing runs), and the kernel count of the graph that
     runs (None when it runs eagerly).  The tensors are allocated
     here (destination passing) and written by the worker: read them only after
@@ -149,7 +149,15 @@ def _empty(shape, dtype: torch.dtype) -> torch.Tensor:
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < _POOLED_BYTES:
         return torch.empty(shape, dtype=dtype)
-    return _native.pooled_buffer(nbytes).view(dtype).view(shape)
+    code = _DLPACK_DTYPES.get(dtype)
+    if code is None:  # a dtype only eager graphs have: bytes, viewed
+        return _native.pooled_tensor((nbytes,), 1, 8).view(dtype).view(shape)
+    return _native.pooled_tensor(shape, *code)
+
+
+# DLPack's (type code, bits) of the dtypes compiled graphs take.
+_DLPACK_DTYPES = {torch.float32: (2, 32), torch.float64: (2, 64), torch.int32: (0, 32),
+                  torch.int64: (0, 64), torch.bool: (6, 8)}
 
 
 def empty_cache() -> int:
@@ -193,6 +201,38 @@ def _run_job(entry, inputs, outs, deps, background=True):
         raise
 
 
+class _Job:
+    """One submitted graph run: done once it finished, with its error (or
+    None). Lighter than concurrent.futures.Future (a lock held until the run
+    ends, no Condition): a step creates one."""
+
+    __slots__ = ("_running", "_finished", "_error")
+
+    def __init__(self):
+        self._running = _thread.allocate_lock()
+        self._running.acquire()
+        self._finished = False
+        self._error = None
+
+    def done(self) -> bool:
+        return self._finished
+
+    def exception(self):
+        """Wait until the run finished; its error, or None."""
+        if not self._finished:
+            self._running.acquire()
+            self._running.release()
+        return self._error
+
+    def run(self, args, background: bool) -> None:
+        try:
+            _run_job(*args, background=background)
+        except BaseException as e:
+            self._error = e
+        self._finished = True
+        self._running.release()
+
+
 class _Worker:
     """Runs submitted jobs one at a time, in order: on its own thread, or on
     a thread that waits for one of them (:meth:`run_until`)."""
@@ -205,27 +245,23 @@ class _Worker:
         self._thread = threading.Thread(target=self._loop, name="lazymlir-worker", daemon=True)
         self._thread.start()
 
-    def submit(self, *args) -> concurrent.futures.Future:
-        job = concurrent.futures.Future()
+    def submit(self, *args) -> _Job:
+        job = _Job()
         with self._lock:
             self._queue.append((job, args))
-            self._wake.notify()
+            if not self._busy:
+                self._wake.notify()
         return job
 
     def _take(self):
         """The next job, marked running (the lock is held)."""
         job, args = self._queue.popleft()
         self._busy = True
-        job.set_running_or_notify_cancel()
         return job, args
 
     def _finish(self, job, args, background):
         try:
-            _run_job(*args, background=background)
-        except BaseException as e:
-            job.set_exception(e)
-        else:
-            job.set_result(None)
+            job.run(args, background)
         finally:
             with self._lock:
                 self._busy = False
@@ -241,7 +277,7 @@ class _Worker:
             self._finish(job, args, True)
             del job, args  # the buffers: not held while idle
 
-    def run_until(self, target: concurrent.futures.Future) -> None:
+    def run_until(self, target: _Job) -> None:
         """Run queued jobs on this thread, up to ``target``, while the worker
         is idle; returns when ``target`` is done or the worker is busy."""
         while not target.done():
@@ -256,12 +292,8 @@ class _Worker:
 def _submit(entry, inputs, outs, deps):
     global _worker, _last_job
     if not config.async_execution:
-        job = concurrent.futures.Future()
-        try:
-            _run_job(entry, inputs, outs, deps, background=False)
-            job.set_result(None)
-        except BaseException as e:
-            job.set_exception(e)
+        job = _Job()
+        job.run((entry, inputs, outs, deps), background=False)
         _last_job = job
         return job
     if _worker is None:
@@ -275,10 +307,10 @@ def _drain() -> None:
     """At interpreter exit: let the last job submitted (hence every job)
     finish before the worker's daemon thread is stopped."""
     if _last_job is not None:
-        concurrent.futures.wait([_last_job])
+        _last_job.exception()
 
 
-def _wait_for(job: concurrent.futures.Future):
+def _wait_for(job: _Job):
     """Block until ``job`` is done; returns its exception (or None). A job
     not started yet is run here (with the ones queued before it) when the
     worker is idle. While this thread waits, the worker's parallel loops may

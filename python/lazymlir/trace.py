@@ -66,7 +66,7 @@ class Node:
         self.sig = sig  # hashable (op, constants) with inputs blanked out
         self.meta = meta  # meta tensor (or tuple of them) with shape and dtype
         self.data = None  # CPU tensor once computed (or being computed: see job)
-        self.job = None  # the Future of the worker job writing data, until known done
+        self.job = None  # the job (runtime._Job) writing data, until known done
         self.kernels = None  # kernel count of the compiled graph that computed data
 
     @staticmethod

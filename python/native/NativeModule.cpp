@@ -133,17 +133,21 @@ NB_MODULE(_native, m) {
           "cost. Releases the GIL.");
 
   m.def(
-      "pooled_buffer",
-      [](size_t bytes) {
+      "pooled_tensor",
+      [](const std::vector<size_t> &shape, uint8_t code, uint8_t bits) {
+        size_t bytes = (bits + 7) / 8;
+        for (size_t size : shape)
+          bytes *= size;
         void *block = allocateBuffer(bytes);
         nb::capsule owner(block, [](void *p) noexcept { releaseBuffer(p); });
-        size_t shape[1] = {bytes};
-        return nb::ndarray<nb::pytorch, uint8_t, nb::ndim<1>>(block, 1, shape,
-                                                               owner);
+        nb::dlpack::dtype dtype{code, bits, 1};
+        return nb::ndarray<nb::pytorch>(block, shape.size(), shape.data(),
+                                        owner, /*strides=*/nullptr, dtype);
       },
-      nb::arg("bytes"),
-      "A uint8 torch tensor of `bytes` from the runtime's buffer pool; its "
-      "memory goes back to the pool when the tensor is freed.");
+      nb::arg("shape"), nb::arg("dtype_code"), nb::arg("bits"),
+      "A contiguous torch tensor of `shape` whose elements are DLPack's "
+      "(`dtype_code`, `bits`), from the runtime's buffer pool; its memory "
+      "goes back to the pool when the tensor is freed.");
   m.def("host_wait_begin", &beginHostWait,
         "The host thread starts blocking on background runs.");
   m.def("host_wait_end", &endHostWait, "The host thread stops waiting.");

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from conftest import assert_compiled
 
 import lazymlir
 from lazymlir import metrics
@@ -186,3 +187,28 @@ def test_large_outputs_come_from_the_buffer_pool():
     gc.collect()
     assert lazymlir.empty_cache() >= 8 << 20
     assert _native.idle_buffer_bytes() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64, torch.bool])
+def test_large_outputs_of_every_dtype(native, dtype):
+    """Pooled outputs are made with their dtype and shape: eager's values,
+    and the memory goes back to the pool when the result dies."""
+    import gc
+
+    from lazymlir import _native, runtime
+
+    x = (torch.randn(256, 1024) * 100).to(dtype)
+    fn = (lambda t: ~t) if dtype is torch.bool else (lambda t: t * 3)
+    lazymlir.empty_cache()
+    out = fn(x.to("lazy"))
+    lazymlir.mark_step()
+    got = out.cpu()
+    assert got.dtype == dtype and got.shape == (256, 1024)
+    torch.testing.assert_close(got, fn(x))
+    assert_compiled()
+    del out, got
+    gc.collect()
+    assert _native.idle_buffer_bytes() >= x.nbytes
+    # A dtype compiled graphs never have: a pooled byte buffer, viewed.
+    half = runtime._empty((256, 1024), torch.float16)
+    assert half.dtype == torch.float16 and half.shape == (256, 1024) and half.is_contiguous()
