@@ -29,7 +29,9 @@ tensor.copy_ of 256 MB on all threads, counted as 2 x 256 MB like STREAM's
 copy, timed as one more variant in the same rounds (this machine's bandwidth
 drifts between runs by up to 1.5x; a reference measured apart from the
 variants would make the ratios drift with it). lazymlir's step is the whole
-thing a user pays on a cache hit: trace, hash, execute, wait. lazymlir runs
+thing a user pays on a cache hit: trace, hash, execute, wait; the "kernel
+only" row is the same compiled graph run on its own into an output allocated
+once (what the compiler's code costs, without the Python tracer). lazymlir runs
 large kernels on all hardware threads (the default, as eager and inductor do);
 the "1 thread" row runs everything in one (LAZYMLIR_THREADS=1). Kernels = loop
 nests in the compiled graph (lazymlir.compiler's count).
@@ -76,6 +78,7 @@ def cases():
 
 
 COPY = "memory copy (reference)"
+KERNEL_ONLY = "lazymlir kernel only"
 
 
 def copy_step():
@@ -85,7 +88,9 @@ def copy_step():
     return (lambda: dst.copy_(src)), 2 * src.numel() * 4
 
 
-def kernel_count(fn, args, fusion):
+def compile_case(fn, args, fusion):
+    """The case's graph compiled on its own (the lazy device's compiler, no
+    tracing): its kernel count, and the "kernel only" row."""
     from torch_mlir import fx
 
     class Wrap(torch.nn.Module):
@@ -93,7 +98,17 @@ def kernel_count(fn, args, fusion):
             return fn(*a)
 
     text = str(fx.export_and_import(Wrap(), *args, output_type="linalg-on-tensors", func_name="main"))
-    return compiler.compile_linalg(text, fusion=fusion).num_kernels
+    return compiler.compile_linalg(text, fusion=fusion)
+
+
+def kernel_only_step(fn, args, expected):
+    """The compiled graph run on its own, on all threads, into an output
+    allocated once: no trace, no cache lookup, no allocation."""
+    exe = compile_case(fn, args, True)
+    inputs, outs = list(args), [torch.empty_like(expected)]
+    exe.run(inputs, outs)
+    torch.testing.assert_close(outs[0], expected, rtol=1e-4, atol=1e-4)
+    return lambda: exe.run_allocated(inputs, outs)
 
 
 def lazy_step(fn, args, pipelined=1):
@@ -146,7 +161,9 @@ def main():
             # while it is timed.
             steps[variant] = _patched(step, fusion=fusion, threads=threads)
             calls[variant] = pipelined
-            kernels[variant] = kernel_count(fn, args, fusion)
+            kernels[variant] = compile_case(fn, args, fusion).num_kernels
+        steps[KERNEL_ONLY] = kernel_only_step(fn, args, expected)
+        kernels[KERNEL_ONLY] = kernels["lazymlir fusion=on"]
         steps[COPY] = copy
         seconds = interleaved_median_seconds(steps, opts.repeats)
         seconds = {v: s / calls.get(v, 1) for v, s in seconds.items()}
