@@ -142,17 +142,16 @@ class LazyTensor(torch.Tensor):
 
 
 _TENSOR_DATA = torch.Tensor.data
+_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 
 
 def _wrap(meta: torch.Tensor, storage: Storage, chain: tuple, value: Node) -> LazyTensor:
-    t = torch.Tensor._make_wrapper_subclass(
-        LazyTensor,
-        meta.size(),
-        strides=meta.stride(),
-        storage_offset=meta.storage_offset(),
-        dtype=meta.dtype,
-        device=LAZY,
-    )
+    try:
+        size, stride, offset, dtype = meta._lz_layout  # interned metas keep theirs
+    except AttributeError:
+        size, stride, offset, dtype = meta._lz_layout = (meta.size(), meta.stride(), meta.storage_offset(),
+                                                         meta.dtype)
+    t = _make_wrapper_subclass(LazyTensor, size, strides=stride, storage_offset=offset, dtype=dtype, device=LAZY)
     t._lz_meta = meta
     t._lz_storage = storage
     t._lz_chain = chain  # ((op, rest_args, kwargs, meta, sig), ...) from the base
@@ -558,33 +557,35 @@ def _all_supported(meta) -> bool:
     return False  # a Python value: data-dependent, needs a real run
 
 
-_SCALARS = (int, float, bool)
 
 
 def _functional(func, args, kwargs):
     if not kwargs:
         # The common case, kept lean: tensors and Python scalars, positionally.
-        inputs, keys, frozen = [], [], []
+        inputs, keys, frozen, node_args = [], [], [], []
         for a in args:
             t = type(a)
             if t is LazyTensor:
-                inputs.append(a._lz_value if a._lz_version == a._lz_storage.version else _value(a))
+                v = a._lz_value if a._lz_version == a._lz_storage.version else _value(a)
+                inputs.append(v)
+                node_args.append(v)
                 keys.append(id(a._lz_meta))
                 frozen.append(BLANK)
-            elif t in _SCALARS:
+            elif t is float:  # freeze(), inlined
+                frozen.append(("f", a) if a == a and a != 0.0 else ("f", repr(a)))
+                node_args.append(a)
+            elif t is int or t is bool:
                 frozen.append(freeze(a))
+                node_args.append(a)
             else:
                 break
         else:
             sig = (_oid(func), tuple(frozen), ())
-            keys = tuple(keys)
-            hit = _meta_cache.get((sig, keys))
+            hit = _meta_cache.get((sig, tuple(keys)))
             if hit is not None and hit is not _FAILED and hit[1]:
                 meta = hit[0]
                 if type(meta) is torch.Tensor:
-                    it = iter(inputs)
-                    node_args = tuple([next(it) if f is BLANK else a for a, f in zip(args, frozen)])
-                    node = Node(func, node_args, {}, tuple(inputs), sig, meta)
+                    node = Node(func, tuple(node_args), {}, tuple(inputs), sig, meta)
                     return _wrap(meta, Storage(node, meta), (), node)
     meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen, keys = _convert_all(args, kwargs)
     sig = (_oid(func),) + frozen
