@@ -238,6 +238,32 @@ def _lifted_sig(sig, positions):
     return (op, args, kwargs)
 
 
+# _lifting's results by (signature, result dtype): a step records the same
+# signatures every time (lifted floats are part of them), so the analysis
+# runs once per distinct one.
+_lift_memo: dict = {}
+_LIFT_MEMO_MAX = 4096
+_NOT_SEEN = object()
+
+
+def _lifting(n: Node):
+    """(positions, values, lifted signature) of the floats of ``n`` that
+    become graph inputs, or None."""
+    meta = n.meta
+    key = (n.sig, meta.dtype if type(meta) is torch.Tensor else None)
+    hit = _lift_memo.get(key, _NOT_SEEN)
+    if hit is _NOT_SEEN:
+        found = _lift(n)
+        hit = None
+        if found:
+            positions = tuple(p for p, _ in found)
+            hit = (positions, tuple(v for _, v in found), _lifted_sig(n.sig, positions))
+        if len(_lift_memo) >= _LIFT_MEMO_MAX:
+            _lift_memo.clear()
+        _lift_memo[key] = hit
+    return hit
+
+
 def collect(outputs: Sequence[Node], options: tuple = ()) -> Graph:
     """Walk back from ``outputs`` to device data, in a deterministic order, and
     build the cache key on the way: one tuple entry per node."""
@@ -279,13 +305,12 @@ def collect(outputs: Sequence[Node], options: tuple = ()) -> Graph:
             index[n] = len(entries)
             sig = n.sig
             if sig[0] in _LIFT:
-                found = _lift(n)
-                if found:
-                    positions = tuple(p for p, _ in found)
+                lift = _lifting(n)
+                if lift is not None:
+                    positions, values, sig = lift
                     lifted[n] = (len(scalars), positions)
                     dtype = n.meta.dtype
-                    scalars.extend((v, dtype) for _, v in found)
-                    sig = _lifted_sig(sig, positions)
+                    scalars.extend([(v, dtype) for v in values])
             entries.append((sig, tuple([index[i] for i in n.inputs])))
             nodes.append(n)
     output_perms = []
