@@ -32,8 +32,9 @@ func.func @untouched(%x: f64, %y: f32) -> (f64, f32) {
 
 // With use-ldexp, scalar f32 exp scales by 2^n with llvm.intr.ldexp (one
 // vscalefps on AVX-512) instead of building 2^n in the exponent bits; a NaN
-// is carried through by the NaN-propagating clamps. 2-D vectors (LLVM has
-// none) keep upstream's expansion.
+// is carried through by the NaN-propagating clamps. Vector exps (the
+// vectorized epilogues of contractions) keep upstream's expansion: the
+// dialect's ldexp takes scalars only.
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-approximate-math{use-ldexp=1}))" | FileCheck %s --check-prefix=LDEXP
 // CHECK-LABEL: func.func @exp_scaling
 // CHECK-NOT: llvm.intr.ldexp
