@@ -132,7 +132,7 @@ func.func @tiles(%out: memref<64x128xf32>) {
 // CHECK-NOT: memref.alloca
 // CHECK: scf.parallel
 // CHECK-NEXT: %[[SCRATCH:.+]] = memref.alloc() : memref<8x32xf32>
-// CHECK: memref.copy %[[SCRATCH]]
+// CHECK: memref.load %[[SCRATCH]]
 // CHECK: memref.dealloc %[[SCRATCH]]
 // CHECK-NEXT: scf.reduce
 // CHECK-NOT: lazymlir.parallel_tiles
@@ -221,5 +221,23 @@ func.func @small_tiles(%out: memref<64x128xf32>) {
     %tile = memref.subview %out[%i, 0] [8, 128] [1, 1] : memref<64x128xf32> to memref<8x128xf32, strided<[128, 1], offset: ?>>
     linalg.fill ins(%cst : f32) outs(%tile : memref<8x128xf32, strided<[128, 1], offset: ?>>)
   } {lazymlir.parallel_tiles = 1024 : i64}
+  return
+}
+
+// -----
+
+// A copy into a strided subview (a pad's interior) becomes loops like any
+// linalg op, parallel when large, instead of a call of the runtime's
+// element-by-element memrefCopy; a contiguous copy stays a memcpy.
+// CHECK-LABEL: func.func @pad_interior
+// CHECK-NOT: memref.copy
+// CHECK: scf.parallel
+// CHECK: memref.load %{{.+}} : memref<64x64x24x24xf32>
+// CHECK: memref.store %{{.+}} : memref<64x64x24x24xf32, strided<[50176, 784, 28, 1], offset: 58>>
+// CHECK: memref.copy %{{.+}}, %{{.+}} : memref<64xf32> to memref<64xf32>
+func.func @pad_interior(%src: memref<64x64x24x24xf32>, %dst: memref<64x64x28x28xf32>, %a: memref<64xf32>, %b: memref<64xf32>) {
+  %interior = memref.subview %dst[0, 0, 2, 2] [64, 64, 24, 24] [1, 1, 1, 1] : memref<64x64x28x28xf32> to memref<64x64x24x24xf32, strided<[50176, 784, 28, 1], offset: 58>>
+  memref.copy %src, %interior : memref<64x64x24x24xf32> to memref<64x64x24x24xf32, strided<[50176, 784, 28, 1], offset: 58>>
+  memref.copy %a, %b : memref<64xf32> to memref<64xf32>
   return
 }
