@@ -74,6 +74,9 @@ FLOAT_CASES = {
     "matmul_mask_epilogue": (Fn(lambda m, x, w, mask: torch.where(mask, x @ w, 0.0) * 2.0),
                              (torch.randn(8, 16), torch.randn(16, 32), torch.rand(8, 32) > 0.5)),
     "gelu_scalar_out": (Fn(lambda m, x: F.gelu(x).sum()), (torch.randn(3, 5),)),
+    # A pad's interior is a strided copy, large enough here to run as a
+    # parallel loop nest (not the runtime's memrefCopy).
+    "pad_interior_copy": (Fn(lambda m, x: F.pad(x, (1, 2, 3, 4))), (torch.randn(8, 16, 40, 40),)),
 }
 
 
