@@ -34,9 +34,7 @@ struct ExpWithLdexp : OpRewritePattern<math::ExpOp> {
   LogicalResult matchAndRewrite(math::ExpOp op,
                                 PatternRewriter &rewriter) const override {
     Type type = op.getType();
-    if (!getElementTypeOrSelf(type).isF32())
-      return rewriter.notifyMatchFailure(op, "not f32");
-    // Scalars only: the LLVM dialect's ldexp op takes no vectors, and
+    // Scalar f32 only: the LLVM dialect's ldexp op takes no vectors, and
     // llvm.call_intrinsic has unknown side effects, which bufferization
     // rejects. Scalar loops are what LLVM vectorizes; the vector exps of
     // contraction epilogues (vectorized by tile-contractions) keep

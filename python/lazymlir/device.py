@@ -557,8 +557,6 @@ def _all_supported(meta) -> bool:
     return False  # a Python value: data-dependent, needs a real run
 
 
-
-
 def _functional(func, args, kwargs):
     if not kwargs:
         # The common case, kept lean: tensors and Python scalars, positionally.
