@@ -240,7 +240,7 @@ class _Worker:
     def __init__(self):
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._queue = collections.deque()  # (future, args of _run_job)
+        self._queue = collections.deque()  # (_Job, args of _run_job)
         self._busy = False  # a job is running (on the worker or a waiter)
         self._thread = threading.Thread(target=self._loop, name="lazymlir-worker", daemon=True)
         self._thread.start()
