@@ -70,7 +70,24 @@ def _nll_loss_backward(grad_output, self, target, weight, reduction, ignore_inde
 def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> torch.fx.GraphModule:
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    return make_fx(gm, decomposition_table=_decomposition_table(), tracing_mode="fake")(*example_inputs)
+    return make_fx(gm, decomposition_table=_decomposition_table(), tracing_mode="fake")(*_distinct(example_inputs))
+
+
+def _distinct(example_inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+    """The inputs with every repeated object (two lifted scalars of one value
+    share a cached 0-dim tensor; one leaf can feed two placeholders) replaced by
+    a copy.  Fake tensors are memoized by the real tensor's identity, so
+    repeated objects would become one placeholder in the traced graph: the
+    compiled graph would then read one argument for both, and a later call
+    with different values would get a silently wrong result."""
+    seen = set()
+    out = []
+    for t in example_inputs:
+        if id(t) in seen:
+            t = t.clone()
+        seen.add(id(t))
+        out.append(t)
+    return out
 
 
 def _max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
