@@ -56,10 +56,19 @@ force_fallback: str = _env_str("LAZYMLIR_FORCE_FALLBACK", "") or ""
 # them in the calling thread, a debugging aid.
 async_execution: bool = _env_bool("LAZYMLIR_ASYNC", True)
 
+# Graphs submitted to the worker and not finished yet, at most: a step that
+# would exceed it waits (in mark_step() or the barrier that submits it) for
+# the oldest one.  When tracing is faster than running, an unbounded queue
+# would hold every pending step's inputs and outputs (gigabytes over a few
+# hundred training steps); 2, like torch_xla, lets step k+1 be traced while
+# step k runs.
+max_in_flight: int = max(1, int(_env_str("LAZYMLIR_MAX_IN_FLIGHT", "2")))
+
 # Print one line per compilation (graph hash, node count, why it was new).
 verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 
-_NAMES = ("dump_dir", "device", "fusion", "channels_last", "threads", "force_eager", "force_fallback", "async_execution", "verbose")
+_NAMES = ("dump_dir", "device", "fusion", "channels_last", "threads", "force_eager", "force_fallback", "async_execution",
+          "max_in_flight", "verbose")
 
 
 def options_key() -> tuple:

@@ -24,7 +24,7 @@ import torch
 
 from . import config, metrics, runtime
 from .runtime import SUPPORTED_DTYPES
-from .trace import BLANK, Node, dense_perm, freeze, map_nodes
+from .trace import BLANK, LIFTED_OPS, Node, dense_perm, freeze, map_nodes
 
 aten = torch.ops.aten
 
@@ -409,6 +409,23 @@ def _intern_result(r):
     return r
 
 
+_FLOAT = ("f",)
+
+
+def _meta_sig(sig):
+    """``sig`` for the meta cache's key: the float constants of ops whose floats
+    are lifted into graph inputs (trace._LIFT) never change the result's
+    metadata, and optimizers pass new ones every step (Adam's bias
+    corrections): keyed by value, the cache would grow by entries every step."""
+    if sig[0] not in LIFTED_OPS:
+        return sig
+
+    def blind(f):
+        return _FLOAT if type(f) is tuple and len(f) == 2 and f[0] == "f" else f
+
+    return (sig[0], tuple(map(blind, sig[1])), tuple((k, blind(f)) for k, f in sig[2]))
+
+
 def _infer(key, func, meta_args, meta_kwargs):
     """Cached ``func`` on meta tensors: (interned result, dtypes all supported), or _FAILED."""
     hit = _meta_cache.get(key)
@@ -561,6 +578,7 @@ def _functional(func, args, kwargs):
     if not kwargs:
         # The common case, kept lean: tensors and Python scalars, positionally.
         inputs, keys, frozen, node_args = [], [], [], []
+        floats = False
         for a in args:
             t = type(a)
             if t is LazyTensor:
@@ -572,6 +590,7 @@ def _functional(func, args, kwargs):
             elif t is float:  # freeze(), inlined
                 frozen.append(("f", a) if a == a and a != 0.0 else ("f", repr(a)))
                 node_args.append(a)
+                floats = True
             elif t is int or t is bool:
                 frozen.append(freeze(a))
                 node_args.append(a)
@@ -579,7 +598,7 @@ def _functional(func, args, kwargs):
                 break
         else:
             sig = (_oid(func), tuple(frozen), ())
-            hit = _meta_cache.get((sig, tuple(keys)))
+            hit = _meta_cache.get((_meta_sig(sig) if floats else sig, tuple(keys)))
             if hit is not None and hit is not _FAILED and hit[1]:
                 meta = hit[0]
                 if type(meta) is torch.Tensor:
@@ -587,7 +606,7 @@ def _functional(func, args, kwargs):
                     return _wrap(meta, Storage(node, meta), (), node)
     meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen, keys = _convert_all(args, kwargs)
     sig = (_oid(func),) + frozen
-    hit = _infer((sig, keys), func, meta_args, meta_kwargs)
+    hit = _infer((_meta_sig(sig), keys), func, meta_args, meta_kwargs)
     if hit is _FAILED or not hit[1]:
         return _eager(func, args, kwargs)
     meta = hit[0]
@@ -756,10 +775,11 @@ def _inplace(functional):
             return _eager(func, args, kwargs)
         meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen, keys = _convert_all(args, kwargs)
         sig = (_oid(functional),) + frozen
-        key = ("inplace", sig, keys)
+        msig = _meta_sig(sig)
+        key = ("inplace", msig, keys)
         hit = _meta_cache.get(key)
         if hit is None:
-            hit = _infer((sig, keys), functional, meta_args, meta_kwargs)
+            hit = _infer((msig, keys), functional, meta_args, meta_kwargs)
             if hit is not _FAILED:
                 meta, ok = hit
                 target = self._lz_meta

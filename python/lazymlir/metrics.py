@@ -3,12 +3,14 @@
 Counters: ``MarkStep``, ``CachedCompile``, ``UncachedCompile``,
 ``CompileFallback`` (a graph that failed to compile and ran eagerly),
 ``EagerGraph`` (a graph run eagerly on purpose, ``LAZYMLIR_FORCE_EAGER``),
-``Sync`` (a barrier that executed a graph), ``RecompileShapeChange`` (a graph
+``Sync`` (a barrier that executed a graph), ``InFlightWait`` (a submission
+that waited for the oldest of ``LAZYMLIR_MAX_IN_FLIGHT`` unfinished graphs), ``RecompileShapeChange`` (a graph
 compiled again for new input shapes) and ``aten::<op>`` (an op that ran eagerly
 because the compiler does not cover it).
 Timings (seconds, one sample per event): ``CollectTime`` (graph walk and cache
 key), ``LoweringTime`` (torch-mlir import and lowering), ``CompileTime`` (native
-compile), ``ExecuteTime``.
+compile), ``ExecuteTime``.  Timings and samples keep their count and total
+and their last ``WINDOW`` values.
 Samples (plain numbers, one per event): ``KernelsPerGraph``, the kernels (loop
 nests after fusion and tiling) of each graph compiled, read with
 ``sample_values("KernelsPerGraph")``.  ``lazymlir.kernel_count()`` gives the
@@ -18,9 +20,29 @@ kernel count of the last graph run, or of the graph that computed a tensor.
 import collections
 from typing import Dict, List
 
+# Timings and samples keep their count and total for ever but only the last
+# WINDOW values (for medians), like torch_xla's metrics: a training run
+# records a few timings per step, and unbounded lists would grow with it.
+WINDOW = 1024
+
+
+class _Series:
+    __slots__ = ("count", "total", "values")
+
+    def __init__(self):
+        self.count = 0
+        self.total = 0.0
+        self.values = collections.deque(maxlen=WINDOW)
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        self.total += value
+        self.values.append(value)
+
+
 _counters: Dict[str, int] = collections.Counter()
-_timings: Dict[str, List[float]] = collections.defaultdict(list)
-_samples: Dict[str, List[float]] = collections.defaultdict(list)
+_timings: Dict[str, _Series] = collections.defaultdict(_Series)
+_samples: Dict[str, _Series] = collections.defaultdict(_Series)
 
 
 def counter(name: str, increment: int = 1) -> None:
@@ -28,21 +50,23 @@ def counter(name: str, increment: int = 1) -> None:
 
 
 def timing(name: str, seconds: float) -> None:
-    _timings[name].append(seconds)
+    _timings[name].add(seconds)
 
 
 def sample(name: str, value: float) -> None:
     """Record one value of a sample metric (e.g. ``KernelsPerGraph``)."""
-    _samples[name].append(value)
+    _samples[name].add(value)
 
 
 def sample_names() -> List[str]:
-    return [name for name, values in _samples.items() if values]
+    return [name for name, series in _samples.items() if series.count]
 
 
 def sample_values(name: str) -> List[float]:
-    """The values recorded for a sample metric, oldest first ([] if none)."""
-    return list(_samples.get(name, ()))
+    """The last (at most WINDOW) values recorded for a sample metric, oldest
+    first ([] if none)."""
+    series = _samples.get(name)
+    return list(series.values) if series is not None else []
 
 
 def counter_names() -> List[str]:
@@ -56,11 +80,13 @@ def counter_value(name: str) -> int:
 
 
 def timing_names() -> List[str]:
-    return [name for name, samples in _timings.items() if samples]
+    return [name for name, series in _timings.items() if series.count]
 
 
 def timing_samples(name: str) -> List[float]:
-    return list(_timings.get(name, ()))
+    """The last (at most WINDOW) timings of ``name``, in seconds, oldest first."""
+    series = _timings.get(name)
+    return list(series.values) if series is not None else []
 
 
 def executed_fallback_ops() -> List[str]:
@@ -79,21 +105,21 @@ def metrics_report() -> str:
     """A human-readable report of every counter and timing."""
     lines = []
     for name in sorted(_timings):
-        samples = sorted(_timings[name])
-        if not samples:
+        series = _timings[name]
+        if not series.count:
             continue
-        total = sum(samples)
-        median = samples[len(samples) // 2]
+        samples = sorted(series.values)
         lines.append(
-            f"Metric: {name}\n  TotalSamples: {len(samples)}\n"
-            f"  Accumulator: {total * 1e3:.3f}ms\n  Median: {median * 1e3:.3f}ms"
+            f"Metric: {name}\n  TotalSamples: {series.count}\n"
+            f"  Accumulator: {series.total * 1e3:.3f}ms\n  Median: {samples[len(samples) // 2] * 1e3:.3f}ms"
         )
     for name in sorted(_samples):
-        values = sorted(_samples[name])
-        if not values:
+        series = _samples[name]
+        if not series.count:
             continue
+        values = sorted(series.values)
         lines.append(
-            f"Metric: {name}\n  TotalSamples: {len(values)}\n  Accumulator: {sum(values):g}\n"
+            f"Metric: {name}\n  TotalSamples: {series.count}\n  Accumulator: {series.total:g}\n"
             f"  Median: {values[len(values) // 2]:g}\n  Max: {values[-1]:g}"
         )
     for name in sorted(_counters):

@@ -120,6 +120,8 @@ def execute(outputs: Sequence[trace.Node]):
         metrics.counter("CachedCompile")
     if type(entry) is _Eager:
         metrics.counter(entry.counter)
+    if _in_flight:
+        _throttle()  # before this graph's outputs are allocated
     outs = [_empty(shape, dtype) for shape, dtype in entry.out_specs]
     inputs = graph.input_values()
     deps = []
@@ -300,7 +302,24 @@ def _submit(entry, inputs, outs, deps):
         _worker = _Worker()
         atexit.register(_drain)
     _last_job = _worker.submit(entry, inputs, outs, deps)
+    _in_flight.append(_last_job)
     return _last_job
+
+
+# Jobs submitted to the worker and not seen finished, oldest first.
+_in_flight = collections.deque()
+
+
+def _throttle() -> None:
+    """Wait until fewer than ``config.max_in_flight`` submitted jobs are
+    unfinished (their errors are raised later, by the barriers that read
+    their results or by wait_device_ops)."""
+    q = _in_flight
+    while q and q[0].done():
+        q.popleft()
+    while len(q) >= config.max_in_flight:
+        metrics.counter("InFlightWait")
+        _wait_for(q.popleft())
 
 
 def _drain() -> None:

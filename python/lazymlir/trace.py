@@ -195,6 +195,7 @@ _LIFT = {
     "aten.addcdiv.default": ("value",), "aten.addcmul.default": ("value",),
     "aten.lerp.Scalar": (2,),
 }
+LIFTED_OPS = frozenset(_LIFT)
 _LIFTED = ("lifted",)  # stands for a lifted value in a signature
 
 # 0-dim tensors of lifted scalars, by value: a step passes the same constants
