@@ -314,6 +314,8 @@ def _sync(storages) -> None:
 def _cpu_alias(t: LazyTensor) -> torch.Tensor:
     """A CPU tensor with ``t``'s exact size, stride and offset, sharing device data.
     Read-only: device data is immutable."""
+    if t.numel() == 0:  # no data to compute: nothing is synced
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
     s = t._lz_storage
     _sync((s,))
     runtime.wait(s.base)
@@ -427,7 +429,10 @@ def _meta_sig(sig):
 
 
 def _infer(key, func, meta_args, meta_kwargs):
-    """Cached ``func`` on meta tensors: (interned result, dtypes all supported), or _FAILED."""
+    """Cached ``func`` on meta tensors: (interned result, recordable, zero-size),
+    or _FAILED.  Recordable: every dtype is supported and no tensor has zero
+    elements (compiled code never sees a zero-size tensor; see
+    :func:`_zero_size`)."""
     hit = _meta_cache.get(key)
     if hit is not None:
         return hit
@@ -436,7 +441,8 @@ def _infer(key, func, meta_args, meta_kwargs):
             meta = _intern_result(_cpu_layout(func, meta_args, meta_kwargs))
         else:
             meta = _intern_result(func(*meta_args, **meta_kwargs))
-        hit = (meta, _all_supported(meta) and _args_supported(meta_args, meta_kwargs))
+        zero = _has_zero_size(meta) or _has_zero_size(meta_args) or _has_zero_size(list(meta_kwargs.values()))
+        hit = (meta, not zero and _all_supported(meta) and _args_supported(meta_args, meta_kwargs), zero)
     except Exception:  # no meta kernel, a data-dependent shape, or a user error
         hit = _FAILED
     if len(_meta_cache) > _META_CACHE_LIMIT:
@@ -471,6 +477,14 @@ def _cpu_layout(func, meta_args, meta_kwargs):
     with _fake_mode:
         out = func(*fake(list(meta_args)), **{k: fake(v) for k, v in meta_kwargs.items()})
     return torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=_META)
+
+
+def _has_zero_size(a) -> bool:
+    if isinstance(a, torch.Tensor):
+        return a.numel() == 0
+    if isinstance(a, (list, tuple)):
+        return any(_has_zero_size(x) for x in a)
+    return False
 
 
 def _args_supported(meta_args, meta_kwargs) -> bool:
@@ -608,9 +622,25 @@ def _functional(func, args, kwargs):
     sig = (_oid(func),) + frozen
     hit = _infer((_meta_sig(sig), keys), func, meta_args, meta_kwargs)
     if hit is _FAILED or not hit[1]:
+        if hit is not _FAILED and hit[2]:
+            return _zero_size(func, args, kwargs, hit[0])
         return _eager(func, args, kwargs)
     meta = hit[0]
     return _wrap_outputs(Node(func, node_args, node_kwargs, inputs, sig, meta), meta)
+
+
+def _zero_size(func, args, kwargs, meta):
+    """An op with a zero-size tensor among its inputs or outputs.  When every
+    output is empty its value is known (there is none): empty tensors of the
+    meta layout, nothing runs.  Otherwise (a reduction or contraction over an
+    empty dimension: sum gives zeros, var NaN, mm zeros) the op runs eagerly;
+    its empty inputs need no data, so nothing is synced for them."""
+    metas = [meta] if isinstance(meta, torch.Tensor) else list(meta) if isinstance(meta, (list, tuple)) else None
+    if metas is not None and all(m is None or (isinstance(m, torch.Tensor) and m.numel() == 0) for m in metas):
+        outs = [None if m is None else _from_cpu(torch.empty_strided(m.shape, m.stride(), dtype=m.dtype))
+                for m in metas]
+        return outs[0] if isinstance(meta, torch.Tensor) else type(meta)(outs)
+    return _eager(func, args, kwargs)
 
 
 def _make_eager(count: bool, overwrites: bool = False):
@@ -781,7 +811,7 @@ def _inplace(functional):
         if hit is None:
             hit = _infer((msig, keys), functional, meta_args, meta_kwargs)
             if hit is not _FAILED:
-                meta, ok = hit
+                meta, ok, _ = hit
                 target = self._lz_meta
                 ok = ok and (
                     isinstance(meta, torch.Tensor)
@@ -1074,6 +1104,8 @@ def _classify(func):
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     dtype = dtype or torch.get_default_dtype()
     meta = _intern_like(torch.empty(size, dtype=dtype, device=_META, memory_format=memory_format or torch.contiguous_format))
+    if meta.numel() == 0:  # no value to compute
+        return _from_cpu(torch.empty_strided(meta.shape, meta.stride(), dtype=dtype))
     # The contents are undefined; zeros keep graphs deterministic.
     node = _op_node(aten.zeros.default, (list(size),), {"dtype": dtype, "device": _CPU}, meta)
     return _fresh(node, meta)
@@ -1082,6 +1114,8 @@ def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     dtype = dtype or torch.get_default_dtype()
     meta = _intern(size, stride, dtype)
+    if meta.numel() == 0:  # no value to compute
+        return _from_cpu(torch.empty_strided(size, stride, dtype=dtype))
     node = _op_node(aten.zeros.default, (list(size),), {"dtype": dtype, "device": _CPU}, meta)
     return _fresh(node, meta)
 

@@ -399,6 +399,13 @@ def _note_shapes(graph: trace.Graph, name: str) -> None:
     seen.append(shapes)
 
 
+def _zero_size(graph: trace.Graph) -> bool:
+    metas = [n.data for n in graph.inputs]
+    for n in graph.nodes:
+        metas.extend(n.meta if isinstance(n.meta, (list, tuple)) else (n.meta,))
+    return any(isinstance(m, torch.Tensor) and m.numel() == 0 for m in metas)
+
+
 def _compile(graph: trace.Graph):
     t0 = time.perf_counter()
     gm = trace.to_fx(graph)
@@ -411,6 +418,11 @@ def _compile(graph: trace.Graph):
         entry = _Eager(gm, "EagerGraph", specs)
     elif not dtypes <= SUPPORTED_DTYPES:
         entry = _Eager(gm, "EagerGraph", specs)
+    elif _zero_size(graph):
+        # The tracer keeps zero-size tensors out of graphs (device._zero_size);
+        # compiled loops over an empty dimension divide by it or read past
+        # nothing, so one that gets through runs eagerly.
+        entry = _Eager(gm, "ZeroSizeGraph", specs)
     else:
         try:
             t1 = time.perf_counter()
