@@ -226,11 +226,19 @@ class _Job:
             self._running.release()
         return self._error
 
-    def run(self, args, background: bool) -> None:
+    def run(self, box: list, background: bool) -> None:
+        """Run the job whose arguments are the one item of ``box``.  The
+        arguments (the step's buffers) are freed before the job counts as
+        done: a thread freeing tensors after that could still be doing so
+        while the interpreter exits (atexit waits for the last job), and a
+        daemon thread that wants the GIL back during finalization is ended
+        by pthread_exit inside torch's tensor deallocator: std::terminate."""
+        args = box.pop()
         try:
             _run_job(*args, background=background)
         except BaseException as e:
             self._error = e
+        del args
         self._finished = True
         self._running.release()
 
@@ -242,7 +250,7 @@ class _Worker:
     def __init__(self):
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._queue = collections.deque()  # (_Job, args of _run_job)
+        self._queue = collections.deque()  # (_Job, [arguments of _run_job])
         self._busy = False  # a job is running (on the worker or a waiter)
         self._thread = threading.Thread(target=self._loop, name="lazymlir-worker", daemon=True)
         self._thread.start()
@@ -250,20 +258,21 @@ class _Worker:
     def submit(self, *args) -> _Job:
         job = _Job()
         with self._lock:
-            self._queue.append((job, args))
+            self._queue.append((job, [args]))
             if not self._busy:
                 self._wake.notify()
         return job
 
     def _take(self):
-        """The next job, marked running (the lock is held)."""
-        job, args = self._queue.popleft()
+        """The next job and the box of its arguments, marked running (the lock
+        is held)."""
+        job, box = self._queue.popleft()
         self._busy = True
-        return job, args
+        return job, box
 
-    def _finish(self, job, args, background):
+    def _finish(self, job, box, background):
         try:
-            job.run(args, background)
+            job.run(box, background)
         finally:
             with self._lock:
                 self._busy = False
@@ -275,9 +284,9 @@ class _Worker:
             with self._lock:
                 while self._busy or not self._queue:
                     self._wake.wait()
-                job, args = self._take()
-            self._finish(job, args, True)
-            del job, args  # the buffers: not held while idle
+                job, box = self._take()
+            self._finish(job, box, True)
+            del job, box
 
     def run_until(self, target: _Job) -> None:
         """Run queued jobs on this thread, up to ``target``, while the worker
@@ -286,16 +295,16 @@ class _Worker:
             with self._lock:
                 if self._busy or not self._queue:
                     return
-                job, args = self._take()
-            self._finish(job, args, False)
-            del job, args
+                job, box = self._take()
+            self._finish(job, box, False)
+            del job, box
 
 
 def _submit(entry, inputs, outs, deps):
     global _worker, _last_job
     if not config.async_execution:
         job = _Job()
-        job.run((entry, inputs, outs, deps), background=False)
+        job.run([(entry, inputs, outs, deps)], background=False)
         _last_job = job
         return job
     if _worker is None:
