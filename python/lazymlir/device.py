@@ -16,6 +16,7 @@ the graph their tensors need; computed nodes become device data (plain CPU
 tensors), so nothing is computed twice.
 """
 
+import math
 import operator
 import weakref
 from typing import List
@@ -24,7 +25,7 @@ import torch
 
 from . import config, metrics, runtime
 from .runtime import SUPPORTED_DTYPES
-from .trace import BLANK, LIFTED_OPS, Node, dense_perm, freeze, map_nodes
+from .trace import BLANK, LIFTED_OPS, QUANTIZED_REPR, Node, dense_perm, freeze, map_nodes
 
 aten = torch.ops.aten
 
@@ -147,11 +148,14 @@ _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 
 def _wrap(meta: torch.Tensor, storage: Storage, chain: tuple, value: Node) -> LazyTensor:
     try:
-        size, stride, offset, dtype = meta._lz_layout  # interned metas keep theirs
+        size, stride, offset, dtype, bits = meta._lz_layout  # interned metas keep theirs
     except AttributeError:
-        size, stride, offset, dtype = meta._lz_layout = (meta.size(), meta.stride(), meta.storage_offset(),
-                                                         meta.dtype)
+        size, stride, offset, dtype, bits = meta._lz_layout = (meta.size(), meta.stride(), meta.storage_offset(),
+                                                               meta.dtype, _view_bits(meta))
     t = _make_wrapper_subclass(LazyTensor, size, strides=stride, storage_offset=offset, dtype=dtype, device=LAZY)
+    if bits:  # a conjugate or negative view (complex): eager fallbacks read the bits
+        torch._C._set_conj(t, bool(bits & 1))
+        torch._C._set_neg(t, bool(bits & 2))
     t._lz_meta = meta
     t._lz_storage = storage
     t._lz_chain = chain  # ((op, rest_args, kwargs, meta, sig), ...) from the base
@@ -388,19 +392,30 @@ _META_CACHE_LIMIT = 200_000
 _FAILED = object()  # the meta kernel raised: the op runs eagerly
 
 
-def _intern(shape, stride, dtype, offset=0) -> torch.Tensor:
-    key = (tuple(shape), tuple(stride), dtype, offset)
+def _intern(shape, stride, dtype, offset=0, bits=0) -> torch.Tensor:
+    key = (tuple(shape), tuple(stride), dtype, offset, bits)
     m = _interned.get(key)
     if m is None:
-        m = torch.empty_strided(shape, stride, dtype=dtype, device=_META)
+        m = torch.empty_strided(shape, stride, dtype=QUANTIZED_REPR.get(dtype, dtype), device=_META)
         if offset:
             m = m.as_strided(shape, stride, offset)
+        if bits & 1:
+            m = m._conj()
+        if bits & 2:
+            m = m._neg_view()
+        if dtype in QUANTIZED_REPR:  # the wrapper shows the quantized dtype
+            m._lz_layout = (m.size(), m.stride(), offset, dtype, 0)
         _interned[key] = m
     return m
 
 
+def _view_bits(m: torch.Tensor) -> int:
+    """The conjugate (1) and negative (2) view bits of a complex meta tensor."""
+    return (m.is_conj() | m.is_neg() << 1) if m.dtype.is_complex else 0
+
+
 def _intern_like(m: torch.Tensor) -> torch.Tensor:
-    return _intern(m.shape, m.stride(), m.dtype, m.storage_offset())
+    return _intern(m.shape, m.stride(), m.dtype, m.storage_offset(), _view_bits(m))
 
 
 def _intern_result(r):
@@ -491,6 +506,11 @@ def _args_supported(meta_args, meta_kwargs) -> bool:
     for a in list(meta_args) + list(meta_kwargs.values()):
         if isinstance(a, torch.Tensor):
             if a.dtype not in SUPPORTED_DTYPES:
+                return False
+        elif isinstance(a, torch.dtype):
+            # e.g. quantize_per_tensor(x, ..., torch.quint8): its meta kernel
+            # reports float32, eager gives a quantized tensor
+            if a not in SUPPORTED_DTYPES:
                 return False
         elif isinstance(a, (list, tuple)) and not _args_supported(a, {}):
             return False
@@ -734,6 +754,11 @@ def _as_strided(func, args, kwargs):
         pmeta = _intern_like(aten.permute.default(s.meta, list(perm)))
         chain = ((aten.permute.default, (list(perm),), {}, pmeta, (_oid(aten.permute.default), freeze((perm,)), ())),)
     rest = tuple(args[1:])
+    if (rest[2] if len(rest) > 2 else kwargs.get("storage_offset")) is None:
+        # No storage_offset: as_strided keeps the input's own, which recorded
+        # on the base would read from the storage's start.
+        kwargs = {k: v for k, v in kwargs.items() if k != "storage_offset"}
+        rest = (rest[0], rest[1], self.storage_offset())
     meta = _intern_like(func(self._lz_meta, *rest, **kwargs))
     chain += ((func, rest, kwargs, meta, (_oid(func), freeze(rest), freeze(tuple(kwargs.items())))),)
     value = s.base
@@ -865,8 +890,14 @@ def _out(functional, extra):
         if "device" in extra:
             fkwargs["device"] = LAZY
         result = _functional(functional, args, fkwargs)
-        if type(result) is not LazyTensor or result.shape != out.shape:
-            raise NotImplementedError(f"lazymlir: {func} would resize its lazy out= tensor; not supported yet")
+        if type(result) is not LazyTensor:
+            return _eager(func, args, kwargs)
+        if result.shape != out.shape:  # eager resizes out= tensors
+            if result.dtype != out.dtype:
+                node = _cast(_value(result), out.dtype)
+                result = _fresh(node, node.meta)
+            _rebind(out, result)
+            return out
         node = _value(result)
         if node.meta.dtype != out.dtype:
             node = _cast(node, out.dtype)
@@ -919,7 +950,13 @@ def _batch_norm(func, args, kwargs):
         return _functional(func, args, kwargs)
     common = (a["input"], a["weight"], a["bias"], rm, rv)
     if not a["training"]:
-        return _functional(aten._native_batch_norm_legit_no_training.default, common + (a["momentum"], a["eps"]), {})
+        outs = _functional(aten._native_batch_norm_legit_no_training.default, common + (a["momentum"], a["eps"]), {})
+        if not isinstance(outs, (tuple, list)):
+            return outs
+        # Eager CPU returns empty saved statistics in evaluation mode (the meta
+        # kernel says [C], and so would the graph).
+        empty = torch.empty(0, dtype=outs[1].dtype)
+        return outs[0], _from_cpu(empty), _from_cpu(empty.clone())
     if type(rm) is not LazyTensor or type(rv) is not LazyTensor:
         return _eager(func, args, kwargs)
     outs = _functional(aten._native_batch_norm_legit_functional.default, common + (True, a["momentum"], a["eps"]), {})
@@ -998,11 +1035,33 @@ def _scalar(func, args, kwargs):
     return func(_cpu_alias(args[0]))
 
 
+def _rebind(t: LazyTensor, new: LazyTensor) -> None:
+    """``t`` takes ``new``'s size, strides and value, with a storage of its own
+    (what resizing to a new size does in eager; autograd state is kept)."""
+    _TENSOR_DATA.__set__(t, new)  # swaps the TensorImpl metadata
+    t._lz_meta, t._lz_storage, t._lz_chain = new._lz_meta, new._lz_storage, new._lz_chain
+    t._lz_value, t._lz_version = new._lz_value, new._lz_version
+
+
 def _resize_(func, args, kwargs):
-    self, size = args[0], args[1]
+    """Eager keeps a resized tensor's elements in storage order and leaves the
+    ones past its old size uninitialized (here: zeros).  Aliases of the old
+    storage do not follow a resize to a new size."""
+    self, size = args[0], list(args[1])
     if tuple(self.shape) == tuple(size):
         return self
-    raise NotImplementedError("lazymlir: resizing a lazy tensor is not supported yet")
+    if type(self) is not LazyTensor or not self.is_contiguous() or self.storage_offset():
+        raise NotImplementedError("lazymlir: resizing a lazy view or a non-contiguous lazy tensor is not supported")
+    n, old = math.prod(size), self.numel()
+    flat = _functional(aten.reshape.default, (self, [old]), {})
+    if n <= old:
+        flat = _functional(aten.slice.Tensor, (flat, 0, 0, n), {})
+    else:
+        pad = _fresh(_op_node(aten.zeros.default, ([n - old],), {"dtype": self.dtype, "device": _CPU},
+                              _intern((n - old,), (1,), self.dtype)), _intern((n - old,), (1,), self.dtype))
+        flat = _functional(aten.cat.default, ([flat, pad],), {})
+    _rebind(self, _functional(aten.reshape.default, (flat, size), {}))
+    return self
 
 
 def _unsupported(func, args, kwargs):

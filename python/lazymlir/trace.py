@@ -22,6 +22,12 @@ aten = torch.ops.aten
 
 _leaf_metas = {}
 
+# Quantized dtypes have no meta tensors: their metas are of the integer
+# representation.  Nothing with them is ever compiled (every op on them runs
+# eagerly on the device data, which is the quantized CPU tensor).
+QUANTIZED_REPR = {torch.quint8: torch.uint8, torch.qint8: torch.int8, torch.qint32: torch.int32,
+                  torch.quint4x2: torch.uint8, torch.quint2x4: torch.uint8}
+
 
 def dense_perm(shape, stride):
     """For a non-contiguous but dense layout (channels_last, a transpose), the
@@ -83,9 +89,10 @@ class Node:
         key = (tensor.shape, tensor.stride(), tensor.dtype) if strided else (tensor.shape, tensor.dtype)
         n.meta = _leaf_metas.get(key)
         if n.meta is None:
+            dtype = QUANTIZED_REPR.get(tensor.dtype, tensor.dtype)
             n.meta = _leaf_metas[key] = (
-                torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="meta") if strided
-                else torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"))
+                torch.empty_strided(tensor.shape, tensor.stride(), dtype=dtype, device="meta") if strided
+                else torch.empty(tensor.shape, dtype=dtype, device="meta"))
         return n
 
     def set_data(self, tensor: torch.Tensor, job=None, kernels=None) -> None:
