@@ -216,21 +216,7 @@ def _op_node(op, args, kwargs, meta) -> Node:
 
 
 def _eager_node(node: Node) -> Node:
-    pending = [i for i in dict.fromkeys(node.inputs) if i.data is None]
-    if pending:
-        values, job, kernels = runtime.execute(pending)
-        for i, value in zip(pending, values):
-            i.set_data(value, job, kernels)
-    for i in node.inputs:
-        runtime.wait(i)
-    metrics.counter(node.op._schema.name)
-    data = lambda n: n.data  # noqa: E731
-    args = map_nodes(node.args, data)
-    if node.op in (aten.as_strided.default, aten.as_strided_scatter.default):
-        # Recorded on the value laid out contiguously (see _as_strided); device
-        # data may be in another memory format.
-        args = (args[0].contiguous(),) + tuple(args[1:])
-    return Node.leaf(node.op(*args, **{k: map_nodes(v, data) for k, v in node.kwargs.items()}))
+    return Node.leaf(runtime.eager_value(node))
 
 
 def _scatter(step, base: Node, src: Node) -> Node:

@@ -12,6 +12,7 @@ import _thread
 import atexit
 import collections
 import math
+import operator
 import threading
 import time
 import warnings
@@ -116,6 +117,11 @@ def execute(outputs: Sequence[trace.Node]):
     entry = cache.lookup(graph.key)
     if entry is None:
         entry = _compile(graph)
+        if type(entry) is _Split:
+            # Ops that do not lower: computed eagerly in place, the rest of
+            # the graph is traced again without them and compiled.
+            _run_in_place(graph, entry.ops)
+            return _execute_rest(outputs)
     elif type(entry) is _Compiled:
         metrics.counter("CachedCompile")
     if type(entry) is _Eager:
@@ -136,6 +142,75 @@ def execute(outputs: Sequence[trace.Node]):
     last_kernels = entry.num_kernels
     # Outputs that are one value share its tensor: device data is immutable.
     return graph.output_values([outs[i] for i in entry.output_map]), job, last_kernels
+
+
+class _Split:
+    """What _compile returns for a graph that holds ops that do not lower
+    alone (found by lowering.find_unsupported); not cached."""
+
+    __slots__ = ("ops",)
+
+    def __init__(self, ops):
+        self.ops = ops
+
+
+def _run_in_place(graph: trace.Graph, ops) -> None:
+    """Compute the nodes of ``graph`` whose op is in ``ops`` eagerly, in graph
+    order: their pending inputs first (compiled graphs), then the op on CPU;
+    each becomes device data (a multi-output op's getitem nodes do)."""
+    users = {}
+    for n in graph.nodes:
+        if n.op is operator.getitem:
+            users.setdefault(n.args[0], []).append(n)
+    for n in graph.nodes:
+        if n.op not in ops or n.data is not None:
+            continue
+        result = eager_value(n)
+        if isinstance(n.meta, torch.Tensor):
+            n.set_data(_device_data(result))
+        else:
+            for item in users.get(n, ()):
+                item.set_data(_device_data(result[item.args[1]]))
+
+
+def eager_value(n: trace.Node):
+    """``n``'s op run on CPU (counted as ``aten::<op>``), its pending inputs
+    computed first by compiled graphs."""
+    pending = [i for i in dict.fromkeys(n.inputs) if i.data is None]
+    if pending:
+        values, job, kernels = execute(pending)
+        for i, value in zip(pending, values):
+            i.set_data(value, job, kernels)
+    for i in n.inputs:
+        wait(i)
+    metrics.counter(n.op._schema.name)
+    args = trace.map_nodes(n.args, _data)
+    if n.op in trace.ADDRESSES_STORAGE:
+        # Recorded on the value laid out contiguously (device._as_strided);
+        # device data may be in another memory format.
+        args = (args[0].contiguous(),) + tuple(args[1:])
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        return n.op(*args, **{k: trace.map_nodes(v, _data) for k, v in n.kwargs.items()})
+
+
+def _data(n: trace.Node) -> torch.Tensor:
+    return n.data
+
+
+def _device_data(t: torch.Tensor) -> torch.Tensor:
+    """An eager result as device data: dense (see trace.dense_perm), nothing
+    else writes to it."""
+    if t.is_contiguous() or trace.dense_perm(t.shape, t.stride()) is not None:
+        return t
+    return t.contiguous()
+
+
+def _execute_rest(outputs: Sequence[trace.Node]):
+    """:func:`execute` for outputs some of which may have data already."""
+    rest = [o for o in outputs if o.data is None]
+    values, job, kernels = execute(rest) if rest else ([], None, None)
+    computed = iter(values)
+    return [o.data if o.data is not None else next(computed) for o in outputs], job, kernels
 
 
 # Outputs at least this large come from the runtime's buffer pool.
@@ -460,7 +535,6 @@ def _compile(graph: trace.Graph):
             entry = _Compiled(executable, [results[i] for i in range(len(results))], lowered.output_map)
             metrics.counter("UncachedCompile")
         except Exception as e:  # never fail the user: run it eagerly instead
-            detail = ""
             if isinstance(e, lowering.LoweringError):
                 # Find the ops that cannot lower and run them eagerly from now
                 # on, so that the rest of later traces compiles.
@@ -469,9 +543,15 @@ def _compile(graph: trace.Graph):
                     for listener in unsupported_op_listeners:
                         listener(op)
                 if culprits:
-                    detail = "; from now on these ops run eagerly: " + ", ".join(sorted(map(str, culprits)))
+                    warnings.warn(
+                        f"lazymlir: graph {name} ({len(graph.nodes)} ops) holds ops that do not compile; they run "
+                        f"eagerly from now on, the rest compiles: {', '.join(sorted(map(str, culprits)))}",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+                    return _Split(culprits)
             warnings.warn(
-                f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile and runs eagerly{detail}: "
+                f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile and runs eagerly: "
                 f"{str(e)[:2000]}",
                 RuntimeWarning,
                 stacklevel=3,

@@ -341,7 +341,7 @@ def graph_hash(key: tuple) -> str:
 _AS_RESHAPE = {aten.view.default, aten._unsafe_view.default}
 
 # Ops that address their input's memory, not its value.
-_ADDRESSES_STORAGE = {aten.as_strided.default, aten.as_strided_scatter.default}
+ADDRESSES_STORAGE = {aten.as_strided.default, aten.as_strided_scatter.default}
 
 
 def map_nodes(a, fn):
@@ -379,7 +379,7 @@ def to_fx(graph: Graph) -> torch.fx.GraphModule:
             env[n] = g.call_function(aten.reshape.default, (env[n.args[0]], list(n.args[1])))
         elif op is operator.getitem:
             env[n] = g.call_function(operator.getitem, (env[n.args[0]], n.args[1]))
-        elif op in _ADDRESSES_STORAGE:
+        elif op in ADDRESSES_STORAGE:
             # Recorded on a value laid out contiguously (device._as_strided):
             # in eager execution of the graph, its input may be permuted.
             args = fx_arg(n.args)

@@ -2,6 +2,7 @@
 graphs that fail to compile run eagerly with a warning, and both give eager's
 answers."""
 
+import sys
 import types
 
 import pytest
@@ -142,3 +143,35 @@ def test_training_with_dropout_matches_eager(native):
     for a, b in zip(ref.parameters(), lazy.parameters()):
         torch.testing.assert_close(b.detach().cpu(), a, rtol=1e-5, atol=1e-6)
     assert "aten::native_dropout" not in metrics.counter_names()
+
+
+def test_op_that_cannot_lower_costs_one_op_not_the_graph(monkeypatch, native, fresh_cache):
+    """The first graph holding an op that does not lower is split around it:
+    the op runs eagerly in place, everything before and after it compiles
+    (it used to run the whole graph eagerly)."""
+    device = sys.modules["lazymlir.device"]  # lazymlir.device is also a function
+    real = lowering.lower
+
+    def lower(gm, example_inputs):
+        if any(n.target is torch.ops.aten.sin.default for n in gm.graph.nodes):
+            raise lowering.LoweringError("simulated: sin does not lower")
+        return real(gm, example_inputs)
+
+    monkeypatch.setattr(lowering, "lower", lower)
+    sin = torch.ops.aten.sin.default
+    try:
+        x = torch.randn(64)
+        with pytest.warns(RuntimeWarning, match="aten.sin"):
+            got = ((x.to("lazy") * 2 + 1).sin() * 3 + 4).cpu()
+        torch.testing.assert_close(got, (x * 2 + 1).sin() * 3 + 4)
+        assert metrics.counter_value("CompileFallback") == 0
+        assert metrics.counter_value("UncachedCompile") == 2  # before and after the sin
+        assert metrics.executed_fallback_ops() == ["aten::sin"]
+        metrics.reset()
+        again = ((x.to("lazy") * 2 + 1).sin() * 3 + 4).cpu()  # from now on: sin eager at dispatch
+        torch.testing.assert_close(again, got)
+        assert_compiled("aten::sin")
+    finally:
+        device._eager_ops.discard(sin)
+        if hasattr(sin, "_lz_handler"):
+            del sin._lz_handler
