@@ -1,0 +1,115 @@
+"""Issue 15, item 5: ops that raised or gave wrong values on the lazy device.
+Each case is compared with eager; the ones that compile also prove it."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_compiled
+
+from lazymlir import metrics
+
+
+def _same(lazy, eager):
+    assert lazy.shape == eager.shape and lazy.dtype == eager.dtype
+    torch.testing.assert_close(lazy.cpu(), eager)
+
+
+AS_STRIDED = {
+    "narrow": lambda x: x.narrow(1, 1, 3).as_strided((2, 2), (1, 2), 1),
+    "select_no_offset": lambda x: x[1].as_strided((3,), (2,)),
+    "select_offset": lambda x: x.select(1, 2).as_strided((2,), (6,), 1),
+    "slice_no_offset": lambda x: x[1:].as_strided((2, 2), (6, 1)),
+    "expand": lambda x: x[:1].expand(3, 6).as_strided((2, 2), (6, 1), 2),
+    "chain": lambda x: x[1:].t()[2:].as_strided((2, 3), (1, 6), 7),
+    "chain_no_offset": lambda x: x[2:][:, 1:].as_strided((2, 2), (1, 6)),
+    "inplace": lambda x: x[1:].clone()[1:].as_strided_((2, 2), (1, 2)) * 1,
+}
+
+
+@pytest.mark.parametrize("name", sorted(AS_STRIDED))
+def test_as_strided_of_views(native, name):
+    x = torch.arange(24.0).reshape(4, 6)
+    _same(AS_STRIDED[name](x.to("lazy")), AS_STRIDED[name](x))
+
+
+def test_batch_norm_eval_returns_empty_saved_statistics(native):
+    x, w, b, rm, rv = torch.randn(8, 4), torch.randn(4), torch.randn(4), torch.randn(4), torch.rand(4) + 0.5
+    for shape in [(8, 4), (2, 4, 5), (2, 4, 3, 3)]:
+        x = torch.randn(shape)
+        eager = torch.native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)
+        lazy = torch.native_batch_norm(*(t.to("lazy") for t in (x, w, b, rm, rv)), False, 0.1, 1e-5)
+        for l, e in zip(lazy, eager):
+            _same(l, e)
+    m = torch.nn.BatchNorm1d(4).eval()
+    x = torch.randn(8, 4)
+    _same(m.to("lazy")(x.to("lazy")), m.cpu()(x))
+
+
+def test_out_resizes_and_resize_(native):
+    results = {}
+    for d in ("cpu", "lazy"):
+        x = torch.empty(0, device=d)
+        torch.arange(1, 13, out=x)
+        y = torch.zeros(3, device=d)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # eager warns resizing a non-empty out=
+            torch.add(torch.ones(2, 2, device=d), 1, out=y)
+        i = torch.zeros(0, dtype=torch.int64, device=d)
+        torch.arange(5, out=i)
+        z = torch.arange(6.0, device=d)
+        z.resize_(2, 2)
+        w = torch.arange(4.0, device=d)
+        w.resize_(2, 3)
+        results[d] = (x, y, i, z, w[:1, :3].reshape(-1)[:4], w.shape)
+    for l, e in zip(results["lazy"][:5], results["cpu"][:5]):
+        _same(l, e)
+    assert results["lazy"][5] == results["cpu"][5]
+
+
+def test_quantized_tensors_run_eagerly_on_device_data():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensors are deprecated in torch 2.13
+        torch.manual_seed(0)
+        x = torch.randn(4, 4)
+        torch.manual_seed(1)
+        linear = torch.ao.nn.quantized.Linear(4, 3)
+        dynamic = torch.ao.nn.quantized.dynamic.Linear(4, 3)
+        out = {}
+        for d in ("cpu", "lazy"):
+            q = torch.quantize_per_tensor(x.to(d), 0.1, 10, torch.quint8)
+            qc = torch.quantize_per_channel(x.to(d), torch.tensor([0.1, 0.2, 0.3, 0.4]).to(d),
+                                            torch.tensor([0, 1, 2, 3]).to(d), 0, torch.qint8)
+            qx = torch.quantize_per_tensor(x.to(d), 0.05, 64, torch.quint8)
+            out[d] = (q.dtype, q.q_scale(), q.dequantize().cpu(), q.int_repr().cpu(), q[1].dequantize().cpu(),
+                      qc.dequantize().cpu(), linear(qx).dequantize().cpu(), dynamic(x.to(d)).cpu())
+    assert out["lazy"][:2] == out["cpu"][:2]
+    for l, e in zip(out["lazy"][2:], out["cpu"][2:]):
+        torch.testing.assert_close(l, e)
+
+
+def test_conjugate_bit_reaches_eager_fallbacks():
+    torch.manual_seed(0)
+    x = torch.randn(4, 4, dtype=torch.complex64)
+    lazy = x.to("lazy").conj()
+    assert lazy.is_conj()
+    torch.testing.assert_close(torch.fft.hfftn(lazy).cpu(), torch.fft.hfftn(x.conj()))
+    torch.testing.assert_close(lazy.resolve_conj().cpu(), x.conj().resolve_conj())
+
+
+def test_max_pool_backward_with_ties(native):
+    """relu makes ties in the windows: the gradient goes where eager's index says."""
+    torch.manual_seed(0)
+    for k, s, p in [(2, 2, 0), (3, 2, 1), (3, 1, 1)]:
+        x = torch.randn(2, 3, 8, 8).relu()
+        x[0, 0, :4, :4] = 1.0
+        grads = []
+        for d in ("cpu", "lazy"):
+            xd = x.clone().to(d).requires_grad_()
+            y = F.max_pool2d(xd, k, s, p)
+            (y * torch.arange(y.numel(), dtype=torch.float32).reshape(y.shape).to(d)).sum().backward()
+            grads.append(xd.grad.cpu())
+        torch.testing.assert_close(grads[1], grads[0])
+    assert metrics.counter_value("CompileFallback") == 0
+    assert_compiled()
