@@ -1189,3 +1189,17 @@ for _name in _FACTORIES:
     _lib.impl(_packet if _overload == "default" else _name, _factory(getattr(getattr(aten, _packet), _overload)), "Lazy")
 _lib.impl("empty.memory_format", _empty, "Lazy")
 _lib.impl("empty_strided", _empty_strided, "Lazy")
+
+
+def _tensor_split(self, tensor_indices_or_sections, dim=0):
+    # The composite kernel insists on a CPU tensor of split points; a lazy one
+    # is read (a barrier, as eager reads it) and the int overloads are used.
+    points = tensor_indices_or_sections.cpu()
+    if points.dim() > 1 or points.dtype != torch.long:
+        return aten.tensor_split.tensor_indices_or_sections(self.cpu(), points, dim)  # eager's error
+    if points.dim() == 0:
+        return aten.tensor_split.sections(self, int(points), dim)
+    return aten.tensor_split.indices(self, points.tolist(), dim)
+
+
+_lib.impl("tensor_split.tensor_indices_or_sections", _tensor_split, "AutogradLazy")

@@ -113,3 +113,16 @@ def test_max_pool_backward_with_ties(native):
         torch.testing.assert_close(grads[1], grads[0])
     assert metrics.counter_value("CompileFallback") == 0
     assert_compiled()
+
+
+def test_tensor_split_with_lazy_split_points(native):
+    x = torch.arange(10.0)
+    for points in [torch.tensor([2, 5]), torch.tensor(3)]:
+        lazy = torch.tensor_split(x.to("lazy"), points.to("lazy"))
+        for l, e in zip(lazy, torch.tensor_split(x, points), strict=True):
+            _same(l, e)
+    xl = x.clone().to("lazy").requires_grad_()
+    (torch.tensor_split(xl, torch.tensor([2, 5]).to("lazy"))[1] * 2).sum().backward()
+    _same(xl.grad, torch.tensor([0.0, 0, 2, 2, 2, 0, 0, 0, 0, 0]))
+    with pytest.raises(RuntimeError, match="zero-dimensional or one-dimensional"):
+        torch.tensor_split(x.to("lazy"), torch.tensor([[1]]).to("lazy"))
