@@ -10,6 +10,8 @@
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
+#include <cmath>
+
 namespace lazymlir {
 #define GEN_PASS_DEF_APPROXIMATEMATHPASS
 #include "lazymlir/Transforms/Passes.h.inc"
@@ -19,31 +21,59 @@ using namespace mlir;
 
 namespace {
 
+/// A constant of `type` (f32/f64, or a vector of them: splat).
+Value floatConstant(OpBuilder &b, Location loc, Type type, double value) {
+  auto vector = dyn_cast<VectorType>(type);
+  auto element = cast<FloatType>(vector ? vector.getElementType() : type);
+  auto attr = b.getFloatAttr(element, value);
+  if (vector)
+    return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vector, attr));
+  return arith::ConstantOp::create(b, loc, attr);
+}
+
+Type elementTypeOf(Type type) {
+  if (auto vector = dyn_cast<VectorType>(type))
+    return vector.getElementType();
+  return type;
+}
+
 /// f32 exp(x) = 2^n * e^r with n = round(x / ln 2) and r = x - n ln 2 in
 /// [-ln 2 / 2, ln 2 / 2]: e^r by a degree-7 polynomial (Cephes' expf
-/// coefficients, < 2^-22.5 relative error), 2^n applied by llvm.intr.ldexp.
-/// On AVX-512 ldexp is one vscalefps, which also gets overflow to inf and
-/// gradual underflow to denormals and 0 right, so n needs no clamping and no
-/// exponent-field arithmetic (upstream's expansion spends ~7 more
-/// instructions per element on those and flushes results below 2^-126 to 0).
-/// Elsewhere LLVM lowers vector ldexp to libm calls: only for targets with
-/// a vector ldexp (the pass option).
-struct ExpWithLdexp : OpRewritePattern<math::ExpOp> {
-  using OpRewritePattern::OpRewritePattern;
+/// coefficients, < 2^-22.5 relative error), then scaled by 2^n.
+/// With `useLdexp`, scalar exps apply 2^n by llvm.intr.ldexp: on AVX-512 one
+/// vscalefps, which gets overflow to inf and gradual underflow to denormals
+/// and 0 right (upstream's expansion spends ~7 more instructions per element
+/// and flushes results below 2^-126 to 0: exp(-100) gave 0, eager 3.7e-44).
+/// Vectors (the LLVM dialect's ldexp takes no vectors, and
+/// llvm.call_intrinsic has unknown side effects, which bufferization
+/// rejects: the vectorized epilogues of contractions) and targets without a
+/// vector ldexp multiply by 2^(n/2) and 2^(n - n/2) instead, each a normal
+/// float built in the exponent field: the first product is exact and the
+/// second rounds once, so denormal results come out right too.
+struct ExpF32 : OpRewritePattern<math::ExpOp> {
+  ExpF32(MLIRContext *context, bool useLdexp)
+      : OpRewritePattern(context, /*benefit=*/2), useLdexp(useLdexp) {}
+
+  bool useLdexp;
 
   LogicalResult matchAndRewrite(math::ExpOp op,
                                 PatternRewriter &rewriter) const override {
     Type type = op.getType();
-    // Scalar f32 only: the LLVM dialect's ldexp op takes no vectors, and
-    // llvm.call_intrinsic has unknown side effects, which bufferization
-    // rejects. Scalar loops are what LLVM vectorizes; the vector exps of
-    // contraction epilogues (vectorized by tile-contractions) keep
-    // upstream's expansion.
-    if (!type.isF32())
-      return rewriter.notifyMatchFailure(op, "not a scalar f32");
-    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    auto vector = dyn_cast<VectorType>(type);
+    if (!elementTypeOf(type).isF32())
+      return rewriter.notifyMatchFailure(op, "not f32");
+    Location loc = op.getLoc();
+    ImplicitLocOpBuilder b(loc, rewriter);
+    Type i32 = vector ? Type(vector.clone(b.getI32Type())) : b.getI32Type();
     auto f32 = [&](float v) -> Value {
-      return arith::ConstantOp::create(b, b.getF32FloatAttr(v));
+      return floatConstant(b, loc, type, v);
+    };
+    auto int32 = [&](int32_t v) -> Value {
+      auto attr = b.getI32IntegerAttr(v);
+      if (vector)
+        return arith::ConstantOp::create(
+            b, DenseElementsAttr::get(cast<ShapedType>(i32), attr));
+      return arith::ConstantOp::create(b, attr);
     };
     auto fma = [&](Value x, Value y, Value z) -> Value {
       return math::FmaOp::create(b, x, y, z);
@@ -61,10 +91,8 @@ struct ExpWithLdexp : OpRewritePattern<math::ExpOp> {
     const float shifter = 12582912.0f; // 0x1.8p23
     Value shifted = fma(x, f32(1.44269504088896341f), f32(shifter));
     Value nf = arith::SubFOp::create(b, shifted, f32(shifter));
-    Value n = arith::SubIOp::create(
-        b, arith::BitcastOp::create(b, b.getI32Type(), shifted),
-        arith::ConstantOp::create(
-            b, b.getI32IntegerAttr(llvm::bit_cast<int32_t>(shifter))));
+    Value n = arith::SubIOp::create(b, arith::BitcastOp::create(b, i32, shifted),
+                                    int32(llvm::bit_cast<int32_t>(shifter)));
 
     // r = x - n ln 2, with ln 2 split in two (Cody and Waite) so that the
     // first product is exact.
@@ -80,11 +108,111 @@ struct ExpWithLdexp : OpRewritePattern<math::ExpOp> {
     p = fma(p, arith::MulFOp::create(b, r, r), r);
     p = arith::AddFOp::create(b, p, f32(1.0f));
 
-    // A NaN input gives NaN p (n is then some integer: bitcast is defined).
-    rewriter.replaceOpWithNewOp<LLVM::LoadExpOp>(op, type, p, n);
+    // A NaN input gives NaN p (n is then some integer: bitcast is defined,
+    // and NaN times any factor is NaN).
+    if (useLdexp && !vector) {
+      rewriter.replaceOpWithNewOp<LLVM::LoadExpOp>(op, type, p, n);
+      return success();
+    }
+    // n in [-150, 128]: both halves in [-75, 64].
+    Value n1 = arith::ShRSIOp::create(b, n, int32(1));
+    Value n2 = arith::SubIOp::create(b, n, n1);
+    auto pow2 = [&](Value k) -> Value {
+      Value bits = arith::ShLIOp::create(
+          b, arith::AddIOp::create(b, k, int32(127)), int32(23));
+      return arith::BitcastOp::create(b, type, bits);
+    };
+    Value scaled = arith::MulFOp::create(b, p, pow2(n1));
+    rewriter.replaceOpWithNewOp<arith::MulFOp>(op, scaled, pow2(n2));
     return success();
   }
 };
+
+Value compare(OpBuilder &b, Location loc, arith::CmpFPredicate predicate,
+              Value x, Value y) {
+  return arith::CmpFOp::create(b, loc, predicate, x, y);
+}
+
+/// Upstream's f32 log and log2 take the exponent from the bit pattern, so a
+/// denormal input x < 2^-126 reads as 2^-126 (log(1e-40) gave -87.3, not
+/// -92.1). Such inputs are scaled by 2^24 first and the result corrected:
+/// log(x) = log(x * 2^24) - 24 ln 2. Zero, negative, NaN and inf inputs give
+/// the same results scaled or not.
+void scaleDenormalLogInput(Operation *op, double log2Scale) {
+  OpBuilder b(op);
+  Location loc = op->getLoc();
+  Value x = op->getOperand(0);
+  Type type = x.getType();
+  Value denormal = compare(b, loc, arith::CmpFPredicate::OLT, x,
+                           floatConstant(b, loc, type, 0x1p-126));
+  Value scaled = arith::MulFOp::create(b, loc, x,
+                                       floatConstant(b, loc, type, 0x1p24));
+  op->setOperand(0, arith::SelectOp::create(b, loc, denormal, scaled, x));
+  b.setInsertionPointAfter(op);
+  Value y = op->getResult(0);
+  Value corrected = arith::SubFOp::create(
+      b, loc, y, floatConstant(b, loc, type, 24.0 * log2Scale));
+  Value result = arith::SelectOp::create(b, loc, denormal, corrected, y);
+  SmallPtrSet<Operation *, 2> exceptions = {corrected.getDefiningOp(),
+                                            result.getDefiningOp()};
+  y.replaceAllUsesExcept(result, exceptions);
+}
+
+/// erf is odd, and upstream's f32 polynomial gives +0.0 for -0.0:
+/// copysign(erf(x), x) is right for every x (NaN and +-inf included).
+void fixErfSign(math::ErfOp op) {
+  OpBuilder b(op);
+  b.setInsertionPointAfter(op);
+  Value y = op.getResult();
+  auto signed_ = math::CopySignOp::create(b, op.getLoc(), y, op.getOperand());
+  y.replaceAllUsesExcept(signed_, signed_.getOperation());
+}
+
+/// log1p and expm1 that no approximation expands: MathToLLVM lowers them as
+/// log(1 + x) and exp(x) - 1, which give 0 for |x| below the epsilon (-0.0,
+/// denormals, 1e-40: eager returns x) and lose all digits near 0. Instead,
+/// with log and exp that are accurate (libm, for f64):
+///   log1p(x) = u == 1 ? x : log(u) * (x / (u - 1)),  u = 1 + x
+///   expm1(x) = u == 1 ? x : (u - 1) * (x / log(u)),  u = exp(x)
+/// (Goldberg's and Kahan's forms: the rounding of u cancels), with
+/// log1p(+inf) = +inf, expm1(+inf) = +inf and expm1(x) = -1 where exp(x)
+/// underflows to 0. NaN propagates through every branch.
+void expandLog1p(math::Log1pOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Value x = op.getOperand();
+  Type type = x.getType();
+  Value one = floatConstant(b, loc, type, 1.0);
+  Value u = arith::AddFOp::create(b, loc, one, x);
+  Value d = arith::SubFOp::create(b, loc, u, one);
+  Value log = math::LogOp::create(b, loc, u);
+  Value r = arith::MulFOp::create(b, loc, log, arith::DivFOp::create(b, loc, x, d));
+  r = arith::SelectOp::create(
+      b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, d, floatConstant(b, loc, type, 0.0)), x, r);
+  Value inf = floatConstant(b, loc, type, INFINITY);
+  r = arith::SelectOp::create(b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, u, inf), u, r);
+  op.replaceAllUsesWith(r);
+  op.erase();
+}
+
+void expandExpm1(math::ExpM1Op op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Value x = op.getOperand();
+  Type type = x.getType();
+  Value one = floatConstant(b, loc, type, 1.0);
+  Value minusOne = floatConstant(b, loc, type, -1.0);
+  Value u = math::ExpOp::create(b, loc, x);
+  Value um1 = arith::SubFOp::create(b, loc, u, one);
+  Value log = math::LogOp::create(b, loc, u);
+  Value r = arith::MulFOp::create(b, loc, um1, arith::DivFOp::create(b, loc, x, log));
+  r = arith::SelectOp::create(b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, u, one), x, r);
+  r = arith::SelectOp::create(b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, um1, minusOne), minusOne, r);
+  Value inf = floatConstant(b, loc, type, INFINITY);
+  r = arith::SelectOp::create(b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, u, inf), u, r);
+  op.replaceAllUsesWith(r);
+  op.erase();
+}
 
 struct ApproximateMathPass
     : lazymlir::impl::ApproximateMathPassBase<ApproximateMathPass> {
@@ -98,12 +226,41 @@ struct ApproximateMathPass
     auto predicate = [&](StringRef name) {
       return llvm::is_contained(selected, name.str());
     };
+    // Special values the approximations (or the default lowering) get
+    // wrong; fixed around the ops before they are expanded.
+    llvm::SmallVector<Operation *> special;
+    getOperation().walk([&](Operation *op) {
+      if (isa<math::LogOp, math::Log2Op, math::ErfOp, math::Log1pOp,
+              math::ExpM1Op>(op))
+        special.push_back(op);
+    });
+    for (Operation *op : special) {
+      Type element = elementTypeOf(op->getResult(0).getType());
+      bool approximated =
+          element.isF32() && predicate(op->getName().getStringRef());
+      if (auto log1p = dyn_cast<math::Log1pOp>(op)) {
+        if (!approximated && isa<Float32Type, Float64Type>(element))
+          expandLog1p(log1p);
+      } else if (auto expm1 = dyn_cast<math::ExpM1Op>(op)) {
+        if (!approximated && isa<Float32Type, Float64Type>(element))
+          expandExpm1(expm1);
+      } else if (!approximated) {
+        continue;
+      } else if (isa<math::LogOp>(op)) {
+        scaleDenormalLogInput(op, M_LN2);
+      } else if (isa<math::Log2Op>(op)) {
+        scaleDenormalLogInput(op, 1.0);
+      } else if (auto erf = dyn_cast<math::ErfOp>(op)) {
+        fixErfSign(erf);
+      }
+    }
+
     RewritePatternSet patterns(&getContext());
     populateMathPolynomialApproximationPatterns(patterns, predicate);
     // Preferred over upstream's exp where it applies (expm1's expansion
     // creates a math.exp, which this then expands too).
-    if (useLdexp && predicate("math.exp"))
-      patterns.add<ExpWithLdexp>(&getContext(), /*benefit=*/2);
+    if (predicate("math.exp"))
+      patterns.add<ExpF32>(&getContext(), useLdexp);
     (void)applyPatternsGreedily(getOperation(), std::move(patterns));
   }
 };

@@ -39,6 +39,26 @@ def _decomposition_table():
         # dialect (scatter), which the native compiler does not take.
         table[torch.ops.aten.nll_loss_backward.default] = _nll_loss_backward
         table[torch.ops.aten.max_pool2d_with_indices_backward.default] = _max_pool2d_backward
+        # IEEE special values as eager computes them (NaN, +-inf, -0.0): ops that
+        # torch-mlir lowers with NaN-dropping compares (clamp's ult/ugt, maximum's
+        # ogt + select), folds wrongly (x == x to true: isfinite), lowers with a
+        # cf.assert (reciprocal of 0 or NaN aborts the process), or with wrong
+        # constants (gelu's tanh form).
+        aten = torch.ops.aten
+        table.update({
+            aten.clamp.default: _clamp, aten.clamp.Tensor: _clamp,
+            aten.clamp_min.default: _clamp_min, aten.clamp_min.Tensor: _clamp_min,
+            aten.clamp_max.default: _clamp_max, aten.clamp_max.Tensor: _clamp_max,
+            aten.hardtanh.default: _hardtanh, aten.relu6.default: _relu6,
+            aten.maximum.default: _maximum, aten.minimum.default: _minimum,
+            aten.fmax.default: _fmax, aten.fmin.default: _fmin,
+            aten.eq.Tensor: _eq, aten.reciprocal.default: _reciprocal,
+            aten.fmod.Tensor: _fmod, aten.fmod.Scalar: _fmod,
+            aten.argmax.default: _argmax, aten.argmin.default: _argmin,
+            aten.max.dim: _max_dim, aten.min.dim: _min_dim,
+            aten.trunc.default: _trunc, aten.elu.default: _elu,
+            aten.pow.Tensor_Scalar: _pow_tensor_scalar, aten.gelu.default: _gelu,
+        })
         _decompositions = table
     return _decompositions
 
@@ -65,6 +85,187 @@ def _nll_loss_backward(grad_output, self, target, weight, reduction, ignore_inde
         grad_output = grad_output * weight.reshape(shape)
     grad_output = torch.where(target != ignore_index, grad_output, 0)
     return grad_input * grad_output
+
+
+def _floats(*operands):
+    """The result dtype of an elementwise op on ``operands`` (tensors, numbers,
+    None: left out) by torch's type promotion, if it is a real floating type;
+    else None (the decomposition then declines and the op keeps its usual
+    lowering: integers have no NaN)."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    present = [t for t in operands if t is not None]
+    _, dtype = elementwise_dtypes(*present, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    return dtype if dtype.is_floating_point else None
+
+
+def _clamp(self, min=None, max=None):
+    """eager's clamp: a NaN input stays NaN, a NaN tensor bound gives NaN, a tie
+    (-0.0 against a 0 bound) keeps the input for a number bound and gives the
+    bound for a tensor bound, min > max gives max.  torch-mlir compares with
+    ult/ugt, which select the bound for a NaN input."""
+    dtype = _floats(self, min, max)
+    if dtype is None:
+        return NotImplemented
+    t = self.to(dtype)
+    for bound, beyond in ((min, torch.lt), (max, torch.gt)):
+        if bound is None:
+            continue
+        if isinstance(bound, torch.Tensor):
+            # eager's vectorized loop: a tie gives the bound.
+            bound = bound.to(dtype)
+            at_or_beyond = torch.le if beyond is torch.lt else torch.ge
+            t = torch.where(at_or_beyond(t, bound) | torch.isnan(bound), bound, t)
+        else:
+            t = torch.where(beyond(t, bound), torch.scalar_tensor(bound, dtype=dtype, device=t.device), t)
+    return t
+
+
+def _clamp_min(self, min):
+    return _clamp(self, min, None)
+
+
+def _clamp_max(self, max):
+    return _clamp(self, None, max)
+
+
+def _hardtanh(self, min_val=-1, max_val=1):
+    return _clamp(self, min_val, max_val)
+
+
+def _relu6(self, inplace=False):
+    return _clamp(self, 0, 6)
+
+
+def _maximum(self, other, pick=torch.gt):
+    """NaN if either is NaN; a tie (-0.0, +0.0) gives ``other``, as eager's
+    vectorized loop does."""
+    dtype = _floats(self, other)
+    if dtype is None:
+        return NotImplemented
+    a, b = self.to(dtype), other.to(dtype)
+    return torch.where(pick(a, b) | torch.isnan(a), a, b)
+
+
+def _minimum(self, other):
+    return _maximum(self, other, torch.lt)
+
+
+def _fmax(self, other, pick=torch.lt):
+    """The number if one is NaN; a tie gives ``self`` (eager)."""
+    dtype = _floats(self, other)
+    if dtype is None:
+        return NotImplemented
+    a, b = self.to(dtype), other.to(dtype)
+    return torch.where(pick(a, b) | torch.isnan(a), b, a)
+
+
+def _fmin(self, other):
+    return _fmax(self, other, torch.gt)
+
+
+def _eq(self, other):
+    # torch-mlir folds x == x to true, which is false for NaN (and isfinite,
+    # a composite of x == x and |x| != inf, then says NaN is finite).
+    if self is other and self.is_floating_point():
+        return torch.logical_not(torch.isnan(self))
+    return NotImplemented
+
+
+def _fmod(self, other):
+    """C's fmod, exactly: torch's decomposition a - trunc(a / b) * b rounds, and
+    gives NaN for a finite a over +-inf (eager: a) and +0.0 for -0.0.
+    remainder(|a|, |b|) is torch-mlir's remf with no sign fix-up to apply."""
+    dtype = _floats(self, other)
+    if dtype is None:
+        return NotImplemented
+    a = self.to(dtype)
+    b = other.to(dtype) if isinstance(other, torch.Tensor) else torch.scalar_tensor(other, dtype=dtype, device=a.device)
+    m = torch.remainder(torch.abs(a), torch.abs(b))
+    r = torch.where(a < 0, -m, m)
+    # A zero a gives itself (-0.0 included) unless b is 0 or NaN.
+    return torch.where((a == 0) & (torch.abs(b) > 0), a, r)
+
+
+def _reciprocal(self):
+    # torch-mlir's reciprocal asserts that no element is 0 (a cf.assert that
+    # aborts the process, for NaN too): 1 / x gives eager's inf and NaN.
+    if self.is_complex():
+        return NotImplemented
+    x = self if self.is_floating_point() else self.to(torch.get_default_dtype())
+    return torch.ones((), dtype=x.dtype, device=x.device) / x
+
+
+def _arg_extreme(self, dim, keepdim, extreme):
+    """The first index of the row's max (min), or of its first NaN as eager
+    gives: torch-mlir selects the index with ogt/olt, which a NaN never wins."""
+    if not self.is_floating_point() or self.dim() == 0:
+        return NotImplemented
+    x = self
+    if dim is None:
+        x, dim = self.reshape(-1), 0
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    hit = (x == extreme(x, dim, keepdim=True)) | torch.isnan(x)
+    index = torch.arange(n, device=x.device).reshape([n] + [1] * (x.dim() - dim - 1))
+    first = torch.amin(torch.where(hit, index, n), dim, keepdim=keepdim)
+    if keepdim and x is not self:
+        first = first.reshape([1] * self.dim())
+    return first
+
+
+def _argmax(self, dim=None, keepdim=False):
+    return _arg_extreme(self, dim, keepdim, torch.amax)
+
+
+def _argmin(self, dim=None, keepdim=False):
+    return _arg_extreme(self, dim, keepdim, torch.amin)
+
+
+def _max_dim(self, dim, keepdim=False):
+    indices = _arg_extreme(self, dim, keepdim, torch.amax)
+    if indices is NotImplemented:
+        return NotImplemented
+    return torch.amax(self, dim, keepdim=keepdim), indices
+
+
+def _min_dim(self, dim, keepdim=False):
+    indices = _arg_extreme(self, dim, keepdim, torch.amin)
+    if indices is NotImplemented:
+        return NotImplemented
+    return torch.amin(self, dim, keepdim=keepdim), indices
+
+
+def _trunc(self):
+    # torch's reference, sign(x) * floor(|x|), gives +0.0 for -0.0 (and fmod,
+    # frac built on it follow); ceil/floor keep the sign of zero.
+    if not self.is_floating_point():
+        return NotImplemented
+    return torch.where(self < 0, torch.ceil(self), torch.floor(self))
+
+
+def _elu(self, alpha=1, scale=1, input_scale=1):
+    # eager: expm1 (exact for -0.0 and tiny inputs), x <= 0 takes that branch.
+    if not self.is_floating_point():
+        return NotImplemented
+    negative = torch.expm1(self * input_scale) * (alpha * scale)
+    return torch.where(self > 0, self * scale, negative)
+
+
+def _pow_tensor_scalar(self, exponent):
+    # eager computes x ** 0.5 as sqrt(x) and x ** -0.5 as rsqrt(x): NaN for -inf,
+    # -0.0 for -0.0 (C's pow gives +inf and +0.0).
+    if not self.is_floating_point() or exponent not in (0.5, -0.5) or isinstance(exponent, bool):
+        return NotImplemented
+    return torch.sqrt(self) if exponent == 0.5 else torch.rsqrt(self)
+
+
+def _gelu(self, approximate="none"):
+    # torch-mlir's tanh form uses 0.797724 for sqrt(2 / pi) = 0.7978845608...
+    if approximate != "tanh" or not self.is_floating_point():
+        return NotImplemented
+    inner = 0.7978845608028654 * (self + 0.044715 * self * self * self)
+    return 0.5 * self * (1 + torch.tanh(inner))
 
 
 def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> torch.fx.GraphModule:
