@@ -180,7 +180,11 @@ def ApproximateMathPass
     results included, and ~7 instructions shorter. f64 and ops not listed
     in `ops` keep their libm or intrinsic lowering. sin and cos are not
     listed by default: their range reduction loses accuracy for large
-    arguments.
+    arguments. Special values come out as eager's: vector and non-ldexp f32
+    exp scale by two powers of two (denormal results are not flushed), f32
+    log/log2 rescale denormal inputs by 2^24, erf keeps the sign of -0.0, and
+    f64 log1p/expm1 use accurate formulas (log(1+x) and exp(x)-1 lose -0.0
+    and tiny inputs).
   }];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::math::MathDialect",
