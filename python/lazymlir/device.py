@@ -1016,6 +1016,15 @@ def _foreach(func):
     return handler
 
 
+def _threshold_backward(func, args, kwargs):
+    """Eager CPU promotes mixed dtypes (an int64 gradient and a float32 input
+    give float32); the meta kernel, and the graph, keep the gradient's."""
+    grad, x = args[0], args[1]
+    if isinstance(grad, torch.Tensor) and isinstance(x, torch.Tensor) and grad.dtype != x.dtype:
+        return _eager(func, args, kwargs)
+    return _functional(func, args, kwargs)
+
+
 def _scalar(func, args, kwargs):
     """.item(), bool(): a barrier that returns a Python value."""
     return func(_cpu_alias(args[0]))
@@ -1075,6 +1084,7 @@ _SPECIAL = {
     aten.native_batch_norm.default: _batch_norm,
     aten.native_dropout.default: _native_dropout,
     aten.set_.source_Tensor: _unsupported,
+    aten.threshold_backward.default: _threshold_backward,
 }
 
 # Ops found not to lower (runtime's probe): run eagerly when dispatched, and

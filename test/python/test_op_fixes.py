@@ -126,3 +126,11 @@ def test_tensor_split_with_lazy_split_points(native):
     _same(xl.grad, torch.tensor([0.0, 0, 2, 2, 2, 0, 0, 0, 0, 0]))
     with pytest.raises(RuntimeError, match="zero-dimensional or one-dimensional"):
         torch.tensor_split(x.to("lazy"), torch.tensor([[1]]).to("lazy"))
+
+
+def test_threshold_backward_mixed_dtypes(native):
+    g, x = torch.randn(5), torch.tensor([1, -1, 2, 0, 3])
+    _same(torch.ops.aten.threshold_backward(x.to("lazy"), g.to("lazy"), 0), torch.ops.aten.threshold_backward(x, g, 0))
+    metrics.reset()
+    _same(torch.ops.aten.threshold_backward(g.to("lazy"), g.to("lazy") - 1, 0), torch.ops.aten.threshold_backward(g, g - 1, 0))
+    assert_compiled()
