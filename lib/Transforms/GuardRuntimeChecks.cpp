@@ -14,7 +14,10 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
 
 namespace lazymlir {
 #define GEN_PASS_DEF_GUARDRUNTIMECHECKSPASS
@@ -92,23 +95,42 @@ private:
   }
 };
 
+/// Records failed checks in the module's flag. A check inside a
+/// linalg.generic body that depends on one input element alone (and on
+/// values from above) is hoisted (a divisor's only when the divisor is
+/// broadcast along some loop dimension): one reduction over that input ORs
+/// it for every element before the op runs, and the flag is set after it.
+/// The body then keeps its clamps (selects) but no branch or store, so it
+/// still vectorizes (a conditional store of the flag in the innermost loop
+/// kept LLVM from vectorizing x[idx]'s row copies: 3x slower). Other checks
+/// set the flag in place.
 class Guard {
 public:
   explicit Guard(ModuleOp module) : module(module) {}
 
-  /// `if (failed) *@__lazymlir_check_failed = 1` at the builder's point.
-  void setFlagIf(OpBuilder &b, Location loc, Value failed) {
-    used = true;
-    auto branch = scf::IfOp::create(b, loc, failed, /*withElseRegion=*/false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(branch.thenBlock());
-    Value flag = memref::GetGlobalOp::create(b, loc, flagType(), kFlagName);
-    Value one = arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(1));
-    memref::StoreOp::create(b, loc, one, flag, ValueRange{});
+  /// Sets the flag when `failed` (computed at the builder's point) holds.
+  /// `onlyBroadcast`: hoist only the checks of an input read more than once
+  /// per element.
+  void check(OpBuilder &b, Location loc, Value failed,
+             bool onlyBroadcast = false) {
+    auto generic =
+        dyn_cast_or_null<linalg::GenericOp>(b.getInsertionBlock()->getParentOp());
+    if (generic) {
+      if (std::optional<unsigned> input =
+              hoistableInput(generic, failed, onlyBroadcast)) {
+        hoisted[generic.getOperation()][*input].push_back(failed);
+        return;
+      }
+    }
+    setFlagIf(b, loc, failed);
   }
 
-  /// Adds the flag's global if a check was inserted.
+  /// Builds the hoisted checks' reductions and adds the flag's global if a
+  /// check was inserted.
   void finish() {
+    for (auto &[op, inputs] : hoisted)
+      for (auto &[input, failures] : inputs)
+        buildReduction(cast<linalg::GenericOp>(op), input, failures);
     if (!used || module.lookupSymbol(kFlagName))
       return;
     OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
@@ -120,12 +142,132 @@ public:
   }
 
 private:
+  /// `if (failed) *@__lazymlir_check_failed = 1` at the builder's point.
+  void setFlagIf(OpBuilder &b, Location loc, Value failed) {
+    used = true;
+    auto branch = scf::IfOp::create(b, loc, failed, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(branch.thenBlock());
+    Value flag = memref::GetGlobalOp::create(b, loc, flagType(), kFlagName);
+    Value one = arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(1));
+    memref::StoreOp::create(b, loc, one, flag, ValueRange{});
+  }
+
+  /// The ops of `generic`'s body that compute `value` from block arguments;
+  /// fails on anything but pure scalar ops of the body block.
+  static LogicalResult slice(linalg::GenericOp generic, Value value,
+                             llvm::SetVector<Operation *> &ops,
+                             llvm::SmallSetVector<BlockArgument, 2> &arguments) {
+    Block *body = generic.getBody();
+    SmallVector<Value> worklist = {value};
+    llvm::DenseSet<Value> seen;
+    while (!worklist.empty()) {
+      Value v = worklist.pop_back_val();
+      if (!seen.insert(v).second)
+        continue;
+      if (auto argument = dyn_cast<BlockArgument>(v)) {
+        if (argument.getOwner() != body)
+          return failure();
+        arguments.insert(argument);
+        continue;
+      }
+      Operation *def = v.getDefiningOp();
+      if (!generic->isProperAncestor(def))
+        continue; // from above: the same for every element
+      if (def->getBlock() != body || def->getNumRegions() ||
+          !isMemoryEffectFree(def) ||
+          isa<linalg::IndexOp, tensor::ExtractOp>(def))
+        return failure();
+      ops.insert(def);
+      llvm::append_range(worklist, def->getOperands());
+    }
+    return success();
+  }
+
+  /// The input whose element alone decides `condition`, if every element of
+  /// that input is read by `generic` (so that checking them all checks
+  /// exactly what the op reads).
+  static std::optional<unsigned> hoistableInput(linalg::GenericOp generic,
+                                                Value condition,
+                                                bool onlyBroadcast) {
+    llvm::SetVector<Operation *> ops;
+    llvm::SmallSetVector<BlockArgument, 2> arguments;
+    if (mlir::failed(slice(generic, condition, ops, arguments)) ||
+        arguments.size() != 1)
+      return std::nullopt;
+    unsigned number = arguments.front().getArgNumber();
+    if (number >= generic.getNumDpsInputs())
+      return std::nullopt;
+    OpOperand *operand = generic.getDpsInputOperand(number);
+    auto type = dyn_cast<RankedTensorType>(operand->get().getType());
+    AffineMap map = generic.getMatchingIndexingMap(operand);
+    if (!type || !type.hasStaticShape() || !map.isProjectedPermutation() ||
+        (onlyBroadcast && map.getNumResults() >= generic.getNumLoops()))
+      return std::nullopt;
+    SmallVector<int64_t> ranges = generic.getStaticLoopRanges();
+    for (auto [dim, result] : llvm::enumerate(map.getResults())) {
+      if (!isa<AffineDimExpr>(result) ||
+          ranges[cast<AffineDimExpr>(result).getPosition()] !=
+              type.getDimSize(dim))
+        return std::nullopt;
+    }
+    return number;
+  }
+
+  /// Before `generic`: any = OR over every element of input `number` of
+  /// `failures` (recomputed from the element); if (any) set the flag.
+  void buildReduction(linalg::GenericOp generic, unsigned number,
+                      ArrayRef<Value> failures) {
+    llvm::SetVector<Operation *> ops;
+    llvm::SmallSetVector<BlockArgument, 2> arguments;
+    for (Value failed : failures)
+      (void)slice(generic, failed, ops, arguments);
+    BlockArgument argument = generic.getBody()->getArgument(number);
+    Value source = generic.getDpsInputOperand(number)->get();
+    int64_t rank = cast<RankedTensorType>(source.getType()).getRank();
+
+    OpBuilder b(generic);
+    Location loc = generic.getLoc();
+    MLIRContext *ctx = b.getContext();
+    Value empty = tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{},
+                                          b.getI1Type());
+    Value falseValue = arith::ConstantOp::create(b, loc, b.getBoolAttr(false));
+    Value init =
+        linalg::FillOp::create(b, loc, falseValue, empty).getResult(0);
+    SmallVector<AffineMap> maps = {AffineMap::getMultiDimIdentityMap(rank, ctx),
+                                   AffineMap::get(rank, 0, {}, ctx)};
+    SmallVector<utils::IteratorType> iterators(rank,
+                                               utils::IteratorType::reduction);
+    auto reduction = linalg::GenericOp::create(
+        b, loc, TypeRange{init.getType()}, ValueRange{source}, ValueRange{init},
+        maps, iterators, [&](OpBuilder &nb, Location nloc, ValueRange args) {
+          IRMapping mapping;
+          mapping.map(argument, args[0]);
+          // Body order is a topological order of the slice.
+          for (Operation &op : generic.getBody()->without_terminator())
+            if (ops.contains(&op))
+              nb.clone(op, mapping);
+          Value any = args[1];
+          for (Value failed : failures)
+            any = arith::OrIOp::create(nb, nloc, any,
+                                       mapping.lookupOrDefault(failed));
+          linalg::YieldOp::create(nb, nloc, any);
+        });
+    Value anyFailed = tensor::ExtractOp::create(b, loc, reduction.getResult(0),
+                                                ValueRange{});
+    setFlagIf(b, loc, anyFailed);
+  }
+
   MemRefType flagType() {
     return MemRefType::get({}, IntegerType::get(module.getContext(), 32));
   }
 
   ModuleOp module;
   bool used = false;
+  /// Hoisted checks: generic -> input number -> failure conditions, in the
+  /// order they were found (MapVector: deterministic output).
+  llvm::MapVector<Operation *, llvm::MapVector<unsigned, SmallVector<Value>>>
+      hoisted;
 };
 
 Value constant(OpBuilder &b, Location loc, Type type, const APInt &value) {
@@ -167,7 +309,7 @@ struct GuardRuntimeChecksPass
       Value trueValue = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
       Value failed =
           arith::XOrIOp::create(b, loc, assertOp.getArg(), trueValue);
-      guard.setFlagIf(b, loc, failed);
+      guard.check(b, loc, failed);
       assertOp.erase();
     }
     for (Operation *op : divisions)
@@ -214,7 +356,7 @@ struct GuardRuntimeChecksPass
     }
     if (!failed)
       return;
-    guard.setFlagIf(b, loc, failed);
+    guard.check(b, loc, failed);
     if (!empty)
       return;
     // No element to read or write: every access fails. An extract yields
@@ -256,17 +398,27 @@ struct GuardRuntimeChecksPass
     Value replace = isZero;
     if (isSigned) {
       Value minusOne = constant(b, loc, type, APInt::getAllOnes(width));
-      Value intMin = constant(b, loc, type, APInt::getSignedMinValue(width));
-      Value overflow = arith::AndIOp::create(
-          b, loc,
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lhs, intMin),
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, rhs,
-                                minusOne));
-      replace = arith::OrIOp::create(b, loc, isZero, overflow);
+      Value isMinusOne =
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, rhs, minusOne);
+      if (isa<arith::RemSIOp>(op)) {
+        // x % -1 == x % 1 == 0: no need to look at the dividend.
+        replace = arith::OrIOp::create(b, loc, isZero, isMinusOne);
+      } else {
+        Value intMin = constant(b, loc, type, APInt::getSignedMinValue(width));
+        Value overflow = arith::AndIOp::create(
+            b, loc,
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lhs,
+                                  intMin),
+            isMinusOne);
+        replace = arith::OrIOp::create(b, loc, isZero, overflow);
+      }
     }
     op->setOperand(1, arith::SelectOp::create(b, loc, replace, one, rhs));
+    // Divisions are mostly elementwise, their loops stream: an extra pass
+    // over the divisors cost more than the check in place (a // b on 1M
+    // int64, one thread: hoisted 1.6x, in place 1.04x the unchecked time).
     if (!known || divisor.isZero())
-      guard.setFlagIf(b, loc, isZero);
+      guard.check(b, loc, isZero, /*onlyBroadcast=*/true);
   }
 
   /// torch-mlir floor-divides integers in floating point:
@@ -308,7 +460,7 @@ struct GuardRuntimeChecksPass
       division.getRhsMutable().set(
           arith::SelectOp::create(b, loc, isZero, one, rhs));
     }
-    guard.setFlagIf(b, loc, isZero);
+    guard.check(b, loc, isZero, /*onlyBroadcast=*/true);
   }
 };
 

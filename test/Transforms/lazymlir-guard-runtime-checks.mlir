@@ -1,32 +1,43 @@
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-guard-runtime-checks | FileCheck %s
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-cpu-pipeline | FileCheck %s --check-prefix=LOWERED
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-cpu-pipeline="threads=2" | FileCheck %s --check-prefix=PARALLEL
 
-// Embedding as torch-mlir emits it: the asserts become flag stores, the
+// Embedding as torch-mlir emits it: the asserts become checks, the
 // data-dependent row index is replaced by 0 when outside [0, 10); the
-// column (linalg.index) is left alone.
+// column (linalg.index) is left alone. The checks depend on the index
+// element alone: one reduction over the indices ORs them before the op, and
+// the flag is stored once after it; the body keeps only the clamp.
 // CHECK: memref.global @__lazymlir_check_failed : memref<i32> = dense<0>
 // CHECK-LABEL: func.func @main
 // CHECK-NOT: cf.assert
-// CHECK: ^bb0(%[[IN:.+]]: i64, %{{.+}}: f32):
-// CHECK: %[[ROW:.+]] = arith.index_cast %[[IN]] : i64 to index
-// CHECK: %[[COL:.+]] = linalg.index 2 : index
-// CHECK: %[[OK:.+]] = arith.cmpi slt, %[[ROW]], %c10
-// CHECK: %[[BAD:.+]] = arith.xori %[[OK]], %true
-// CHECK: scf.if %[[BAD]] {
+// CHECK: %[[FALSE:.+]] = linalg.fill ins(%false : i1) outs(%{{.+}} : tensor<i1>)
+// CHECK: %[[ANY:.+]] = linalg.generic {{{.*}}iterator_types = ["reduction", "reduction"]} ins(%arg1 : tensor<2x2xi64>) outs(%[[FALSE]] : tensor<i1>)
+// CHECK: ^bb0(%[[X:.+]]: i64, %[[ACC:.+]]: i1):
+// CHECK: %[[XI:.+]] = arith.index_cast %[[X]] : i64 to index
+// CHECK: %[[LT:.+]] = arith.cmpi slt, %[[XI]], %c10
+// CHECK: %[[A1:.+]] = arith.xori %[[LT]], %true
+// CHECK: %[[GE:.+]] = arith.cmpi sge, %[[X]], %c0_i64
+// CHECK: %[[A2:.+]] = arith.xori %[[GE]], %true
+// CHECK: %[[OUTX:.+]] = arith.cmpi uge, %[[XI]], %{{.+}} : index
+// CHECK: %[[O1:.+]] = arith.ori %[[ACC]], %[[OUTX]]
+// CHECK: %[[O2:.+]] = arith.ori %[[O1]], %[[A1]]
+// CHECK: %[[O3:.+]] = arith.ori %[[O2]], %[[A2]]
+// CHECK: linalg.yield %[[O3]] : i1
+// CHECK: %[[FAILED:.+]] = tensor.extract %[[ANY]][] : tensor<i1>
+// CHECK: scf.if %[[FAILED]] {
 // CHECK-NEXT: %[[FLAG:.+]] = memref.get_global @__lazymlir_check_failed : memref<i32>
 // CHECK-NEXT: %[[ONE:.+]] = arith.constant 1 : i32
 // CHECK-NEXT: memref.store %[[ONE]], %[[FLAG]][] : memref<i32>
-// CHECK: %[[OK2:.+]] = arith.cmpi sge, %[[IN]], %c0_i64
-// CHECK: %[[BAD2:.+]] = arith.xori %[[OK2]]
-// CHECK: scf.if %[[BAD2]] {
-// CHECK: memref.store
-// CHECK: %[[C10:.+]] = arith.constant 10 : index
-// CHECK: %[[OUT:.+]] = arith.cmpi uge, %[[ROW]], %[[C10]] : index
-// CHECK: %[[C0:.+]] = arith.constant 0 : index
-// CHECK: %[[SAFE:.+]] = arith.select %[[OUT]], %[[C0]], %[[ROW]] : index
-// CHECK: scf.if %[[OUT]] {
-// CHECK: memref.store
+// CHECK: linalg.generic {{{.*}}iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg1 : tensor<2x2xi64>)
+// CHECK: ^bb0(%[[IN:.+]]: i64, %{{.+}}: f32):
+// CHECK: %[[ROW:.+]] = arith.index_cast %[[IN]] : i64 to index
+// CHECK: %[[COL:.+]] = linalg.index 2 : index
+// CHECK-NOT: scf.if
+// CHECK: %[[OUT:.+]] = arith.cmpi uge, %[[ROW]], %{{.+}} : index
+// CHECK: %[[SAFE:.+]] = arith.select %[[OUT]], %{{.+}}, %[[ROW]] : index
+// CHECK-NOT: scf.if
 // CHECK: tensor.extract %arg0[%[[SAFE]], %[[COL]]] : tensor<10x4xf32>
+// CHECK-NEXT: linalg.yield
 // LOWERED: llvm.mlir.global external @__lazymlir_check_failed(0 : i32)
 // LOWERED: llvm.func @main
 // LOWERED: llvm.mlir.addressof @__lazymlir_check_failed
@@ -58,12 +69,15 @@ func.func @main(%arg0: tensor<10x4xf32>, %arg1: tensor<2x2xi64>) -> tensor<2x2x4
 // t[idx] with a negative index wrapped once: -9 on 10 rows is still -> 1,
 // but -19 stays negative: checked all the same.
 // CHECK-LABEL: func.func @main
+// CHECK: linalg.generic {{{.*}}iterator_types = ["reduction"]} ins(%arg1 : tensor<2xi64>)
+// CHECK: %[[XI:.+]] = arith.index_cast
+// CHECK: arith.cmpi uge, %[[XI]], %{{.+}} : index
+// CHECK: scf.if
+// CHECK: linalg.generic {{{.*}}iterator_types = ["parallel", "parallel"]}
 // CHECK: %[[IDX:.+]] = arith.index_cast
-// CHECK: %[[OUT:.+]] = arith.cmpi uge, %[[IDX]], %c10 : index
-// CHECK: %[[SAFE:.+]] = arith.select %[[OUT]], %c0, %[[IDX]] : index
-// CHECK: scf.if %[[OUT]]
-// CHECK: tensor.extract %arg0[%[[SAFE]], %{{.+}}] : tensor<10x4xf32>
-// LOWERED: // {{-+}}
+// CHECK: %[[OUT:.+]] = arith.cmpi uge, %[[IDX]], %{{.+}} : index
+// CHECK: %[[SAFE:.+]] = arith.select %[[OUT]], %{{.+}}, %[[IDX]] : index
+// CHECK-NEXT: tensor.extract %arg0[%[[SAFE]], %{{.+}}] : tensor<10x4xf32>
 // LOWERED: llvm.mlir.global external @__lazymlir_check_failed(0 : i32)
 // LOWERED: llvm.func @main
 // LOWERED: llvm.mlir.addressof @__lazymlir_check_failed
@@ -155,7 +169,9 @@ func.func @main(%arg0: tensor<4xf32>) -> tensor<8xf32> {
 // Integer division and remainder: a zero divisor divides by 1 and sets the
 // flag, INT_MIN / -1 divides by 1 (no flag); a non-zero constant divisor is
 // left alone, -1 gets the overflow guard only, a constant 0 always fails.
+// Divisors read once per element are checked in place (no extra pass).
 // CHECK-LABEL: func.func @main
+// CHECK-NOT: iterator_types = ["reduction"]
 // CHECK: ^bb0(%[[A:.+]]: i64, %[[B:.+]]: i64, %{{.+}}: i64):
 // CHECK: %[[Z:.+]] = arith.cmpi eq, %[[B]], %{{.+}} : i64
 // CHECK: %[[NEG:.+]] = arith.cmpi eq, %[[B]], %c-1_i64{{.*}} : i64
@@ -163,21 +179,24 @@ func.func @main(%arg0: tensor<4xf32>) -> tensor<8xf32> {
 // CHECK: %[[OVF:.+]] = arith.andi %[[MIN]], %[[NEG]]
 // CHECK: %[[R:.+]] = arith.ori %[[Z]], %[[OVF]]
 // CHECK: %[[SAFE:.+]] = arith.select %[[R]], %c1_i64, %[[B]]
-// CHECK: scf.if %[[Z]]
+// CHECK: scf.if %[[Z]] {
 // CHECK: memref.store
 // CHECK: arith.divsi %[[A]], %[[SAFE]] : i64
 // CHECK: %[[ZU:.+]] = arith.cmpi eq, %[[B]], %{{.+}} : i64
 // CHECK: %[[SAFEU:.+]] = arith.select %[[ZU]], %{{.+}}, %[[B]]
-// CHECK: scf.if %[[ZU]]
+// CHECK: scf.if %[[ZU]] {
 // CHECK: arith.remui %[[A]], %[[SAFEU]] : i64
 // CHECK: arith.divsi %[[A]], %c3_i64 : i64
 // CHECK: %[[SAFE2:.+]] = arith.select %{{.+}}, %{{.+}}, %c-1_i64 : i64
-// CHECK-NOT: scf.if
-// CHECK: arith.floordivsi %[[A]], %[[SAFE2]] : i64
-// CHECK: %[[SAFE3:.+]] = arith.select %{{.+}}, %{{.+}}, %c0_i64 : i64
-// CHECK: scf.if
+// CHECK-NEXT: arith.floordivsi %[[A]], %[[SAFE2]] : i64
+// x % -1 == x % 1: -1 is replaced without looking at the dividend.
+// CHECK: %[[Z3:.+]] = arith.cmpi eq, %c0_i64, %{{.+}} : i64
+// CHECK: %[[M3:.+]] = arith.cmpi eq, %c0_i64, %{{.+}} : i64
+// CHECK: %[[R3:.+]] = arith.ori %[[Z3]], %[[M3]]
+// CHECK: %[[SAFE3:.+]] = arith.select %[[R3]], %{{.+}}, %c0_i64 : i64
+// CHECK: scf.if %[[Z3]]
+// CHECK: memref.store
 // CHECK: arith.remsi %[[A]], %[[SAFE3]] : i64
-// LOWERED: // {{-+}}
 // LOWERED: llvm.mlir.global external @__lazymlir_check_failed(0 : i32)
 // LOWERED: llvm.func @main
 // LOWERED: llvm.mlir.addressof @__lazymlir_check_failed
@@ -211,6 +230,7 @@ func.func @main(%arg0: tensor<4xi64>, %arg1: tensor<4xi64>) -> tensor<4xi64> {
 // torch-mlir's integer floor division in f64: a zero divisor sets the flag
 // and the quotient (read by nothing else) is by 1.0 instead.
 // CHECK-LABEL: func.func @main
+// CHECK-NOT: iterator_types = ["reduction"]
 // CHECK: ^bb0(%[[A:.+]]: i64, %[[B:.+]]: i64, %{{.+}}: i64):
 // CHECK: %[[FB:.+]] = arith.sitofp %[[B]] : i64 to f64
 // CHECK: %[[Z:.+]] = arith.cmpi eq, %[[B]], %{{.+}} : i64
@@ -219,9 +239,8 @@ func.func @main(%arg0: tensor<4xi64>, %arg1: tensor<4xi64>) -> tensor<4xi64> {
 // CHECK: scf.if %[[Z]]
 // CHECK: memref.store
 // CHECK: arith.divf %{{.+}}, %[[SAFE]] : f64
-// CHECK: math.floor
-// CHECK: arith.fptosi
-// LOWERED: // {{-+}}
+// CHECK-NEXT: math.floor
+// CHECK-NEXT: arith.fptosi
 // LOWERED: llvm.mlir.global external @__lazymlir_check_failed(0 : i32)
 // LOWERED: llvm.func @main
 // LOWERED: llvm.mlir.addressof @__lazymlir_check_failed
@@ -273,8 +292,14 @@ func.func @main(%arg0: tensor<4xi64>, %arg1: tensor<4xi64>) -> tensor<4xf32> {
 
 // -----
 
-// A gather on a large table: the checked body survives fusion with its
-// consumer, and the lowered kernel (a parallel loop) still stores the flag.
+// A gather on a large table: the hoisted check reduction and the clamped
+// body survive fusion with its consumer and lower; the flag is stored.
+// CHECK-LABEL: func.func @main
+// CHECK: iterator_types = ["reduction", "reduction"]} ins(%arg1 : tensor<1024x512xi64>)
+// CHECK: scf.if
+// CHECK: iterator_types = ["parallel", "parallel"]} ins(%arg1 : tensor<1024x512xi64>)
+// CHECK-NOT: scf.if
+// CHECK: return
 // LOWERED: // {{-+}}
 // LOWERED: llvm.mlir.global external @__lazymlir_check_failed(0 : i32)
 // LOWERED: llvm.func @main
@@ -305,4 +330,73 @@ func.func @main(%arg0: tensor<1024x512xf32>, %arg1: tensor<1024x512xi64>) -> ten
     linalg.yield %3 : f32
   } -> tensor<1024x512xf32>
   return %2 : tensor<1024x512xf32>
+}
+
+// -----
+
+// An index computed from two inputs (no single input decides it): the flag
+// is stored in the body, under scf.if; the kernel still lowers, to a
+// parallel loop with the conditional store inside.
+// CHECK-LABEL: func.func @main
+// CHECK-NOT: iterator_types = ["reduction"
+// CHECK: ^bb0(%[[A:.+]]: i64, %[[B:.+]]: i64, %{{.+}}: f32):
+// CHECK: %[[SUM:.+]] = arith.addi %[[A]], %[[B]] : i64
+// CHECK: %[[IDX:.+]] = arith.index_cast %[[SUM]] : i64 to index
+// CHECK: %[[OUT:.+]] = arith.cmpi uge, %[[IDX]], %{{.+}} : index
+// CHECK: %[[SAFE:.+]] = arith.select %[[OUT]], %{{.+}}, %[[IDX]] : index
+// CHECK: scf.if %[[OUT]] {
+// CHECK: memref.store
+// CHECK: tensor.extract %arg0[%[[SAFE]]] : tensor<4096xf32>
+// LOWERED: llvm.mlir.global external @__lazymlir_check_failed(0 : i32)
+// LOWERED: llvm.func @main
+// LOWERED: llvm.mlir.addressof @__lazymlir_check_failed
+// LOWERED: llvm.store
+// LOWERED-NOT: llvm.call @abort
+// LOWERED: llvm.return
+// PARALLEL: llvm.func @main
+// PARALLEL: omp.parallel
+// PARALLEL: omp.wsloop
+// PARALLEL: llvm.cond_br
+// PARALLEL: llvm.store %{{.+}}, %{{.+}} : i32, !llvm.ptr
+// PARALLEL: omp.yield
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @main(%arg0: tensor<4096xf32>, %arg1: tensor<1024x512xi64>, %arg2: tensor<1024x512xi64>) -> tensor<1024x512xf32> {
+  %0 = tensor.empty() : tensor<1024x512xf32>
+  %1 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel"]} ins(%arg1, %arg2 : tensor<1024x512xi64>, tensor<1024x512xi64>) outs(%0 : tensor<1024x512xf32>) {
+  ^bb0(%a: i64, %b: i64, %out: f32):
+    %s = arith.addi %a, %b : i64
+    %i = arith.index_cast %s : i64 to index
+    %v = tensor.extract %arg0[%i] : tensor<4096xf32>
+    linalg.yield %v : f32
+  } -> tensor<1024x512xf32>
+  return %1 : tensor<1024x512xf32>
+}
+
+// -----
+
+// A divisor broadcast along a loop dimension (a // b[:, None]): its check
+// is hoisted into a reduction over the divisors.
+// CHECK-LABEL: func.func @main
+// CHECK: linalg.generic {{{.*}}iterator_types = ["reduction"]} ins(%arg1 : tensor<8xi64>)
+// CHECK: arith.cmpi eq
+// CHECK: scf.if
+// CHECK: memref.store
+// CHECK: iterator_types = ["parallel", "parallel"]
+// CHECK-NOT: scf.if
+// CHECK: arith.divsi
+// CHECK-NOT: scf.if
+// CHECK: return
+// LOWERED: llvm.mlir.global external @__lazymlir_check_failed(0 : i32)
+// LOWERED: llvm.func @main
+// LOWERED: llvm.return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @main(%arg0: tensor<8x64xi64>, %arg1: tensor<8xi64>) -> tensor<8x64xi64> {
+  %0 = tensor.empty() : tensor<8x64xi64>
+  %1 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0, %arg1 : tensor<8x64xi64>, tensor<8xi64>) outs(%0 : tensor<8x64xi64>) {
+  ^bb0(%a: i64, %b: i64, %out: i64):
+    %q = arith.divsi %a, %b : i64
+    linalg.yield %q : i64
+  } -> tensor<8x64xi64>
+  return %1 : tensor<8x64xi64>
 }

@@ -61,7 +61,15 @@ def GuardRuntimeChecksPass
       divides by 1.0 instead where nothing else reads the quotient.
 
     The flag is the public `memref.global @__lazymlir_check_failed :
-    memref<i32>`, stored to (1) inside `scf.if` only when a check fails. The
+    memref<i32>`, stored to (1) inside `scf.if` only when a check fails. A
+    check inside a linalg.generic body that depends on one input element
+    alone (embedding's, gather's, x[idx]'s indices; a divisor only when it
+    is broadcast along a loop dimension) is hoisted: a reduction over that
+    input ORs it before the op, and the flag is stored once after it, so the
+    body keeps its clamps (selects) but no branch or store and still
+    vectorizes. Other checks store in place (a kernel whose body stores
+    stays scalar but correct, in parallel loops too: the stores race
+    benignly, all writing 1). The
     runtime reads and resets it after each run and reports a failed run (the
     lazy device then runs the graph eagerly for eager's exception). A module
     that needs no check gets no global.
