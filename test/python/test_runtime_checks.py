@@ -199,6 +199,22 @@ def _child_main(names):
                         "good": good, "good_expected": embed(torch.tensor([2, 0, 1]), w).tolist(),
                         "hits": hits, "misses": misses, "again": again,
                         "reruns": metrics.counter_value("RuntimeCheckEagerRerun")}
+    # Other barriers: .item(), and mark_step() then a read (the error is the
+    # job's, raised by the read that needs it).
+    _settle()
+    barriers = {}
+    try:
+        F.embedding(torch.tensor([0, 5]).to("lazy"), w.to("lazy")).sum().item()
+    except IndexError as e:
+        barriers["item"] = str(e)
+    gathered = torch.gather(w.to("lazy"), 1, torch.tensor([[0], [4], [1]]).to("lazy"))
+    lazymlir.mark_step()  # runs on the worker; nothing raised here
+    barriers["mark_step"] = "no error"
+    try:
+        gathered.cpu()
+    except RuntimeError as e:
+        barriers["read_after_mark_step"] = [type(e).__name__, str(e)]
+    results["barriers"] = barriers
     # INT64_MIN / -1 must not trap: the wrapped result, no check failure.
     _settle()
     metrics.reset()
@@ -278,6 +294,12 @@ def test_process_keeps_working_and_cache_entry_still_checks(native, child_result
     assert (r["hits"], r["misses"]) == (2, 1)
     assert r["again"] == "index out of range in self"
     assert r["reruns"] == 1
+
+
+def test_error_at_item_and_at_read_after_mark_step(native, child_results):
+    r = _result(child_results, "barriers")
+    assert r == {"item": "index out of range in self", "mark_step": "no error",
+                 "read_after_mark_step": ["RuntimeError", "index 4 is out of bounds for dimension 1 with size 4"]}
 
 
 def test_int_min_by_minus_one_wraps(native, child_results):
