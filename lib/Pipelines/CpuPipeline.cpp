@@ -19,6 +19,10 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   VerifyBackendContractPassOptions contract;
   contract.entry = options.entry;
   pm.addPass(createVerifyBackendContractPass(contract));
+  // Before anything moves the accesses around: data-dependent indices and
+  // integer divisors are made safe, failures recorded in a flag.
+  if (options.runtimeChecks)
+    pm.addPass(createGuardRuntimeChecksPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   if (options.channelsLast)

@@ -24,6 +24,7 @@
 #include "llvm/TargetParser/Host.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -51,6 +52,9 @@ const char *elementTypeName(ElementType type) {
 }
 
 namespace {
+
+/// The global lazymlir-guard-runtime-checks sets when a check fails.
+constexpr const char *kCheckFlagSymbol = "__lazymlir_check_failed";
 
 /// Bytes of one element (i1: a byte, as torch's bool).
 size_t elementBytes(ElementType type) {
@@ -240,6 +244,10 @@ struct CpuExecutable::Impl {
   std::vector<size_t> pointerSlots;
   /// Each buffer's size in bytes, inputs then outputs.
   std::vector<size_t> bufferBytes;
+  /// The module's check flag (lazymlir-guard-runtime-checks), null when it
+  /// has no checks; runs that have one hold `checkMutex`.
+  std::atomic<int32_t> *checkFlag = nullptr;
+  mutable std::mutex checkMutex;
 
   void buildArgumentBlock() {
     for (const auto *list : {&inputs, &outputs}) {
@@ -275,8 +283,18 @@ struct CpuExecutable::Impl {
     std::vector<void *> args(scalars.size());
     for (size_t i = 0; i < scalars.size(); ++i)
       args[i] = &scalars[i];
-    BackgroundScope scope(background);
-    entry(args.data());
+    if (!checkFlag) {
+      BackgroundScope scope(background);
+      entry(args.data());
+      return;
+    }
+    std::lock_guard<std::mutex> lock(checkMutex);
+    {
+      BackgroundScope scope(background);
+      entry(args.data());
+    }
+    if (checkFlag->exchange(0, std::memory_order_relaxed) != 0)
+      throw CheckFailed();
   }
 };
 
@@ -291,6 +309,7 @@ const std::vector<TensorSignature> &CpuExecutable::outputs() const {
   return impl->outputs;
 }
 int64_t CpuExecutable::numKernels() const { return impl->numKernels; }
+bool CpuExecutable::hasRuntimeChecks() const { return impl->checkFlag; }
 const std::string &CpuExecutable::llvmDialect() const {
   return impl->llvmDialect;
 }
@@ -334,6 +353,7 @@ CpuExecutable::compile(const std::string &source,
   pipelineOptions.entry = options.entry;
   pipelineOptions.fusion = options.fusion;
   pipelineOptions.channelsLast = options.channelsLast;
+  pipelineOptions.runtimeChecks = options.runtimeChecks;
   pipelineOptions.threads = options.threads
                                 ? options.threads
                                 : std::max(1u, std::thread::hardware_concurrency());
@@ -351,6 +371,9 @@ CpuExecutable::compile(const std::string &source,
   buildCpuLoweringPipeline(loweringStage, pipelineOptions);
   if (failed(loweringStage.run(*module)))
     diagnostics.fail("the CPU pipeline (lowering stage)");
+
+  // The check flag survives the lowering as an LLVM global of that name.
+  bool hasChecks = SymbolTable::lookupSymbolIn(*module, kCheckFlagSymbol);
 
   if (options.keepLLVMDialect) {
     llvm::raw_string_ostream os(impl->llvmDialect);
@@ -412,6 +435,14 @@ CpuExecutable::compile(const std::string &source,
                        "' missing after compilation: " +
                        llvm::toString(entry.takeError()));
   impl->entry = *entry;
+  if (hasChecks) {
+    auto flag = impl->engine->lookup(kCheckFlagSymbol);
+    if (!flag)
+      throw CompileError("lazymlir: check flag missing after compilation: " +
+                         llvm::toString(flag.takeError()));
+    // An i32 global, 4-byte aligned: accessed as an atomic int32_t.
+    impl->checkFlag = static_cast<std::atomic<int32_t> *>(*flag);
+  }
   return std::unique_ptr<CpuExecutable>(new CpuExecutable(std::move(impl)));
 }
 

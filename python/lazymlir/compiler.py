@@ -16,6 +16,11 @@ from . import _native
 #: MLIR's diagnostics.
 CompileError = _native.CompileError
 
+#: Raised by a run whose runtime check failed (an index out of range, an
+#: integer division by zero): the compiled code stayed inside its buffers and
+#: trapped on nothing, but its outputs are garbage. A subclass of RuntimeError.
+CheckFailed = _native.CheckFailed
+
 _ELEMENT_TYPES = {
     torch.float16: "f16",
     torch.bfloat16: "bf16",
@@ -42,7 +47,7 @@ class Executable:
     """A compiled graph. ``run`` writes the results into caller-allocated
     outputs (destination passing) with the GIL released."""
 
-    __slots__ = ("_native", "inputs", "outputs", "num_kernels", "llvm_ir")
+    __slots__ = ("_native", "inputs", "outputs", "num_kernels", "has_runtime_checks", "llvm_ir")
 
     def __init__(self, native, llvm_ir: str):
         self._native = native
@@ -51,6 +56,9 @@ class Executable:
         self.outputs: List[Tuple[str, Tuple[int, ...]]] = native.outputs
         #: Loop nests left after fusion: one per kernel the graph runs.
         self.num_kernels: int = native.num_kernels
+        #: Whether runs check a flag the compiled code sets when an index is
+        #: out of range or an integer divisor is zero (and raise CheckFailed).
+        self.has_runtime_checks: bool = native.has_runtime_checks
         #: LLVM-dialect text after the CPU pipeline ("" unless kept).
         self.llvm_ir = llvm_ir
 
@@ -66,7 +74,8 @@ class Executable:
             background: bool = False) -> None:
         """Run on contiguous CPU tensors that do not require grad; ``outputs``
         must match the result signature and are overwritten. Raises ValueError
-        on a mismatch in count, dtype, shape or layout. ``background``: called
+        on a mismatch in count, dtype, shape or layout, :data:`CheckFailed`
+        (after the run, outputs garbage) when a runtime check failed. ``background``: called
         on a worker while the thread that submitted the run may be busy; the
         run's parallel loops then keep one thread asleep (leaving that thread
         a core) until it blocks in :func:`host_wait`."""
@@ -77,7 +86,7 @@ class Executable:
         """:meth:`run` for a caller that made every buffer contiguous with its
         signature's dtype and shape (the lazy runtime, whose cache key fixes
         them): only counts and byte sizes are checked, which skips DLPack's
-        few microseconds per buffer."""
+        few microseconds per buffer. Raises :data:`CheckFailed` like :meth:`run`."""
         self._native.run_raw([t.data_ptr() for t in inputs], [t.nbytes for t in inputs],
                              [t.data_ptr() for t in outputs], [t.nbytes for t in outputs], background)
 
@@ -94,17 +103,20 @@ def host_wait():
 
 
 def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool = True,
-                   threads: int = 0, keep_llvm_ir: bool = False, opt_level: int = 3) -> Executable:
+                   threads: int = 0, keep_llvm_ir: bool = False, opt_level: int = 3,
+                   runtime_checks: bool = True) -> Executable:
     """Compile linalg-on-tensors text whose entry is ``func.func @main``.
 
     ``fusion`` fuses elementwise ops with each other and into contractions;
     ``channels_last`` runs convolutions and pooling in NHWC; ``threads``
     splits large kernels' outer loops across that many threads (0: all
     hardware threads; 1: none); ``keep_llvm_ir``
-    keeps the LLVM-dialect text (for dumps). Releases the GIL while
+    keeps the LLVM-dialect text (for dumps); ``runtime_checks=False`` drops
+    the bounds and divisor checks (a bad index then reads foreign memory or
+    aborts: only to measure what they cost). Releases the GIL while
     compiling; raises :data:`CompileError` with MLIR's diagnostics.
     """
     native = _native.compile_cpu(linalg_text, entry="main", opt_level=opt_level, fusion=fusion,
                                  channels_last=channels_last, threads=threads,
-                                 keep_llvm_dialect=keep_llvm_ir)
+                                 keep_llvm_dialect=keep_llvm_ir, runtime_checks=runtime_checks)
     return Executable(native, native.llvm_dialect)

@@ -46,15 +46,18 @@ def native_compiler():
 
 
 class _Compiled:
-    __slots__ = ("executable", "out_specs", "output_map", "checked")
+    __slots__ = ("executable", "out_specs", "output_map", "checked", "gm")
 
-    def __init__(self, executable, out_specs, output_map):
+    def __init__(self, executable, out_specs, output_map, gm):
         self.executable = executable
         self.out_specs = out_specs  # one per result of the executable
         self.output_map = output_map  # graph output -> result (results are deduplicated)
         # The first run checks every buffer's dtype, shape and layout; the
         # cache key fixes them for the runs after it, which check sizes only.
         self.checked = False
+        # The FX graph, run eagerly when a runtime check of the compiled code
+        # fails (an index out of range, an integer division by zero).
+        self.gm = gm
 
     @property
     def num_kernels(self) -> int:
@@ -63,11 +66,25 @@ class _Compiled:
     def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
         """The native run releases the GIL; ``background``: on the worker."""
         t0 = time.perf_counter()
-        if self.checked:
-            self.executable.run_allocated(inputs, outs, background=background)
-        else:
-            self.executable.run(inputs, outs, background=background)
-            self.checked = True
+        try:
+            if self.checked:
+                self.executable.run_allocated(inputs, outs, background=background)
+            else:
+                self.executable.run(inputs, outs, background=background)
+                self.checked = True
+            check_failed = False
+        except _native.CheckFailed:
+            self.checked = True  # the buffers were fine
+            check_failed = True
+        if check_failed:
+            # The compiled code stayed in bounds but its outputs are garbage.
+            # Eager raises its own error (IndexError "index out of range in
+            # self", ...), which becomes the job's; if it does not (a check
+            # that failed needlessly), its outputs are the result.
+            metrics.counter("RuntimeCheckEagerRerun")
+            with torch.no_grad(), torch.autocast("cpu", enabled=False):
+                for i, r in zip(self.output_map, self.gm(*inputs)):
+                    outs[i].copy_(r)
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
 
 
@@ -532,7 +549,7 @@ def _compile(graph: trace.Graph):
             results = {}
             for spec, i in zip(specs, lowered.output_map):
                 results.setdefault(i, spec)
-            entry = _Compiled(executable, [results[i] for i in range(len(results))], lowered.output_map)
+            entry = _Compiled(executable, [results[i] for i in range(len(results))], lowered.output_map, gm)
             metrics.counter("UncachedCompile")
         except Exception as e:  # never fail the user: run it eagerly instead
             if isinstance(e, lowering.LoweringError):

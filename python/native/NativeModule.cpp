@@ -75,6 +75,7 @@ NB_MODULE(_native, m) {
   m.doc() = "lazymlir's private native backend (MLIR 22). Not a public API.";
 
   nb::exception<CompileError>(m, "CompileError", PyExc_RuntimeError);
+  nb::exception<CheckFailed>(m, "CheckFailed", PyExc_RuntimeError);
 
   nb::class_<CpuExecutable>(m, "CpuExecutable")
       .def_prop_ro("inputs",
@@ -86,6 +87,9 @@ NB_MODULE(_native, m) {
           "[(element type, shape)] of the entry's results")
       .def_prop_ro("num_kernels", &CpuExecutable::numKernels,
                    "Loop nests (kernels) in the compiled entry function")
+      .def_prop_ro("has_runtime_checks", &CpuExecutable::hasRuntimeChecks,
+                   "Whether runs read the compiled code's check flag "
+                   "(and raise CheckFailed when a check failed)")
       .def_prop_ro("llvm_dialect", &CpuExecutable::llvmDialect,
                    "LLVM-dialect text (empty unless kept at compile time)")
       .def(
@@ -99,7 +103,8 @@ NB_MODULE(_native, m) {
           },
           nb::arg("inputs"), nb::arg("outputs"), nb::arg("background") = false,
           "Run on contiguous CPU buffers, writing the results into `outputs`. "
-          "Releases the GIL. `background`: on a worker while the host thread "
+          "Raises CheckFailed (outputs then garbage) when a runtime check of "
+          "the compiled code failed. Releases the GIL. `background`: on a worker while the host thread "
           "may be busy; parallel loops then leave it a core until it waits "
           "(host_wait_begin/host_wait_end).")
       .def(
@@ -130,7 +135,7 @@ NB_MODULE(_native, m) {
           "`run` on raw buffers (addresses and byte sizes) that the caller "
           "allocated contiguous with the signatures' element types; only "
           "counts and byte sizes are checked. Skips DLPack's per-buffer "
-          "cost. Releases the GIL.");
+          "cost. Raises CheckFailed like `run`. Releases the GIL.");
 
   m.def(
       "pooled_tensor",
@@ -160,8 +165,9 @@ NB_MODULE(_native, m) {
       "compile_cpu",
       [](const std::string &source, const std::string &entry,
          unsigned optLevel, bool fusion, bool channelsLast, unsigned threads,
-         bool keepLLVMDialect) {
+         bool keepLLVMDialect, bool runtimeChecks) {
         CompileOptions options;
+        options.runtimeChecks = runtimeChecks;
         options.threads = threads;
         options.fusion = fusion;
         options.channelsLast = channelsLast;
@@ -174,7 +180,8 @@ NB_MODULE(_native, m) {
       nb::arg("source"), nb::arg("entry") = "main", nb::arg("opt_level") = 3,
       nb::arg("fusion") = true, nb::arg("channels_last") = true,
       nb::arg("threads") = 0,
-      nb::arg("keep_llvm_dialect") = false,
+      nb::arg("keep_llvm_dialect") = false, nb::arg("runtime_checks") = true,
       "Compile linalg-on-tensors text for this CPU. Releases the GIL; raises "
-      "CompileError with MLIR's diagnostics.");
+      "CompileError with MLIR's diagnostics. `runtime_checks=False` drops the "
+      "bounds and divisor checks (only to measure their cost).");
 }

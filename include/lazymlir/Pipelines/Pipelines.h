@@ -13,6 +13,13 @@ struct CpuPipelineOptions
   Option<std::string> entry{*this, "entry",
                             llvm::cl::desc("Function the runtime calls"),
                             llvm::cl::init("main")};
+  Option<bool> runtimeChecks{
+      *this, "runtime-checks",
+      llvm::cl::desc("Keep data-dependent indices in bounds and integer "
+                     "divisors non-zero, failures in a flag "
+                     "(lazymlir-guard-runtime-checks); off only to measure "
+                     "what the checks cost"),
+      llvm::cl::init(true)};
   Option<bool> fusion{*this, "fusion",
                       llvm::cl::desc("Fuse elementwise producers into their "
                                      "consumers (lazymlir-fuse-elementwise)"),

@@ -54,6 +54,9 @@ struct CompileOptions {
   /// Threads sharing each large kernel's parallel loops; 0: all hardware
   /// threads, 1: sequential.
   unsigned threads = 0;
+  /// Bounds and divisor checks (lazymlir-guard-runtime-checks); without them
+  /// a bad index reads foreign memory or aborts. Off only to measure them.
+  bool runtimeChecks = true;
   /// Keep the LLVM-dialect module's text (for dumps).
   bool keepLLVMDialect = false;
 };
@@ -80,6 +83,17 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// A run found a runtime check violated (an index out of range, an integer
+/// division by zero): the compiled code kept every access inside its buffers
+/// and trapped on nothing, but the outputs are not meaningful. Thrown after
+/// the run completed.
+class CheckFailed : public std::runtime_error {
+public:
+  CheckFailed()
+      : std::runtime_error("lazymlir: a runtime check failed (index out of "
+                           "range or integer division by zero)") {}
+};
+
 /// linalg-on-tensors text, lowered by the CPU pipeline and JIT-compiled with
 /// the host's features. Calls are thread-safe.
 class CpuExecutable {
@@ -91,6 +105,8 @@ public:
 
   const std::vector<TensorSignature> &inputs() const;
   const std::vector<TensorSignature> &outputs() const;
+  /// Whether the compiled code has runtime checks (a flag read after runs).
+  bool hasRuntimeChecks() const;
   /// Loop nests in the compiled entry function after fusion and tiling
   /// (lazymlir-count-kernels).
   int64_t numKernels() const;
@@ -100,6 +116,11 @@ public:
   /// Runs the entry function on `inputs`, writing into the caller-allocated
   /// `outputs` (destination-passing). Every buffer must match its signature
   /// and be contiguous; throws std::invalid_argument otherwise.
+  ///
+  /// Throws CheckFailed when a runtime check of the compiled code failed
+  /// (lazymlir-guard-runtime-checks); the outputs are then garbage. Runs of
+  /// one executable that has checks are serialized, so that each reports
+  /// its own failures.
   ///
   /// `background`: the caller is a worker running this while the host thread
   /// (the one that submits work) may be busy on a core of its own. A

@@ -30,6 +30,56 @@ def VerifyBackendContractPass
   ];
 }
 
+def GuardRuntimeChecksPass
+    : Pass<"lazymlir-guard-runtime-checks", "mlir::ModuleOp"> {
+  let summary = "Make data-dependent accesses and integer divisions safe; "
+                "record violations in a flag instead of aborting";
+  let description = [{
+    Compiled code must never read or write outside its buffers, trap or
+    abort the process. torch-mlir's linalg reads indexed elements with
+    `tensor.extract` at indices read from tensors (embedding, gather,
+    index_select, t[idx], take), sometimes behind a `cf.assert` (which
+    aborts), sometimes unchecked; integer division and remainder trap on x86
+    for a zero divisor or INT_MIN / -1.
+
+    This pass rewrites, anywhere in the module (linalg bodies included):
+
+    - every `tensor.extract` / `tensor.insert` index that is data-dependent
+      (its backward slice reaches a value read from memory: a block argument
+      bound to a linalg operand, a function argument, a tensor.extract
+      result, ...; not just linalg.index, constants and arithmetic on them)
+      is replaced by 0 when it is not in [0, dim) (one unsigned compare) and
+      the check flag is set. Extracts whose indices are not data-dependent
+      (pads, upsampling, ...) are left alone;
+    - every `cf.assert` becomes "if !cond: set the flag";
+    - integer `arith.divsi/divui/remsi/remui/floordivsi/ceildivsi` whose
+      divisor is not a non-zero constant (nor -1 for the signed ones) divide
+      by 1 instead of 0 (setting the flag) and instead of -1 when the
+      dividend is INT_MIN (the wrapped result, no flag);
+    - an integer floor division computed in floating point (torch-mlir's
+      `fptosi(floor(sitofp(a) / sitofp(b)))`) sets the flag when b is 0 and
+      divides by 1.0 instead where nothing else reads the quotient.
+
+    The flag is the public `memref.global @__lazymlir_check_failed :
+    memref<i32>`, stored to (1) inside `scf.if` only when a check fails. A
+    check inside a linalg.generic body that depends on one input element
+    alone (embedding's, gather's, x[idx]'s indices; a divisor only when it
+    is broadcast along a loop dimension) is hoisted: a reduction over that
+    input ORs it before the op, and the flag is stored once after it, so the
+    body keeps its clamps (selects) but no branch or store and still
+    vectorizes. Other checks store in place (a kernel whose body stores
+    stays scalar but correct, in parallel loops too: the stores race
+    benignly, all writing 1). The
+    runtime reads and resets it after each run and reports a failed run (the
+    lazy device then runs the graph eagerly for eager's exception). A module
+    that needs no check gets no global.
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect", "mlir::memref::MemRefDialect",
+    "mlir::scf::SCFDialect", "mlir::tensor::TensorDialect",
+  ];
+}
+
 def FuseElementwisePass
     : Pass<"lazymlir-fuse-elementwise", "mlir::func::FuncOp"> {
   let summary = "Fuse elementwise linalg producers into their consumers";
