@@ -359,6 +359,7 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lower
         from torch_mlir.compiler_utils import OutputType, lower_mlir_module
 
         decomposed = decompose(gm, example_inputs)
+        _refuse_frontend_crashes(decomposed)
         module = tm_fx.stateless_fx_import(decomposed, output_type=OutputType.TORCH, model_name="main")
         torch_text = str(module)
         lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
@@ -371,6 +372,29 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lower
         # contract of the native compiler (MLIR 22 does not know it).
         raise LoweringError("the lowering uses torch-mlir's TMTensor dialect, which the native compiler does not take")
     return Lowered(torch_text, linalg, output_map)
+
+
+def _integer_input(node) -> bool:
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    return isinstance(val, torch.Tensor) and not val.is_floating_point()
+
+
+# Ops on which torch-mlir's lowering crashes the process (it runs in ours):
+# each predicate takes an FX node of the decomposed graph.  Refused with a
+# LoweringError, the op runs eagerly instead.
+_FRONTEND_CRASHES = {
+    # ConvertAtenMaxPoolOp asks an integer element type for its float
+    # semantics (getFloatInf): SIGSEGV.
+    torch.ops.aten.max_pool3d.default: _integer_input,
+    torch.ops.aten.max_pool3d_with_indices.default: _integer_input,
+}
+
+
+def _refuse_frontend_crashes(gm: torch.fx.GraphModule) -> None:
+    for node in gm.graph.nodes:
+        crashes = _FRONTEND_CRASHES.get(node.target)
+        if crashes is not None and crashes(node):
+            raise LoweringError(f"{node.target} on these inputs would crash torch-mlir's lowering")
 
 
 def _return_each_value_once(module) -> tuple:
