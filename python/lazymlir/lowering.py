@@ -121,15 +121,27 @@ def _clamp(self, min=None, max=None):
     return t
 
 
+def _bools(*operands) -> bool:
+    return all(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in operands)
+
+
 def _clamp_min(self, min):
+    if _bools(self, min):  # torch-mlir compares i1 as signed: True (-1) < False
+        return torch.logical_or(self, min)
     return _clamp(self, min, None)
 
 
 def _clamp_max(self, max):
+    if _bools(self, max):
+        return torch.logical_and(self, max)
     return _clamp(self, None, max)
 
 
 def _hardtanh(self, min_val=-1, max_val=1):
+    if not self.is_floating_point():
+        # eager keeps an integer input's dtype (its default bounds are floats,
+        # which clamp would promote to)
+        return torch.clamp(self, min_val, max_val).to(self.dtype)
     return _clamp(self, min_val, max_val)
 
 

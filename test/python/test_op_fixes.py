@@ -152,3 +152,13 @@ def test_ops_that_crash_torch_mlir_run_eagerly():
     """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-2000:])
+
+
+def test_bool_clamp_and_integer_hardtanh(native):
+    a, b = torch.tensor([True, True, False, False]), torch.tensor([True, False, True, False])
+    _same(torch.clamp_min(a.to("lazy"), b.to("lazy")), torch.clamp_min(a, b))
+    _same(torch.clamp_max(a.to("lazy"), b.to("lazy")), torch.clamp_max(a, b))
+    x = torch.tensor([-3, 0, 2, 5])
+    for bounds in [(), (-2, 2), (0.5, 2.5)]:
+        _same(F.hardtanh(x.to("lazy"), *bounds), F.hardtanh(x, *bounds))
+    assert_compiled()
