@@ -15,8 +15,10 @@
 //     update (i, u...) goes to original[starts], where the update slice's
 //     indices are right-aligned into the original's rank and
 //     starts[dimension_map[j]] += indices[i, j]; the region maps
-//     (update, current) to the new value. Updates whose position falls
-//     outside the original are skipped (never written out of bounds).
+//     (update, current) to the new value. A negative index counts from the
+//     end (torch's index_put; torch-mlir passes it unchanged); updates whose
+//     position still falls outside the original are skipped (never written
+//     out of bounds).
 //   scan: ins(input) outs(output, accumulator) along `dimension`; inclusive:
 //     out[0] = in[0], out[i] = f(out[i-1], in[i]); exclusive: out[0] = acc,
 //     out[i] = f(out[i-1], in[i-1]); the accumulator result is out[n-1]
@@ -33,6 +35,7 @@
 #include "lazymlir/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
@@ -213,6 +216,15 @@ LogicalResult lowerScatter(Operation *op) {
           Value pos =
               arith::IndexCastOp::create(b, loc, b.getIndexType(), idx);
           int64_t d = dimMap[j];
+          // A negative index counts from the end, as in torch (index_put's
+          // indices reach the scatter unchanged).
+          Value negative = arith::CmpIOp::create(
+              b, loc, arith::CmpIPredicate::slt, pos, zero);
+          pos = arith::SelectOp::create(
+              b, loc, negative,
+              arith::AddIOp::create(b, loc, pos,
+                                    cst(b, loc, origType.getDimSize(d))),
+              pos);
           if (starts[d])
             pos = arith::AddIOp::create(b, loc, pos, starts[d]);
           starts[d] = pos;
@@ -444,12 +456,13 @@ LogicalResult lowerSort(Operation *op) {
   // yields its loop-carried tensors in place; a width >= n copies.
   int64_t levels = llvm::Log2_64_Ceil(n);
   int64_t pairs = (levels + 1) / 2;
+  // Scratch tensors of the operands' shapes. Not tensor.empty: CSE merges
+  // equal tensor.empty ops (two i64 operands' scratch tensors), and one-shot
+  // bufferization then gave both loop-carried scratch tensors one buffer.
   SmallVector<Value> scratch;
-  for (Value v : outputs) {
-    auto t = cast<RankedTensorType>(v.getType());
-    scratch.push_back(
-        tensor::EmptyOp::create(b, loc, t.getShape(), t.getElementType()));
-  }
+  for (Value v : outputs)
+    scratch.push_back(bufferization::AllocTensorOp::create(
+        b, loc, cast<RankedTensorType>(v.getType()), ValueRange{}));
   SmallVector<int64_t> sliceDims;
   for (int64_t d = 0; d < rank; ++d)
     if (d != dim)

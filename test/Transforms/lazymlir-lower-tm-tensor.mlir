@@ -5,7 +5,7 @@
 
 // embedding_dense_backward: updates [6, 1, 4] at rows indices[i, 0] of a
 // zero 10x4 (a splat constant: becomes a fill), combined by addition;
-// out-of-range rows are skipped.
+// negative rows count from the end, rows still out of range are skipped.
 // CHECK-LABEL: func.func @scatter_add
 // CHECK-NOT: tm_tensor
 // CHECK: %[[EMPTY:.*]] = tensor.empty() : tensor<10x4xf32>
@@ -14,7 +14,10 @@
 // CHECK: scf.for %[[I:.*]] = %{{.*}} iter_args(%[[A0:.*]] = %[[FILL]])
 // CHECK: scf.for %[[K:.*]] = %{{.*}} iter_args(%[[A2:.*]] = %[[A0]])
 // CHECK: %[[IDX:.*]] = tensor.extract %arg1[%[[I]], %c0] : tensor<6x1xi64>
-// CHECK: %[[ROW:.*]] = arith.index_cast %[[IDX]] : i64 to index
+// CHECK: %[[IDX0:.*]] = arith.index_cast %[[IDX]] : i64 to index
+// CHECK: %[[NEG:.*]] = arith.cmpi slt, %[[IDX0]], %c0
+// CHECK: %[[WRAP:.*]] = arith.addi %[[IDX0]], %c10
+// CHECK: %[[ROW:.*]] = arith.select %[[NEG]], %[[WRAP]], %[[IDX0]]
 // CHECK: arith.cmpi sge, %[[ROW]], %c0
 // CHECK: arith.cmpi slt, %[[ROW]], %c10
 // CHECK: scf.if
@@ -109,11 +112,12 @@ func.func @scan_exclusive(%arg0: tensor<4xi64>, %arg1: tensor<i64>) -> tensor<4x
 // sort of values and their indices along dim 1 (torch.sort): merge passes
 // of widths 4^p and 2*4^p (5 elements: 3 levels, 2 pairs), the comparator
 // inlined on both operands' left and right elements; scratch tensors of the
-// operands' shapes take every other pass.
+// operands' shapes (distinct allocations: CSE'd tensor.empty ops made
+// bufferization share one buffer) take every other pass.
 // CHECK-LABEL: func.func @sort
 // CHECK-NOT: tm_tensor
-// CHECK: %[[T0:.*]] = tensor.empty() : tensor<8x5xf32>
-// CHECK: %[[T1:.*]] = tensor.empty() : tensor<8x5xi64>
+// CHECK: %[[T0:.*]] = bufferization.alloc_tensor() : tensor<8x5xf32>
+// CHECK: %[[T1:.*]] = bufferization.alloc_tensor() : tensor<8x5xi64>
 // CHECK: scf.for %[[R:.*]] = {{.*}} iter_args(%[[V:.*]] = %arg0, %[[X:.*]] = %arg1, %[[TV:.*]] = %[[T0]], %[[TX:.*]] = %[[T1]])
 // CHECK: scf.for %[[P:.*]] = %c0 to %c2 step %c1
 // CHECK: scf.for

@@ -61,6 +61,7 @@ def LowerTMTensorPass
   let dependentDialects = [
     "mlir::scf::SCFDialect", "mlir::tensor::TensorDialect",
     "mlir::arith::ArithDialect", "mlir::linalg::LinalgDialect",
+    "mlir::bufferization::BufferizationDialect",
   ];
 }
 
