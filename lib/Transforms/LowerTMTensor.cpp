@@ -308,7 +308,12 @@ LogicalResult lowerScan(Operation *op) {
 
   int64_t n = inType.getDimSize(dim);
   OpBuilder b(op);
-  Value init = prepareDestination(b, loc, output);
+  // Every element of the output is written: a fill of it (torch-mlir zeroes
+  // it first) is dead, write into the fill's destination instead.
+  Value init = output;
+  if (auto fill = output.getDefiningOp<linalg::FillOp>())
+    init = fill.getOutputs()[0];
+  init = prepareDestination(b, loc, init);
   SmallVector<int64_t> outerDims = llvm::to_vector(llvm::seq<int64_t>(0, dim));
   SmallVector<int64_t> innerDims =
       llvm::to_vector(llvm::seq<int64_t>(dim + 1, rank));
@@ -361,6 +366,32 @@ LogicalResult lowerScan(Operation *op) {
               });
           if (n == 1)
             return out;
+          if (innerDims.empty()) {
+            // Scan along the innermost dimension: the running value stays
+            // in a register (loop-carried scalar), not reloaded from the
+            // element just stored.
+            Value first =
+                inclusive
+                    ? tensor::ExtractOp::create(b, loc, input,
+                                                at(outer, cst(b, loc, 0), {}))
+                          .getResult()
+                    : tensor::ExtractOp::create(b, loc, accInit, outer)
+                          .getResult();
+            auto loop = scf::ForOp::create(
+                b, loc, cst(b, loc, 1), cst(b, loc, n), cst(b, loc, 1),
+                ValueRange{out, first},
+                [&](OpBuilder &b, Location loc, Value i, ValueRange it) {
+                  Value iMinus1 =
+                      arith::SubIOp::create(b, loc, i, cst(b, loc, 1));
+                  Value x = tensor::ExtractOp::create(
+                      b, loc, input, at(outer, inclusive ? i : iMinus1, {}));
+                  Value val = inlineBody(b, body, {it[1], x});
+                  Value next = tensor::InsertOp::create(b, loc, val, it[0],
+                                                        at(outer, i, {}));
+                  scf::YieldOp::create(b, loc, ValueRange{next, val});
+                });
+            return loop.getResult(0);
+          }
           auto loop = scf::ForOp::create(
               b, loc, cst(b, loc, 1), cst(b, loc, n), cst(b, loc, 1),
               ValueRange{out},

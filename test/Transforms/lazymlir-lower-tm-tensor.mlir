@@ -59,19 +59,22 @@ func.func @scatter_into_argument(%arg0: tensor<8xi32>, %arg1: tensor<3xi32>, %ar
 
 // -----
 
-// cumsum along dim 1: the first column is copied, then each column is the
-// previous one combined with the input.
+// cumsum along dim 1 (innermost): the first column is copied, then each
+// element is the running value (a loop-carried scalar) combined with the
+// input; torch-mlir's zero fill of the output is dead (every element is
+// written) and dropped.
 // CHECK-LABEL: func.func @scan_inclusive
 // CHECK-NOT: tm_tensor
-// CHECK: scf.for %[[R:.*]] = {{.*}} iter_args(%[[O:.*]] = %{{.*}})
+// CHECK-NOT: linalg.fill
+// CHECK: %[[E:.*]] = tensor.empty() : tensor<8x5xf32>
+// CHECK: scf.for %[[R:.*]] = {{.*}} iter_args(%[[O:.*]] = %[[E]])
 // CHECK: %[[X0:.*]] = tensor.extract %arg0[%[[R]], %c0]
 // CHECK: %[[O1:.*]] = tensor.insert %[[X0]] into %[[O]][%[[R]], %c0]
-// CHECK: scf.for %[[I:.*]] = %c1 to %c5 step %c1 iter_args(%[[O2:.*]] = %[[O1]])
-// CHECK: %[[IM1:.*]] = arith.subi %[[I]], %c1
-// CHECK: %[[P:.*]] = tensor.extract %[[O2]][%[[R]], %[[IM1]]]
+// CHECK: scf.for %[[I:.*]] = %c1 to %c5 step %c1 iter_args(%[[O2:.*]] = %[[O1]], %[[P:.*]] = %[[X0]])
 // CHECK: %[[X:.*]] = tensor.extract %arg0[%[[R]], %[[I]]]
 // CHECK: %[[S:.*]] = arith.addf %[[P]], %[[X]]
-// CHECK: tensor.insert %[[S]] into %[[O2]][%[[R]], %[[I]]]
+// CHECK: %[[O3:.*]] = tensor.insert %[[S]] into %[[O2]][%[[R]], %[[I]]]
+// CHECK: scf.yield %[[O3]], %[[S]]
 // CHECK: %[[ACC:.*]] = tensor.extract_slice %{{.*}}[0, 4] [8, 1] [1, 1] : tensor<8x5xf32> to tensor<8xf32>
 // CHECK: return %{{.*}}, %[[ACC]]
 func.func @scan_inclusive(%arg0: tensor<8x5xf32>) -> (tensor<8x5xf32>, tensor<8xf32>) {
@@ -90,13 +93,41 @@ func.func @scan_inclusive(%arg0: tensor<8x5xf32>) -> (tensor<8x5xf32>, tensor<8x
 
 // -----
 
+// Along an outer dimension: row by row, each row from the previous one
+// (contiguous inner loop).
+// CHECK-LABEL: func.func @scan_outer
+// CHECK: scf.for %[[J0:.*]] = %c0 to %c6 step %c1
+// CHECK: tensor.extract %arg0[%c0, %[[J0]]]
+// CHECK: scf.for %[[I:.*]] = %c1 to %c4 step %c1 iter_args(%[[O:.*]] = %{{.*}})
+// CHECK: %[[IM1:.*]] = arith.subi %[[I]], %c1
+// CHECK: scf.for %[[J:.*]] = %c0 to %c6 step %c1 iter_args(%[[O2:.*]] = %[[O]])
+// CHECK: %[[P:.*]] = tensor.extract %[[O2]][%[[IM1]], %[[J]]]
+// CHECK: %[[X:.*]] = tensor.extract %arg0[%[[I]], %[[J]]]
+// CHECK: %[[S:.*]] = arith.addi %[[P]], %[[X]]
+// CHECK: tensor.insert %[[S]] into %[[O2]][%[[I]], %[[J]]]
+func.func @scan_outer(%arg0: tensor<4x6xi64>) -> tensor<4x6xi64> {
+  %c0 = arith.constant 0 : i64
+  %e = tensor.empty() : tensor<4x6xi64>
+  %o = linalg.fill ins(%c0 : i64) outs(%e : tensor<4x6xi64>) -> tensor<4x6xi64>
+  %ea = tensor.empty() : tensor<6xi64>
+  %a = linalg.fill ins(%c0 : i64) outs(%ea : tensor<6xi64>) -> tensor<6xi64>
+  %0:2 = "tm_tensor.scan"(%arg0, %o, %a) <{dimension = 0 : i64, inclusive = true, operandSegmentSizes = array<i32: 1, 2>}> ({
+  ^bb0(%x: i64, %y: i64):
+    %1 = "arith.addi"(%x, %y) <{overflowFlags = #arith.overflow<none>}> : (i64, i64) -> i64
+    "tm_tensor.yield"(%1) : (i64) -> ()
+  }) : (tensor<4x6xi64>, tensor<4x6xi64>, tensor<6xi64>) -> (tensor<4x6xi64>, tensor<6xi64>)
+  return %0#0 : tensor<4x6xi64>
+}
+
+// -----
+
 // Exclusive scan: the first element is the accumulator, then in[i-1].
 // CHECK-LABEL: func.func @scan_exclusive
-// CHECK: tensor.extract %arg1[]
-// CHECK: scf.for %[[I:.*]] = %c1 to %c4
+// CHECK: %[[A:.*]] = tensor.extract %arg1[]
+// CHECK: scf.for %[[I:.*]] = %c1 to %c4 step %c1 iter_args(%{{.*}} = %{{.*}}, %[[P:.*]] = %[[A]])
 // CHECK: %[[IM1:.*]] = arith.subi %[[I]], %c1
-// CHECK: tensor.extract %arg0[%[[IM1]]]
-// CHECK: arith.muli
+// CHECK: %[[X:.*]] = tensor.extract %arg0[%[[IM1]]]
+// CHECK: arith.muli %[[P]], %[[X]]
 func.func @scan_exclusive(%arg0: tensor<4xi64>, %arg1: tensor<i64>) -> tensor<4xi64> {
   %e = tensor.empty() : tensor<4xi64>
   %0:2 = "tm_tensor.scan"(%arg0, %e, %arg1) <{dimension = 0 : i64, inclusive = false, operandSegmentSizes = array<i32: 1, 2>}> ({
