@@ -9,6 +9,7 @@ miss comes here, so the torch-mlir imports are deferred to the first miss.
 """
 
 import operator
+import re
 from typing import List, NamedTuple, Set
 
 import torch
@@ -24,6 +25,10 @@ class Lowered(NamedTuple):
 
 class LoweringError(Exception):
     pass
+
+
+# The TMTensor ops the native compiler lowers (lazymlir-lower-tm-tensor).
+_NATIVE_TM_TENSOR_OPS = frozenset({"scatter", "scan", "sort", "yield"})
 
 
 _decompositions = None
@@ -46,6 +51,7 @@ def _decomposition_table():
         table[torch.ops.aten.as_strided_scatter.default] = _as_strided_scatter
         table[torch.ops.aten.diagonal_scatter.default] = _diagonal_scatter
         table[torch.ops.aten.index_put.default] = _index_put
+        table[torch.ops.aten.kthvalue.default] = _kthvalue  # else tm_tensor.topk
         _decompositions = table
     return _decompositions
 
@@ -79,6 +85,16 @@ def _sort_stable(self, *, stable=None, dim=-1, descending=False):
     (``ole`` / ``oge``) and the native lowering (lazymlir-lower-tm-tensor's
     merge sort) keeps ties in their original order: a stable sort either way."""
     return torch.ops.aten.sort.default(self, dim, descending)
+
+
+def _kthvalue(self, k, dim=-1, keepdim=False):
+    """The k-th smallest along ``dim`` from a (stable) sort: torch-mlir lowers
+    kthvalue to tm_tensor.topk, which the native compiler does not take."""
+    values, indices = torch.ops.aten.sort.default(self, dim, False)
+    values, indices = values.narrow(dim, k - 1, 1), indices.narrow(dim, k - 1, 1)
+    if not keepdim:
+        values, indices = values.squeeze(dim), indices.squeeze(dim)
+    return values, indices
 
 
 def _as_strided_scatter(self, src, size, stride, storage_offset=None):
@@ -243,6 +259,13 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lower
         output_map = _return_each_value_once(module)
         linalg = str(module)
         if "tm_tensor." in linalg:
+            unsupported = set(re.findall(r"tm_tensor\.(\w+)", linalg)) - _NATIVE_TM_TENSOR_OPS
+            if unsupported:
+                # A LoweringError (not a native compile error): the runtime then
+                # finds the op and runs only it eagerly from then on.
+                raise LoweringError("the lowering uses torch-mlir's TMTensor op(s) "
+                                    + ", ".join(sorted("tm_tensor." + n for n in unsupported))
+                                    + ", which the native compiler does not take")
             # torch-mlir's own dialect for scatter/scan/sort, which MLIR 22 does
             # not know: in the generic op form the native compiler parses these
             # ops as unregistered ones, and its first pass

@@ -241,3 +241,37 @@ def test_embedding_training_step_compiles(native):
     for (name, p), lp in zip(model.named_parameters(), lazy_model.parameters()):
         torch.testing.assert_close(lp.cpu(), p, msg=name)
     assert_compiled()
+
+
+def test_tm_tensor_op_the_native_compiler_lacks_runs_alone_eagerly(native, fresh_cache, monkeypatch):
+    """A TMTensor op lazymlir-lower-tm-tensor does not lower (here: sort,
+    pretended) is a LoweringError in lowering.py, not a native compile error:
+    the runtime finds the op and runs only it eagerly, the rest compiles."""
+    import sys
+
+    from lazymlir import lowering, metrics
+
+    device = sys.modules["lazymlir.device"]  # lazymlir.device is also a function
+    monkeypatch.setattr(lowering, "_NATIVE_TM_TENSOR_OPS", frozenset({"scatter", "scan", "yield"}))
+    monkeypatch.setattr(device, "_eager_ops", set())  # forget the op afterwards
+    x = torch.randn(4, 6)
+    with pytest.warns(RuntimeWarning, match="aten.sort"):
+        first = (torch.sort(x.to("lazy") * 2, 1).values + 1).cpu()
+    metrics.reset()
+    second = (torch.sort(x.to("lazy") * 2, 1).values + 1).cpu()
+    want = torch.sort(x * 2, 1).values + 1
+    torch.testing.assert_close(first, want)
+    torch.testing.assert_close(second, want)
+    assert_compiled("aten::sort")
+
+
+def test_kthvalue(native):
+    x = torch.randn(5, 7)
+    check(lambda x: torch.kthvalue(x, 2, 1), x, exact=True)
+    check(lambda x: torch.kthvalue(x, 3, 0, keepdim=True), x, exact=True)
+
+
+def test_cumprod_logcumsumexp(native):
+    x = torch.rand(4, 8) + 0.5
+    check(lambda x: torch.cumprod(x, 1), x)
+    check(lambda x: torch.logcumsumexp(x, 0), x)
