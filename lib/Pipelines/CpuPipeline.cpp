@@ -16,6 +16,10 @@ using namespace mlir;
 
 void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
                                       const CpuPipelineOptions &options) {
+  // torch-mlir's TMTensor ops (scatter, scan, sort) arrive as unregistered
+  // ops; they become scf loops first, and the contract check rejects any
+  // unregistered op left.
+  pm.addPass(createLowerTMTensorPass());
   VerifyBackendContractPassOptions contract;
   contract.entry = options.entry;
   pm.addPass(createVerifyBackendContractPass(contract));
@@ -50,6 +54,10 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
 void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
                                         const CpuPipelineOptions &options) {
   pm.addNestedPass<func::FuncOp>(createDistinctResultsPass());
+  // The caller's tensors are never updated in place.
+  ReadonlyArgumentsPassOptions readonly;
+  readonly.entry = options.entry;
+  pm.addPass(createReadonlyArgumentsPass(readonly));
 
   // Identity layouts at the function boundary: the runtime passes contiguous
   // torch buffers, and static strides let LLVM vectorize the loops.

@@ -61,6 +61,16 @@ struct VerifyBackendContractPass
     // MLIR 22 only parses them with unregistered dialects allowed, so check
     // defensively rather than assume the parser rejected them.
     module.walk([&](Operation *op) {
+      // The runtime parses with unregistered dialects allowed, for
+      // torch-mlir's TMTensor ops, which lazymlir-lower-tm-tensor rewrites
+      // before this check; nothing else unregistered can be compiled.
+      if (!op->getName().isRegistered()) {
+        op->emitError("unregistered op '")
+            << op->getName() << "' in the backend input: the backend "
+            << "cannot compile it";
+        failed = true;
+        return;
+      }
       if (llvm::any_of(op->getResultTypes(), isTorchDialectType) ||
           llvm::any_of(op->getOperandTypes(), isTorchDialectType)) {
         op->emitError("torch-dialect value in the backend input: the "

@@ -9,6 +9,7 @@ miss comes here, so the torch-mlir imports are deferred to the first miss.
 """
 
 import operator
+import re
 from typing import List, NamedTuple, Set
 
 import torch
@@ -24,6 +25,10 @@ class Lowered(NamedTuple):
 
 class LoweringError(Exception):
     pass
+
+
+# The TMTensor ops the native compiler lowers (lazymlir-lower-tm-tensor).
+_NATIVE_TM_TENSOR_OPS = frozenset({"scatter", "scan", "sort", "yield"})
 
 
 _decompositions = None
@@ -59,6 +64,14 @@ def _decomposition_table():
             aten.trunc.default: _trunc, aten.elu.default: _elu,
             aten.pow.Tensor_Scalar: _pow_tensor_scalar, aten.gelu.default: _gelu,
         })
+        # Ops torch-mlir does not lower at all (sort.stable, as_strided_scatter,
+        # diagonal_scatter) or lowers through dynamic shapes (index_put with a
+        # bool mask: nonzero), rewritten into ops it lowers statically.
+        table[torch.ops.aten.sort.stable] = _sort_stable
+        table[torch.ops.aten.as_strided_scatter.default] = _as_strided_scatter
+        table[torch.ops.aten.diagonal_scatter.default] = _diagonal_scatter
+        table[torch.ops.aten.index_put.default] = _index_put
+        table[torch.ops.aten.kthvalue.default] = _kthvalue  # else tm_tensor.topk
         _decompositions = table
     return _decompositions
 
@@ -280,6 +293,88 @@ def _gelu(self, approximate="none"):
     return 0.5 * self * (1 + torch.tanh(inner))
 
 
+def _sort_stable(self, *, stable=None, dim=-1, descending=False):
+    """torch-mlir lowers sort.default only; its comparator is non-strict
+    (``ole`` / ``oge``) and the native lowering (lazymlir-lower-tm-tensor's
+    merge sort) keeps ties in their original order: a stable sort either way."""
+    return torch.ops.aten.sort.default(self, dim, descending)
+
+
+def _kthvalue(self, k, dim=-1, keepdim=False):
+    """The k-th smallest along ``dim`` from a (stable) sort: torch-mlir lowers
+    kthvalue to tm_tensor.topk, which the native compiler does not take."""
+    values, indices = torch.ops.aten.sort.default(self, dim, False)
+    values, indices = values.narrow(dim, k - 1, 1), indices.narrow(dim, k - 1, 1)
+    if not keepdim:
+        values, indices = values.squeeze(dim), indices.squeeze(dim)
+    return values, indices
+
+
+def _as_strided_scatter(self, src, size, stride, storage_offset=None):
+    """``src`` written at the positions the view would have in ``self``'s
+    (dense, contiguous) storage: an index_put of flat indices, i.e. a
+    tm_tensor.scatter."""
+    flat = torch.full(list(size), storage_offset or 0, dtype=torch.int64, device=self.device)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        flat = flat + (torch.arange(n, device=self.device) * st).reshape(shape)
+    out = torch.ops.aten.index_put.default(self.reshape(-1), [flat.reshape(-1)],
+                                           src.to(self.dtype).reshape(-1), False)
+    return out.reshape(self.shape)
+
+
+def _diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+    """As as_strided_scatter on the diagonal's view of a contiguous ``self``."""
+    rank = self.dim()
+    dim1, dim2 = dim1 % rank, dim2 % rank
+    strides = [1] * rank
+    for d in range(rank - 2, -1, -1):
+        strides[d] = strides[d + 1] * self.shape[d + 1]
+    n1, n2 = self.shape[dim1], self.shape[dim2]
+    if offset >= 0:
+        length, start = max(min(n1, n2 - offset), 0), offset * strides[dim2]
+    else:
+        length, start = max(min(n1 + offset, n2), 0), -offset * strides[dim1]
+    others = [d for d in range(rank) if d not in (dim1, dim2)]
+    size = [self.shape[d] for d in others] + [length]
+    stride = [strides[d] for d in others] + [strides[dim1] + strides[dim2]]
+    return _as_strided_scatter(self, src, size, stride, start)
+
+
+def _index_put(self, indices, values, accumulate=False):
+    """index_put with one bool mask (``x[mask] = v``, ``x[mask] += v``):
+    torch-mlir lowers it through nonzero, whose dynamic shapes the backend
+    does not take.  Masked positions take ``values`` (broadcast over the
+    masked elements, or the k-th masked element takes ``values[k]``: its
+    rank by an inclusive cumsum of the mask), all in static shapes.  Other
+    index lists are torch-mlir's (a tm_tensor.scatter)."""
+    if len(indices) != 1 or indices[0] is None or indices[0].dtype not in (torch.bool, torch.uint8):
+        return NotImplemented
+    mask = indices[0].to(torch.bool)
+    m = mask.dim()
+    if m == 0 or tuple(mask.shape) != tuple(self.shape[:m]):
+        return NotImplemented
+    trailing = list(self.shape[m:])
+    t = len(trailing)
+    values = values.to(self.dtype)
+    full_mask = mask.reshape(list(mask.shape) + [1] * t)
+    row_shape = list(values.shape[max(values.dim() - t, 0):])
+    if values.dim() <= t or values.shape[values.dim() - t - 1] == 1:
+        # One value (or row) for every masked element.
+        picked = values.reshape(row_shape).expand(self.shape)
+    else:
+        # values[k] for the k-th masked element (row-major order).
+        k = values.shape[values.dim() - t - 1]
+        rows = values.reshape([k] + row_shape).expand([k] + trailing)
+        rank = torch.cumsum(mask.reshape(-1).to(torch.int64), 0) - 1
+        rank = rank.clamp(0, k - 1)
+        picked = rows.index_select(0, rank).reshape(self.shape)
+    if accumulate:
+        return self + torch.where(full_mask, picked, torch.zeros((), dtype=self.dtype, device=self.device))
+    return torch.where(full_mask, picked, self)
+
+
 def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> torch.fx.GraphModule:
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -377,12 +472,22 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lower
         lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
         output_map = _return_each_value_once(module)
         linalg = str(module)
+        if "tm_tensor." in linalg:
+            unsupported = set(re.findall(r"tm_tensor\.(\w+)", linalg)) - _NATIVE_TM_TENSOR_OPS
+            if unsupported:
+                # A LoweringError (not a native compile error): the runtime then
+                # finds the op and runs only it eagerly from then on.
+                raise LoweringError("the lowering uses torch-mlir's TMTensor op(s) "
+                                    + ", ".join(sorted("tm_tensor." + n for n in unsupported))
+                                    + ", which the native compiler does not take")
+            # torch-mlir's own dialect for scatter/scan/sort, which MLIR 22 does
+            # not know: in the generic op form the native compiler parses these
+            # ops as unregistered ones, and its first pass
+            # (lazymlir-lower-tm-tensor) rewrites them into loops.  Other
+            # modules stay in the pretty form, for the dumps' readers.
+            linalg = module.operation.get_asm(print_generic_op_form=True)
     except Exception as e:  # torch-mlir raises many kinds; all mean "cannot compile"
         raise LoweringError(f"{type(e).__name__}: {e}") from e
-    if "tm_tensor." in linalg:
-        # torch-mlir's own dialect for scatter/sort/scan: not in the backend
-        # contract of the native compiler (MLIR 22 does not know it).
-        raise LoweringError("the lowering uses torch-mlir's TMTensor dialect, which the native compiler does not take")
     return Lowered(torch_text, linalg, output_map)
 
 

@@ -1,4 +1,4 @@
-// RUN: lazymlir-opt %s --split-input-file --verify-diagnostics --lazymlir-verify-backend-contract | FileCheck %s
+// RUN: lazymlir-opt %s --allow-unregistered-dialect --split-input-file --verify-diagnostics --lazymlir-verify-backend-contract | FileCheck %s
 
 // CHECK-LABEL: func.func @main
 // CHECK-SAME: tensor<2x3xbf16>
@@ -53,4 +53,15 @@ module {
 // expected-error @+1 {{entry function 'main' must be public}}
 func.func private @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {
   return %arg0 : tensor<4xf32>
+}
+
+// -----
+
+// The runtime parses with unregistered dialects allowed (for torch-mlir's
+// TMTensor ops, lowered before this check); anything unregistered left is
+// rejected with a diagnostic.
+func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{unregistered op 'foo.bar' in the backend input: the backend cannot compile it}}
+  %0 = "foo.bar"(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
 }

@@ -73,18 +73,18 @@ def test_native_compile_error_runs_eagerly(monkeypatch, fresh_cache):
 
 
 def test_op_that_cannot_lower_runs_eagerly_from_then_on(native, fresh_cache):
-    """cumsum lowers to torch-mlir's TMTensor dialect, which the native compiler
-    does not take: the first graph runs eagerly, the probe finds the op, and
-    later traces run just that op eagerly and compile the rest."""
+    """torch-mlir does not lower cummax: the first graph runs eagerly, the
+    probe finds the op, and later traces run just that op eagerly and compile
+    the rest."""
     x = torch.randn(6)
-    with pytest.warns(RuntimeWarning, match="aten.cumsum"):
-        first = (torch.cumsum(x.to("lazy") * 2, 0) + 1).cpu()
+    with pytest.warns(RuntimeWarning, match="aten.cummax"):
+        first = (torch.cummax(x.to("lazy") * 2, 0).values + 1).cpu()
     metrics.reset()
-    second = (torch.cumsum(x.to("lazy") * 2, 0) + 1).cpu()
-    expected = torch.cumsum(x * 2, 0) + 1
+    second = (torch.cummax(x.to("lazy") * 2, 0).values + 1).cpu()
+    expected = torch.cummax(x * 2, 0).values + 1
     torch.testing.assert_close(first, expected)
     torch.testing.assert_close(second, expected)
-    assert_compiled("aten::cumsum")
+    assert_compiled("aten::cummax")
 
 
 def test_training_step_matches_eager():

@@ -22,7 +22,9 @@ def VerifyBackendContractPass
     Checked: the entry function exists, is public and has a body; every
     argument and result is a ranked, statically shaped tensor of
     f16/bf16/f32/f64 or i1/i8/i16/i32/i64; no op in the module still works on
-    torch-dialect types (an unfinished frontend lowering).
+    torch-dialect types (an unfinished frontend lowering); no op is
+    unregistered (the runtime parses with unregistered dialects allowed for
+    torch-mlir's TMTensor ops, which lazymlir-lower-tm-tensor lowers first).
   }];
   let options = [
     Option<"entry", "entry", "std::string", /*default=*/"\"main\"",
@@ -77,6 +79,39 @@ def GuardRuntimeChecksPass
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::memref::MemRefDialect",
     "mlir::scf::SCFDialect", "mlir::tensor::TensorDialect",
+  ];
+}
+
+def LowerTMTensorPass
+    : Pass<"lazymlir-lower-tm-tensor", "mlir::ModuleOp"> {
+  let summary = "Lower torch-mlir's TMTensor scatter, scan and sort ops "
+                "(parsed as unregistered ops) to scf loops over tensors";
+  let description = [{
+    torch-mlir lowers index_put, scatter, scatter_add, scatter_reduce,
+    index_add, embedding_dense_backward (tm_tensor.scatter), cumsum and the
+    bool-mask index_put's nonzero (tm_tensor.scan), and sort / topk / argsort
+    (tm_tensor.sort) to its own TMTensor dialect, which MLIR 22 does not
+    know. The frontend prints such modules in the generic op form and the
+    runtime parses them with unregistered dialects allowed; this pass
+    rewrites those ops by name into scf.for loops over tensors
+    (tensor.extract / tensor.insert on loop-carried tensors, which one-shot
+    bufferization updates in place), inlining the op's combiner or
+    comparator region.
+
+    scatter skips updates whose position falls outside the original
+    (never writes out of bounds); scan is a sequential loop along its
+    dimension; sort is a bottom-up merge sort per slice that takes the
+    left element iff comparator(left, right) (stable for torch.sort's
+    non-strict comparators). A destination that is a function argument is
+    copied first (the caller's tensor is never written), a splat-constant
+    destination becomes a fill. Any other tm_tensor op is an error; the
+    backend contract check (run after this pass) rejects every unregistered
+    op that remains.
+  }];
+  let dependentDialects = [
+    "mlir::scf::SCFDialect", "mlir::tensor::TensorDialect",
+    "mlir::arith::ArithDialect", "mlir::linalg::LinalgDialect",
+    "mlir::bufferization::BufferizationDialect",
   ];
 }
 
@@ -292,6 +327,26 @@ def ChannelsLastPass : Pass<"lazymlir-channels-last", "mlir::func::FuncOp"> {
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
+  ];
+}
+
+def ReadonlyArgumentsPass
+    : Pass<"lazymlir-readonly-arguments", "mlir::ModuleOp"> {
+  let summary = "Mark the entry function's tensor arguments not writable "
+                "for one-shot bufferization";
+  let description = [{
+    The entry function's arguments are the caller's torch tensors (device
+    data, which may be read again by later graphs). With function
+    boundaries bufferized, one-shot bufferization otherwise takes them as
+    writable and updates them in place: a `tensor.insert_slice` into an
+    argument (torch-mlir's slice_scatter) or a scatter loop into one wrote
+    into the input tensor. `bufferization.writable = false` makes it write
+    into a copy instead, only where an in-place update would happen.
+  }];
+  let dependentDialects = ["mlir::bufferization::BufferizationDialect"];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"main\"",
+           "Name of the function the runtime calls">,
   ];
 }
 
