@@ -15,10 +15,11 @@
 //     update (i, u...) goes to original[starts], where the update slice's
 //     indices are right-aligned into the original's rank and
 //     starts[dimension_map[j]] += indices[i, j]; the region maps
-//     (update, current) to the new value. A negative index counts from the
-//     end (torch's index_put; torch-mlir passes it unchanged); updates whose
-//     position still falls outside the original are skipped (never written
-//     out of bounds).
+//     (update, current) to the new value. Positions must be in range (the
+//     frontend counts index_put's negative indices from the end before
+//     import); an update outside the original is skipped (never written out
+//     of bounds) and fails a cf.assert, which the runtime checks turn into
+//     their flag.
 //   scan: ins(input) outs(output, accumulator) along `dimension`; inclusive:
 //     out[0] = in[0], out[i] = f(out[i-1], in[i]); exclusive: out[0] = acc,
 //     out[i] = f(out[i-1], in[i-1]); the accumulator result is out[n-1]
@@ -36,6 +37,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
@@ -216,15 +218,6 @@ LogicalResult lowerScatter(Operation *op) {
           Value pos =
               arith::IndexCastOp::create(b, loc, b.getIndexType(), idx);
           int64_t d = dimMap[j];
-          // A negative index counts from the end, as in torch (index_put's
-          // indices reach the scatter unchanged).
-          Value negative = arith::CmpIOp::create(
-              b, loc, arith::CmpIPredicate::slt, pos, zero);
-          pos = arith::SelectOp::create(
-              b, loc, negative,
-              arith::AddIOp::create(b, loc, pos,
-                                    cst(b, loc, origType.getDimSize(d))),
-              pos);
           if (starts[d])
             pos = arith::AddIOp::create(b, loc, pos, starts[d]);
           starts[d] = pos;
@@ -254,6 +247,10 @@ LogicalResult lowerScatter(Operation *op) {
         };
         if (!inBounds)
           return {update(b, loc)};
+        // Out of range: skipped, never written, and reported (the runtime
+        // checks turn the assert into their flag; eager's rerun raises).
+        cf::AssertOp::create(b, loc, inBounds,
+                             "scatter index out of range");
         auto ifOp = scf::IfOp::create(
             b, loc, inBounds,
             [&](OpBuilder &b, Location loc) {

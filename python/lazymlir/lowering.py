@@ -293,6 +293,25 @@ def _gelu(self, approximate="none"):
     return 0.5 * self * (1 + torch.tanh(inner))
 
 
+_wrapping_index_put = False
+
+
+def _index_put_wrapped(self, indices, values, accumulate):
+    """index_put with integer indices, negative ones counted from the end as
+    eager does: torch-mlir passes them unchanged to tm_tensor.scatter, which
+    takes positions in range only (lazymlir-lower-tm-tensor flags the others
+    for the runtime check, and eager's rerun raises eager's IndexError)."""
+    global _wrapping_index_put
+    if _wrapping_index_put:  # the index_put below: torch-mlir's own lowering
+        return NotImplemented
+    wrapped = [None if i is None else torch.where(i < 0, i + self.shape[d], i) for d, i in enumerate(indices)]
+    _wrapping_index_put = True
+    try:
+        return torch.ops.aten.index_put.default(self, wrapped, values, accumulate)
+    finally:
+        _wrapping_index_put = False
+
+
 def _sort_stable(self, *, stable=None, dim=-1, descending=False):
     """torch-mlir lowers sort.default only; its comparator is non-strict
     (``ole`` / ``oge``) and the native lowering (lazymlir-lower-tm-tensor's
@@ -349,7 +368,9 @@ def _index_put(self, indices, values, accumulate=False):
     masked elements, or the k-th masked element takes ``values[k]``: its
     rank by an inclusive cumsum of the mask), all in static shapes.  Other
     index lists are torch-mlir's (a tm_tensor.scatter)."""
-    if len(indices) != 1 or indices[0] is None or indices[0].dtype not in (torch.bool, torch.uint8):
+    if all(i is None or not (i.dtype == torch.bool or i.dtype == torch.uint8) for i in indices):
+        return _index_put_wrapped(self, indices, values, accumulate)
+    if len(indices) != 1 or indices[0] is None:
         return NotImplemented
     mask = indices[0].to(torch.bool)
     m = mask.dim()

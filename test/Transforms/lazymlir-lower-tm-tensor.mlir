@@ -5,7 +5,8 @@
 
 // embedding_dense_backward: updates [6, 1, 4] at rows indices[i, 0] of a
 // zero 10x4 (a splat constant: becomes a fill), combined by addition;
-// negative rows count from the end, rows still out of range are skipped.
+// rows out of range (negative ones too: the frontend wraps index_put's) are
+// skipped and fail a cf.assert (the runtime checks' flag).
 // CHECK-LABEL: func.func @scatter_add
 // CHECK-NOT: tm_tensor
 // CHECK: %[[EMPTY:.*]] = tensor.empty() : tensor<10x4xf32>
@@ -14,13 +15,12 @@
 // CHECK: scf.for %[[I:.*]] = %{{.*}} iter_args(%[[A0:.*]] = %[[FILL]])
 // CHECK: scf.for %[[K:.*]] = %{{.*}} iter_args(%[[A2:.*]] = %[[A0]])
 // CHECK: %[[IDX:.*]] = tensor.extract %arg1[%[[I]], %c0] : tensor<6x1xi64>
-// CHECK: %[[IDX0:.*]] = arith.index_cast %[[IDX]] : i64 to index
-// CHECK: %[[NEG:.*]] = arith.cmpi slt, %[[IDX0]], %c0
-// CHECK: %[[WRAP:.*]] = arith.addi %[[IDX0]], %c10
-// CHECK: %[[ROW:.*]] = arith.select %[[NEG]], %[[WRAP]], %[[IDX0]]
-// CHECK: arith.cmpi sge, %[[ROW]], %c0
-// CHECK: arith.cmpi slt, %[[ROW]], %c10
-// CHECK: scf.if
+// CHECK: %[[ROW:.*]] = arith.index_cast %[[IDX]] : i64 to index
+// CHECK: %[[GE:.*]] = arith.cmpi sge, %[[ROW]], %c0
+// CHECK: %[[LT:.*]] = arith.cmpi slt, %[[ROW]], %c10
+// CHECK: %[[OK:.*]] = arith.andi %[[GE]], %[[LT]]
+// CHECK: cf.assert %[[OK]], "scatter index out of range"
+// CHECK: scf.if %[[OK]]
 // CHECK: %[[U:.*]] = tensor.extract %arg0[%[[I]], %c0, %[[K]]]
 // CHECK: %[[C:.*]] = tensor.extract %[[A2]][%[[ROW]], %[[K]]]
 // CHECK: %[[S:.*]] = arith.addf %[[C]], %[[U]]

@@ -79,11 +79,6 @@ _TAKE_INDICES = {
     "far_past_end": [0, 1, 1 << 40],
 }
 
-# Ops that torch-mlir does not lower to our backend today: they run eagerly
-# (a graph fallback, or the op alone) and must still give eager's answers.
-_EAGER_TODAY = {"embedding_backward", "index_put", "setitem", "scatter", "scatter_add", "index_put_accumulate"}
-
-
 def _division_case(op, dtype):
     a = torch.tensor([7, -7, 5, 3, 0, 9], dtype=dtype)
     b = torch.tensor([2, 2, 0, -1, 0, -4], dtype=dtype)
@@ -254,16 +249,11 @@ def _result(child_results, name):
 
 @pytest.mark.parametrize("name", [n for n in CASES if n not in EAGER_OK])
 def test_bad_index_or_divisor_raises_eagers_error(native, child_results, name):
-    """Eager's exception type and message, at the barrier (.cpu()); for the
-    ops that run eagerly today, at the op itself."""
+    """Eager's exception type and message, at the barrier (.cpu()), from the
+    compiled graph's check and the eager rerun."""
     r = _result(child_results, name)
-    expected, got = r["expected"], r["got"]
-    family = name.split("/")[0]
-    if family in _EAGER_TODAY and got[0] == "raised while tracing":
-        got = ["error"] + got[1:]
-    assert got == expected
-    if family not in _EAGER_TODAY:
-        assert r["compiled"] > 0 and r["reruns"] >= 1, r  # the compiled check fired
+    assert r["got"] == r["expected"]
+    assert r["compiled"] > 0 and r["reruns"] >= 1, r  # the compiled check fired
 
 
 @pytest.mark.parametrize("name", sorted(EAGER_OK))
@@ -280,9 +270,8 @@ def test_good_index_or_divisor_compiled(native, fresh_cache, name):
     expected, got = _run_case(fn, args)
     lazymlir.wait_device_ops()
     assert got == expected
-    if name.split("/")[0] not in _EAGER_TODAY:
-        assert metrics.counter_value("UncachedCompile") >= 1
-        assert_compiled()
+    assert metrics.counter_value("UncachedCompile") >= 1
+    assert_compiled()
     assert metrics.counter_value("RuntimeCheckEagerRerun") == 0
 
 

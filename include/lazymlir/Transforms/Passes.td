@@ -99,7 +99,8 @@ def LowerTMTensorPass
     comparator region.
 
     scatter skips updates whose position falls outside the original
-    (never writes out of bounds); scan is a sequential loop along its
+    (never writes out of bounds) and fails a `cf.assert` for them (which
+    lazymlir-guard-runtime-checks turns into its flag); scan is a sequential loop along its
     dimension; sort is a bottom-up merge sort per slice that takes the
     left element iff comparator(left, right) (stable for torch.sort's
     non-strict comparators). A destination that is a function argument is
@@ -112,6 +113,7 @@ def LowerTMTensorPass
     "mlir::scf::SCFDialect", "mlir::tensor::TensorDialect",
     "mlir::arith::ArithDialect", "mlir::linalg::LinalgDialect",
     "mlir::bufferization::BufferizationDialect",
+    "mlir::cf::ControlFlowDialect",
   ];
 }
 
