@@ -210,7 +210,8 @@ def _op_node(op, args, kwargs, meta) -> Node:
     """A node on existing values (internal rewrites: scatters, casts)."""
     inputs = tuple(a for a in args if isinstance(a, Node))
     node = Node(op, args, kwargs, inputs, (_oid(op), freeze(args), freeze(tuple(kwargs.items()))), meta)
-    if op in _eager_ops:  # found not to lower: compute it now, on CPU
+    bad = _eager_dtypes.get(op)
+    if bad is not None and tuple(i.meta.dtype for i in inputs) in bad:  # found not to lower
         return _eager_node(node)
     return node
 
@@ -1087,14 +1088,45 @@ _SPECIAL = {
     aten.threshold_backward.default: _threshold_backward,
 }
 
-# Ops found not to lower (runtime's probe): run eagerly when dispatched, and
-# when the tracer itself emits them (scatters for writes through views).
-_eager_ops = set()
+# Ops found not to lower (runtime's probe), with the input dtypes they were
+# found with: run eagerly when dispatched with those, and when the tracer
+# itself emits them (scatters for writes through views).
+_eager_dtypes = {}
 
 
-def _run_eagerly_from_now_on(op) -> None:
-    _eager_ops.add(op)
-    op._lz_handler = _make_eager(True)
+def _tensor_dtypes(a, out: list) -> list:
+    """The dtypes of the tensors in ``a``, in the order _convert_all makes
+    them node inputs."""
+    if isinstance(a, torch.Tensor):
+        out.append(a.dtype)
+    elif type(a) is list or type(a) is tuple:
+        for x in a:
+            _tensor_dtypes(x, out)
+    return out
+
+
+def _run_eagerly_from_now_on(key) -> None:
+    op, dtypes = key
+    bad = _eager_dtypes.get(op)
+    if bad is None:
+        bad = _eager_dtypes[op] = set()
+        recorded = _classify(op)
+
+        def handler(func, args, kwargs):
+            found = _tensor_dtypes(list(args) + list(kwargs.values()), [])
+            if tuple(found) in bad:
+                return _eager(func, args, kwargs)
+            return recorded(func, args, kwargs)
+
+        op._lz_handler = handler
+    bad.add(dtypes)
+
+
+def _forget_eager(op) -> None:
+    """Undo :func:`_run_eagerly_from_now_on` for ``op`` (tests)."""
+    _eager_dtypes.pop(op, None)
+    if hasattr(op, "_lz_handler"):
+        del op._lz_handler
 
 
 runtime.unsupported_op_listeners.append(_run_eagerly_from_now_on)

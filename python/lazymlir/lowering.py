@@ -72,6 +72,14 @@ def _decomposition_table():
         table[torch.ops.aten.diagonal_scatter.default] = _diagonal_scatter
         table[torch.ops.aten.index_put.default] = _index_put
         table[torch.ops.aten.kthvalue.default] = _kthvalue  # else tm_tensor.topk
+        # torch-mlir's scatter lowering runs out of memory (an abort) on a
+        # negative dim, and its TMTensor lowerings treat bool as signed i1
+        # (sort puts True first, add is xor): dims are made non-negative and
+        # bool operands go through int32.
+        for op in _SCATTERS:
+            table[op] = _scatter_like(op, table.get(op))
+        assert torch.ops.aten.sort.default not in table
+        table[torch.ops.aten.sort.default] = _sort_bool
         _decompositions = table
     return _decompositions
 
@@ -293,6 +301,50 @@ def _gelu(self, approximate="none"):
     return 0.5 * self * (1 + torch.tanh(inner))
 
 
+_SCATTERS = (torch.ops.aten.scatter.src, torch.ops.aten.scatter.value, torch.ops.aten.scatter.reduce,
+             torch.ops.aten.scatter.value_reduce, torch.ops.aten.scatter_add.default,
+             torch.ops.aten.scatter_reduce.two, torch.ops.aten.index_add.default)
+
+
+def _scatter_like(op, decomposed):
+    """``op(self, dim, index, ...)`` with a non-negative ``dim`` and, for a
+    bool ``self``, computed in int32 (the result converted back); then the
+    table's own decomposition of ``op`` (``decomposed``), if any."""
+
+    def decomposition(self, dim, *args, **kwargs):
+        if op is torch.ops.aten.scatter_reduce.two and args[2] == "mean" and not self.is_floating_point():
+            # torch-mlir's mean of integers rounds differently from eager's
+            raise LoweringError("scatter_reduce mean of integers: torch-mlir's rounding differs from eager's")
+        negative = dim < 0
+        bools = self.dtype == torch.bool
+        if not negative and not bools:
+            return NotImplemented if decomposed is None else decomposed(self, dim, *args, **kwargs)
+        dim = dim + self.dim() if negative else dim
+        if not bools:
+            return op(self, dim, *args, **kwargs)
+        # bool tensors and scalars (index_add's alpha) as int32 and int:
+        # torch-mlir crashes multiplying an i8 tensor (and converting scalars to i8) by a bool scalar
+        args = [_as_int32(a) for a in args]
+        kwargs = {k: _as_int32(v) for k, v in kwargs.items()}
+        return op(self.to(torch.int32), dim, *args, **kwargs).to(torch.bool)
+
+    return decomposition
+
+
+def _as_int32(a):
+    if isinstance(a, torch.Tensor):
+        return a.to(torch.int32) if a.dtype == torch.bool else a
+    return int(a) if type(a) is bool else a
+
+
+def _sort_bool(self, dim=-1, descending=False):
+    """torch-mlir's comparator takes i1 as signed (True < False)."""
+    if self.dtype != torch.bool:
+        return NotImplemented
+    values, indices = torch.ops.aten.sort.default(self.to(torch.int32), dim, descending)
+    return values.to(torch.bool), indices
+
+
 _wrapping_index_put = False
 
 
@@ -305,8 +357,12 @@ def _index_put_wrapped(self, indices, values, accumulate):
     if _wrapping_index_put:  # the index_put below: torch-mlir's own lowering
         return NotImplemented
     wrapped = [None if i is None else torch.where(i < 0, i + self.shape[d], i) for d, i in enumerate(indices)]
+    bools = self.dtype == torch.bool  # TMTensor's i1 add is xor: accumulate in int32
     _wrapping_index_put = True
     try:
+        if bools:
+            return torch.ops.aten.index_put.default(self.to(torch.int32), wrapped, values.to(torch.int32),
+                                                    accumulate).to(torch.bool)
         return torch.ops.aten.index_put.default(self, wrapped, values, accumulate)
     finally:
         _wrapping_index_put = False
@@ -487,7 +543,7 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lower
         from torch_mlir.compiler_utils import OutputType, lower_mlir_module
 
         decomposed = decompose(gm, example_inputs)
-        _refuse_frontend_crashes(decomposed)
+        _refuse_frontend_failures(decomposed)
         module = tm_fx.stateless_fx_import(decomposed, output_type=OutputType.TORCH, model_name="main")
         torch_text = str(module)
         lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
@@ -517,22 +573,28 @@ def _integer_input(node) -> bool:
     return isinstance(val, torch.Tensor) and not val.is_floating_point()
 
 
-# Ops on which torch-mlir's lowering crashes the process (it runs in ours):
-# each predicate takes an FX node of the decomposed graph.  Refused with a
-# LoweringError, the op runs eagerly instead.
-_FRONTEND_CRASHES = {
+def _always(node) -> bool:
+    return True
+
+
+# Ops whose torch-mlir lowering crashes the process (it runs in ours) or
+# gives wrong values: each predicate takes an FX node of the decomposed
+# graph.  Refused with a LoweringError, the op runs eagerly instead.
+_REFUSED = {
     # ConvertAtenMaxPoolOp asks an integer element type for its float
     # semantics (getFloatInf): SIGSEGV.
     torch.ops.aten.max_pool3d.default: _integer_input,
     torch.ops.aten.max_pool3d_with_indices.default: _integer_input,
+    # log(cumsum(exp(x))): inf where exp overflows (eager is stable).
+    torch.ops.aten.logcumsumexp.default: _always,
 }
 
 
-def _refuse_frontend_crashes(gm: torch.fx.GraphModule) -> None:
+def _refuse_frontend_failures(gm: torch.fx.GraphModule) -> None:
     for node in gm.graph.nodes:
-        crashes = _FRONTEND_CRASHES.get(node.target)
-        if crashes is not None and crashes(node):
-            raise LoweringError(f"{node.target} on these inputs would crash torch-mlir's lowering")
+        refused = _REFUSED.get(node.target)
+        if refused is not None and refused(node):
+            raise LoweringError(f"{node.target} on these inputs: torch-mlir's lowering crashes or is wrong")
 
 
 def _return_each_value_once(module) -> tuple:
@@ -569,19 +631,28 @@ def _return_each_value_once(module) -> tuple:
     return tuple(output_map)
 
 
+def unsupported_key(n) -> tuple:
+    """What the probe marks: the node's op and its inputs' dtypes (an op may
+    lower for float32 and not for int64)."""
+    return (n.op, tuple(i.meta.dtype for i in n.inputs))
+
+
 def find_unsupported(graph, limit: int = 64) -> Set:
-    """The ops of ``graph`` that do not lower on their own: each distinct op is
-    tried once, alone, on zero inputs of the same shapes and dtypes.  Empty when
-    every op of a graph with several fails, which means the pipeline, not an op,
-    is broken."""
+    """The :func:`unsupported_key` of the ops of ``graph`` that do not lower
+    on their own: each distinct one is tried once, alone, on zero inputs of
+    the same shapes and dtypes.  Empty when every op of a graph with several
+    fails, which means the pipeline, not an op, is broken."""
     from .trace import Graph, Node, map_nodes, to_fx
 
     bad = set()
     tried = set()
     for n in graph.nodes:
-        if not isinstance(n.op, torch._ops.OpOverload) or n.op in tried or len(tried) >= limit:
+        if not isinstance(n.op, torch._ops.OpOverload):
             continue
-        tried.add(n.op)
+        key = unsupported_key(n)
+        if key in tried or len(tried) >= limit:
+            continue
+        tried.add(key)
         leaves = {}
         for i in n.inputs:
             if i not in leaves:
@@ -598,7 +669,7 @@ def find_unsupported(graph, limit: int = 64) -> Set:
         try:
             lower(to_fx(single), [leaf.data for leaf in single.inputs])
         except LoweringError:
-            bad.add(n.op)
+            bad.add(key)
     if len(tried) > 1 and bad == tried:  # nothing lowers: the pipeline is at fault, not an op
         return set()
     return bad

@@ -111,7 +111,8 @@ class _Eager:
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
 
 
-# Called with each op found not to lower alone (device.py makes it run eagerly).
+# Called with the (op, input dtypes) of each op found not to lower alone
+# (device.py makes it run eagerly for those dtypes).
 unsupported_op_listeners: List[Callable] = []
 
 
@@ -180,7 +181,8 @@ def _run_in_place(graph: trace.Graph, ops) -> None:
         if n.op is operator.getitem:
             users.setdefault(n.args[0], []).append(n)
     for n in graph.nodes:
-        if n.op not in ops or n.data is not None:
+        if n.data is not None or not isinstance(n.op, torch._ops.OpOverload) or \
+                lowering.unsupported_key(n) not in ops:
             continue
         result = eager_value(n)
         if isinstance(n.meta, torch.Tensor):
@@ -556,13 +558,14 @@ def _compile(graph: trace.Graph):
                 # Find the ops that cannot lower and run them eagerly from now
                 # on, so that the rest of later traces compiles.
                 culprits = lowering.find_unsupported(graph)
-                for op in culprits:
+                for key in culprits:
                     for listener in unsupported_op_listeners:
-                        listener(op)
+                        listener(key)
                 if culprits:
                     warnings.warn(
                         f"lazymlir: graph {name} ({len(graph.nodes)} ops) holds ops that do not compile; they run "
-                        f"eagerly from now on, the rest compiles: {', '.join(sorted(map(str, culprits)))}",
+                        f"eagerly from now on, the rest compiles: "
+                        f"{', '.join(sorted(f'{op} on {list(dtypes)}' for op, dtypes in culprits))}",
                         RuntimeWarning,
                         stacklevel=3,
                     )

@@ -172,6 +172,33 @@ def test_op_that_cannot_lower_costs_one_op_not_the_graph(monkeypatch, native, fr
         torch.testing.assert_close(again, got)
         assert_compiled("aten::sin")
     finally:
-        device._eager_ops.discard(sin)
-        if hasattr(sin, "_lz_handler"):
-            del sin._lz_handler
+        device._forget_eager(sin)
+
+
+def test_op_that_cannot_lower_for_one_dtype_still_compiles_for_others(monkeypatch, native, fresh_cache):
+    """The probe marks an op with its inputs' dtypes: an op that does not
+    lower on int64 still compiles on float32."""
+    device = sys.modules["lazymlir.device"]
+    real = lowering.lower
+
+    def lower(gm, example_inputs):
+        if any(n.target is torch.ops.aten.neg.default for n in gm.graph.nodes) and \
+                any(t.dtype == torch.int64 for t in example_inputs):
+            raise lowering.LoweringError("simulated: integer neg does not lower")
+        return real(gm, example_inputs)
+
+    monkeypatch.setattr(lowering, "lower", lower)
+    neg = torch.ops.aten.neg.default
+    try:
+        i = torch.arange(6)
+        with pytest.warns(RuntimeWarning, match=r"aten.neg.default on \[torch.int64\]"):
+            torch.testing.assert_close((-(i.to("lazy") * 2)).cpu(), -(i * 2))
+        metrics.reset()
+        x = torch.randn(6)
+        torch.testing.assert_close((-(x.to("lazy") * 2)).cpu(), -(x * 2))
+        assert_compiled()  # float32 neg compiled
+        metrics.reset()
+        torch.testing.assert_close((-(i.to("lazy") * 3)).cpu(), -(i * 3))
+        assert_compiled("aten::neg")  # int64 neg eager at dispatch
+    finally:
+        device._forget_eager(neg)
