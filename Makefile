@@ -13,7 +13,7 @@ STAMPS := .stamps
 pip_install = set -o pipefail; $(VPY) -m pip install -q $(1) 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
 NATIVE_SOURCES := $(shell find CMakeLists.txt include lib tools python test -name '*.cpp' -o -name '*.h' -o -name '*.td' -o -name 'CMakeLists.txt' -o -name '*.in' 2>/dev/null) pyproject.toml
 
-.PHONY: all demo test check-lit check-python deps build clean
+.PHONY: all demo test check-lit check-python conformance deps build clean
 
 all: build
 
@@ -33,6 +33,13 @@ check-lit: build
 
 check-python: build
 	$(VPY) -m pytest -q test/python
+
+# PyTorch's OpInfo samples through the lazy device, against eager (tools/conformance.py):
+# prints the table and writes per-op results and a summary to docs/conformance/.
+conformance: build
+	$(VPY) tools/conformance.py --jobs 2 --worker-log build/conformance-workers.log \
+	  --out-json docs/conformance/results.json --out-md docs/conformance/summary.md \
+	  --before docs/conformance/baseline-e683828.json
 
 deps: $(STAMPS)/apt $(STAMPS)/venv
 
