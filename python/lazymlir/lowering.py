@@ -54,7 +54,7 @@ def _decomposition_table():
             aten.clamp.default: _clamp, aten.clamp.Tensor: _clamp,
             aten.clamp_min.default: _clamp_min, aten.clamp_min.Tensor: _clamp_min,
             aten.clamp_max.default: _clamp_max, aten.clamp_max.Tensor: _clamp_max,
-            aten.hardtanh.default: _hardtanh, aten.relu6.default: _relu6,
+            aten.hardtanh.default: _hardtanh, aten.relu6.default: _relu6, aten.relu.default: _relu,
             aten.maximum.default: _maximum, aten.minimum.default: _minimum,
             aten.fmax.default: _fmax, aten.fmin.default: _fmin,
             aten.eq.Tensor: _eq, aten.reciprocal.default: _reciprocal,
@@ -168,6 +168,14 @@ def _hardtanh(self, min_val=-1, max_val=1):
 
 def _relu6(self, inplace=False):
     return _clamp(self, 0, 6)
+
+
+def _relu(self):
+    """Eager keeps -0.0 (and NaN); torch-mlir's select(x ugt 0, x, 0) gives
+    +0.0.  Fused, the compare and select are one kernel."""
+    if not self.is_floating_point():
+        return NotImplemented
+    return _clamp(self, 0, None)
 
 
 def _maximum(self, other, pick=torch.gt):

@@ -303,8 +303,6 @@ def test_relu_gelu(native, dtype):
     run(F.gelu, x if dtype == torch.float64 else x[x != inf])
 
 
-@pytest.mark.xfail(strict=True, reason="torch-mlir lowers relu as select(x ugt 0, x, 0): relu(-0.0) is +0.0 "
-                   "(eager -0.0); select(x olt 0, 0, x) would be right but is two aten ops")
 def test_relu_negative_zero(native):
     run(torch.relu, special(torch.float32, [-0.0]))
 
