@@ -169,9 +169,17 @@ def _fresh(node: Node, meta: torch.Tensor) -> LazyTensor:
     return _wrap(meta, Storage(node, meta), (), node)
 
 
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """``t``, which is to become device data: only strided tensors can."""
+    if t.layout != torch.strided:
+        raise NotImplementedError(f"lazymlir: {t.layout} tensors cannot live on the lazy device; "
+                                  "keep them on the CPU (or convert with .to_dense())")
+    return t
+
+
 def _from_cpu(tensor: torch.Tensor) -> LazyTensor:
     """Device data from a CPU tensor that nobody else will write to."""
-    return _fresh(Node.leaf(tensor), _intern(tensor.shape, tensor.stride(), tensor.dtype))
+    return _fresh(Node.leaf(_strided(tensor)), _intern(tensor.shape, tensor.stride(), tensor.dtype))
 
 
 # ----------------------------------------------------------------------------
@@ -515,7 +523,7 @@ def _convert(a, inputs: list, keys: list):
         return a._lz_meta, v, BLANK
     if isinstance(a, torch.Tensor):
         # A CPU tensor (a 0-dim scalar, or a copy_ source): snapshot it as device data.
-        v = Node.leaf(a.detach().clone())
+        v = Node.leaf(_strided(a).detach().clone())
         inputs.append(v)
         keys.append((a.device, a.shape, a.stride(), a.dtype))
         return a, v, BLANK
@@ -901,7 +909,7 @@ def _copy_(func, args, kwargs):
     if type(src) is LazyTensor:
         v = _value(src)
     else:
-        v = Node.leaf(src.detach().to(_CPU, copy=True))
+        v = Node.leaf(_strided(src).detach().to(_CPU, copy=True))
     if dst.dtype not in SUPPORTED_DTYPES or v.meta.dtype not in SUPPORTED_DTYPES:
         if v.meta.shape == dst.shape and v.meta.dtype == dst.dtype:
             _write(dst, v)  # a plain move needs no compute
@@ -918,6 +926,8 @@ def _copy_(func, args, kwargs):
 
 def _to_copy(func, args, kwargs):
     target = kwargs.get("device")
+    if type(args[0]) is not LazyTensor:
+        _strided(args[0])
     if target is not None and target.type != "lazy":
         cpu_kwargs = dict(kwargs)
         cpu_kwargs["device"] = _CPU

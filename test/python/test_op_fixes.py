@@ -190,3 +190,10 @@ def test_scatters_and_sorts_of_bools_and_negative_dims():
     """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-2000:])
+
+
+def test_sparse_tensors_get_a_clear_error():
+    with pytest.raises(NotImplementedError, match="sparse_coo tensors cannot live on the lazy device"):
+        torch.eye(3).to_sparse().to("lazy")
+    with pytest.raises(NotImplementedError, match="cannot live on the lazy device"):
+        torch.eye(3).to("lazy").to_sparse()
