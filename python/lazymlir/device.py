@@ -1165,6 +1165,8 @@ def _classify(func):
         handler = _foreach(func)
         if handler is not None:
             return handler
+    if "sparse" in name:  # their results cannot be device data (_strided raises)
+        return _make_eager(True)
     if any(r in name for r in _RNG_NAMES) and "backward" not in name:  # the CPU generator keeps eager's random stream
         return _make_eager(True, overwrites=name in _OVERWRITES)
     if any(not isinstance(r.type, torch.TensorType) and "Tensor" not in str(r.type) for r in schema.returns):
