@@ -296,9 +296,23 @@ def _elu(self, alpha=1, scale=1, input_scale=1):
 def _pow_tensor_scalar(self, exponent):
     # eager computes x ** 0.5 as sqrt(x) and x ** -0.5 as rsqrt(x): NaN for -inf,
     # -0.0 for -0.0 (C's pow gives +inf and +0.0).
-    if not self.is_floating_point() or exponent not in (0.5, -0.5) or isinstance(exponent, bool):
+    if not self.is_floating_point() or isinstance(exponent, bool) or isinstance(exponent, complex):
         return NotImplemented
-    return torch.sqrt(self) if exponent == 0.5 else torch.rsqrt(self)
+    if exponent in (0.5, -0.5):
+        return torch.sqrt(self) if exponent == 0.5 else torch.rsqrt(self)
+    if exponent == int(exponent) and 2 <= abs(exponent) <= 64:
+        # Products (eager's own for 2 and 3: x*x, x*x*x): torch-mlir's
+        # math.fpowi has an i64 exponent, which LLVM's powi does not take in
+        # a vectorized contraction epilogue (GPT-2's gelu_new failed to compile).
+        n, power, result = abs(int(exponent)), self, None
+        while n:
+            if n & 1:
+                result = power if result is None else result * power
+            n >>= 1
+            if n:
+                power = power * power
+        return torch.reciprocal(result) if exponent < 0 else result
+    return NotImplemented
 
 
 def _gelu(self, approximate="none"):

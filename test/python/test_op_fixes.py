@@ -197,3 +197,18 @@ def test_sparse_tensors_get_a_clear_error():
                  lambda: torch.eye(3).to_sparse_csr().to("lazy")):
         with pytest.raises(NotImplementedError, match="tensors cannot live on the lazy device"):
             make()
+
+
+def test_integer_powers_compile_in_contraction_epilogues(native):
+    """GPT-2's gelu_new: pow(x @ w + b, 3.0).  torch-mlir's math.fpowi (an i64
+    exponent) did not compile vectorized in the matmul epilogue: the whole
+    graph ran eagerly.  Integer powers are products now, eager's own for 2, 3."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(32, 64), torch.randn(64, 64), torch.randn(64)
+    for e in (2.0, 3.0, 4.0, -2.0):
+        f = lambda x, w, b: torch.pow(x @ w + b, e) * 0.5  # noqa: E731
+        torch.testing.assert_close(f(x.to("lazy"), w.to("lazy"), b.to("lazy")).cpu(), f(x, w, b), rtol=1e-4, atol=1e-3)
+    v = torch.randn(4096)
+    for e in (2.0, 3.0):
+        assert torch.equal(v.to("lazy").pow(e).cpu(), v.pow(e))
+    assert_compiled()
