@@ -39,7 +39,15 @@ bool isRowLocal(linalg::LinalgOp op, int64_t rows,
   AffineExpr first = getAffineDimExpr(0, op.getContext());
   for (OpOperand &operand : op->getOpOperands()) {
     Operation *producer = operand.get().getDefiningOp();
-    bool shared = op.isDpsInit(&operand) || (producer && fused.contains(producer));
+    // A reduction reads rows of all its operands (softmax's max and sum,
+    // layer norm's moments): one that reads an operand across rows is a
+    // contraction (a matmul's weight), not a row reduction; a contraction in
+    // the row loop raced between the loop's threads (GPT-2's layer norm and
+    // qkv projection gave nondeterministic results) and is tile-contractions'
+    // job anyway.
+    bool shared = op.isDpsInit(&operand) || (producer && fused.contains(producer)) ||
+                  (isReduction(op) && isa<RankedTensorType>(operand.get().getType()) &&
+                   cast<RankedTensorType>(operand.get().getType()).getRank() > 0);
     if (!shared || !isa<ShapedType>(operand.get().getType()))
       continue;
     AffineMap map = op.getMatchingIndexingMap(&operand);

@@ -120,3 +120,39 @@ func.func @not_row_local(%x: tensor<512x256xf32>) -> (tensor<512x256xf32>, tenso
   } -> tensor<512x256xf32>
   return %r, %sum, %r2 : tensor<512x256xf32>, tensor<512xf32>, tensor<512x256xf32>
 }
+
+// -----
+
+// A matmul (batch-first, as fuse-elementwise leaves a linear on a 3-D input)
+// and its bias epilogue: the matmul reduces over its weight's rows, which no
+// row tile owns; it is a contraction, not a row reduction, and stays out of
+// any row loop (in one, its tiles raced between the loop's threads: GPT-2's
+// layer norm + qkv projection gave nondeterministic results).
+// CHECK-LABEL: func.func @matmul_is_not_a_row_reduction
+// CHECK-NOT: scf.for
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "reduction"]
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel"]
+// CHECK-NOT: scf.for
+#mx = affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>
+#mw = affine_map<(d0, d1, d2, d3) -> (d3, d2)>
+#mo = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+#id = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#bias = affine_map<(d0, d1, d2) -> (d2)>
+func.func @matmul_is_not_a_row_reduction(%x: tensor<4x64x128xf32>, %w: tensor<128x384xf32>, %b: tensor<384xf32>) -> tensor<4x64x384xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x64x384xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x64x384xf32>) -> tensor<4x64x384xf32>
+  %mm = linalg.generic {indexing_maps = [#mx, #mw, #mo], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%x, %w : tensor<4x64x128xf32>, tensor<128x384xf32>) outs(%f : tensor<4x64x384xf32>) {
+  ^bb0(%a: f32, %c: f32, %acc: f32):
+    %m = arith.mulf %a, %c : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<4x64x384xf32>
+  %e2 = tensor.empty() : tensor<4x64x384xf32>
+  %r = linalg.generic {indexing_maps = [#id, #bias, #id], iterator_types = ["parallel", "parallel", "parallel"]} ins(%mm, %b : tensor<4x64x384xf32>, tensor<384xf32>) outs(%e2 : tensor<4x64x384xf32>) {
+  ^bb0(%a: f32, %c: f32, %o: f32):
+    %s = arith.addf %a, %c : f32
+    linalg.yield %s : f32
+  } -> tensor<4x64x384xf32>
+  return %r : tensor<4x64x384xf32>
+}
