@@ -18,6 +18,7 @@ tensors), so nothing is computed twice.
 
 import math
 import operator
+import threading
 import weakref
 from typing import List
 
@@ -1257,3 +1258,44 @@ def _tensor_split(self, tensor_indices_or_sections, dim=0):
 
 
 _lib.impl("tensor_split.tensor_indices_or_sections", _tensor_split, "AutogradLazy")
+
+
+# Module.to("lazy") and tied parameters.  For a device whose tensors share the
+# CPU tensor's TensorImpl type, Module._apply moves a parameter in place
+# (param.data = moved), so a Parameter shared by two modules (GPT-2's token
+# embedding and LM head, any tied embedding) stays one Parameter.  A lazy
+# tensor is a Python wrapper subclass: _apply makes a new Parameter for every
+# place the old one is registered, and the tie silently breaks (each copy
+# gets only its own module's gradient); so does .to("cpu") back.  The
+# outermost _apply of a module tree re-ties them: every place that held one
+# Parameter gets the first Parameter made from it.
+_module_apply = torch.nn.Module._apply
+_applying = threading.local()
+
+
+def _apply_keeping_ties(self, fn, recurse=True):
+    if getattr(_applying, "active", False) or not recurse:
+        return _module_apply(self, fn, recurse)
+    places = {}
+    for module in self.modules():
+        for kind in ("_parameters", "_buffers"):
+            for name, t in getattr(module, kind).items():
+                if t is not None:
+                    places.setdefault(id(t), [isinstance(t, LazyTensor)]).append((module, kind, name))
+    _applying.active = True
+    try:
+        result = _module_apply(self, fn, recurse)
+    finally:
+        _applying.active = False
+    for was_lazy, *shared in places.values():
+        if len(shared) < 2:
+            continue
+        module, kind, name = shared[0]
+        first = getattr(module, kind)[name]
+        if was_lazy or isinstance(first, LazyTensor):  # to or from the lazy device
+            for module, kind, name in shared[1:]:
+                getattr(module, kind)[name] = first
+    return result
+
+
+torch.nn.Module._apply = _apply_keeping_ties
