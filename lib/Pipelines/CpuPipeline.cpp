@@ -58,6 +58,8 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
   ReadonlyArgumentsPassOptions readonly;
   readonly.entry = options.entry;
   pm.addPass(createReadonlyArgumentsPass(readonly));
+  // After the last CSE: parallel tile loops get per-iteration scratch.
+  pm.addNestedPass<func::FuncOp>(createPrivatizeTileScratchPass());
 
   // Identity layouts at the function boundary: the runtime passes contiguous
   // torch buffers, and static strides let LLVM vectorize the loops.

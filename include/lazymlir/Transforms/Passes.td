@@ -332,6 +332,22 @@ def ChannelsLastPass : Pass<"lazymlir-channels-last", "mlir::func::FuncOp"> {
   ];
 }
 
+def PrivatizeTileScratchPass
+    : Pass<"lazymlir-privatize-tile-scratch", "mlir::func::FuncOp"> {
+  let summary = "Give each iteration of a parallel tile loop its own empty "
+                "tensors";
+  let description = [{
+    tensor.empty is pure, so CSE merges an empty tensor inside a tile loop
+    marked for parallel execution (`lazymlir.parallel_tiles`) with an
+    identical one defined before the loop, and one-shot bufferization then
+    gives all iterations the one buffer allocated outside: the threads that
+    run them race on it. Every use inside such a loop of an empty tensor
+    defined outside it gets its own clone next to the user, so the buffer is
+    allocated per iteration. Run right before bufferization.
+  }];
+  let dependentDialects = ["mlir::tensor::TensorDialect", "mlir::scf::SCFDialect"];
+}
+
 def ReadonlyArgumentsPass
     : Pass<"lazymlir-readonly-arguments", "mlir::ModuleOp"> {
   let summary = "Mark the entry function's tensor arguments not writable "
