@@ -170,17 +170,9 @@ def _fresh(node: Node, meta: torch.Tensor) -> LazyTensor:
     return _wrap(meta, Storage(node, meta), (), node)
 
 
-def _strided(t: torch.Tensor) -> torch.Tensor:
-    """``t``, which is to become device data: only strided tensors can."""
-    if t.layout != torch.strided:
-        raise NotImplementedError(f"lazymlir: {t.layout} tensors cannot live on the lazy device; "
-                                  "keep them on the CPU (or convert with .to_dense())")
-    return t
-
-
 def _from_cpu(tensor: torch.Tensor) -> LazyTensor:
     """Device data from a CPU tensor that nobody else will write to."""
-    return _fresh(Node.leaf(_strided(tensor)), _intern(tensor.shape, tensor.stride(), tensor.dtype))
+    return _fresh(Node.leaf(tensor), _intern(tensor.shape, tensor.stride(), tensor.dtype))
 
 
 # ----------------------------------------------------------------------------
@@ -524,7 +516,7 @@ def _convert(a, inputs: list, keys: list):
         return a._lz_meta, v, BLANK
     if isinstance(a, torch.Tensor):
         # A CPU tensor (a 0-dim scalar, or a copy_ source): snapshot it as device data.
-        v = Node.leaf(_strided(a).detach().clone())
+        v = Node.leaf(a.detach().clone())
         inputs.append(v)
         keys.append((a.device, a.shape, a.stride(), a.dtype))
         return a, v, BLANK
@@ -910,7 +902,7 @@ def _copy_(func, args, kwargs):
     if type(src) is LazyTensor:
         v = _value(src)
     else:
-        v = Node.leaf(_strided(src).detach().to(_CPU, copy=True))
+        v = Node.leaf(src.detach().to(_CPU, copy=True))
     if dst.dtype not in SUPPORTED_DTYPES or v.meta.dtype not in SUPPORTED_DTYPES:
         if v.meta.shape == dst.shape and v.meta.dtype == dst.dtype:
             _write(dst, v)  # a plain move needs no compute
@@ -927,8 +919,6 @@ def _copy_(func, args, kwargs):
 
 def _to_copy(func, args, kwargs):
     target = kwargs.get("device")
-    if type(args[0]) is not LazyTensor:
-        _strided(args[0])
     if target is not None and target.type != "lazy":
         cpu_kwargs = dict(kwargs)
         cpu_kwargs["device"] = _CPU
@@ -1064,9 +1054,7 @@ def _resize_(func, args, kwargs):
     if n <= old:
         flat = _functional(aten.slice.Tensor, (flat, 0, 0, n), {})
     else:
-        pad = _fresh(_op_node(aten.zeros.default, ([n - old],), {"dtype": self.dtype, "device": _CPU},
-                              _intern((n - old,), (1,), self.dtype)), _intern((n - old,), (1,), self.dtype))
-        flat = _functional(aten.cat.default, ([flat, pad],), {})
+        flat = _functional(aten.cat.default, ([flat, _empty([n - old], dtype=self.dtype)],), {})
     _rebind(self, _functional(aten.reshape.default, (flat, size), {}))
     return self
 
@@ -1166,7 +1154,7 @@ def _classify(func):
         handler = _foreach(func)
         if handler is not None:
             return handler
-    if "sparse" in name:  # their results cannot be device data (_strided raises)
+    if "sparse" in name:  # their results cannot be device data (trace.device_data raises)
         return _make_eager(True)
     if any(r in name for r in _RNG_NAMES) and "backward" not in name:  # the CPU generator keeps eager's random stream
         return _make_eager(True, overwrites=name in _OVERWRITES)

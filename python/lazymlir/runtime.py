@@ -82,10 +82,18 @@ class _Compiled:
             # self", ...), which becomes the job's; if it does not (a check
             # that failed needlessly), its outputs are the result.
             metrics.counter("RuntimeCheckEagerRerun")
-            with torch.no_grad(), torch.autocast("cpu", enabled=False):
-                for i, r in zip(self.output_map, self.gm(*inputs)):
-                    outs[i].copy_(r)
+            _run_fx(self.gm, inputs, [outs[i] for i in self.output_map])
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
+
+
+def _run_fx(gm, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
+    """Run a graph's FX module eagerly, its i-th result copied into outs[i].
+    Grad mode and autocast are per thread: on the worker they are off; a
+    waiting thread that runs the graph itself (runtime._wait_for) may be
+    inside torch.autocast, which would change the recorded dtypes."""
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        for out, r in zip(outs, gm(*inputs)):
+            out.copy_(r)
 
 
 class _Eager:
@@ -102,12 +110,7 @@ class _Eager:
 
     def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
         t0 = time.perf_counter()
-        # Grad mode and autocast are per thread: on the worker they are off;
-        # a waiting thread that runs the graph itself (runtime._wait_for) may
-        # be inside torch.autocast, which would change the recorded dtypes.
-        with torch.no_grad(), torch.autocast("cpu", enabled=False):
-            for out, r in zip(outs, self.gm(*inputs)):
-                out.copy_(r)
+        _run_fx(self.gm, inputs, outs)
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
 
 
@@ -186,10 +189,10 @@ def _run_in_place(graph: trace.Graph, ops) -> None:
             continue
         result = eager_value(n)
         if isinstance(n.meta, torch.Tensor):
-            n.set_data(_device_data(result))
+            n.set_data(trace.device_data(result))
         else:
             for item in users.get(n, ()):
-                item.set_data(_device_data(result[item.args[1]]))
+                item.set_data(trace.device_data(result[item.args[1]]))
 
 
 def eager_value(n: trace.Node):
@@ -214,14 +217,6 @@ def eager_value(n: trace.Node):
 
 def _data(n: trace.Node) -> torch.Tensor:
     return n.data
-
-
-def _device_data(t: torch.Tensor) -> torch.Tensor:
-    """An eager result as device data: dense (see trace.dense_perm), nothing
-    else writes to it."""
-    if t.is_contiguous() or trace.dense_perm(t.shape, t.stride()) is not None:
-        return t
-    return t.contiguous()
 
 
 def _execute_rest(outputs: Sequence[trace.Node]):

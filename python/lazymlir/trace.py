@@ -45,6 +45,18 @@ def dense_perm(shape, stride):
     return tuple(perm)
 
 
+def device_data(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as device data: a dense tensor keeps its layout
+    (channels_last storage stays NHWC), anything else is made contiguous.
+    Only strided tensors can be device data."""
+    if tensor.layout != torch.strided:
+        raise NotImplementedError(f"lazymlir: {tensor.layout} tensors cannot live on the lazy device; "
+                                  "keep them on the CPU (or convert with .to_dense())")
+    if tensor.is_contiguous() or dense_perm(tensor.shape, tensor.stride()) is not None:
+        return tensor
+    return tensor.contiguous()
+
+
 def inverse_perm(perm):
     inv = [0] * len(perm)
     for i, p in enumerate(perm):
@@ -77,13 +89,10 @@ class Node:
 
     @staticmethod
     def leaf(tensor: torch.Tensor) -> "Node":
-        """Device data: ``tensor`` is owned by the trace from now on.  A dense
-        tensor keeps its layout (channels_last storage stays NHWC); anything
-        else is made contiguous."""
+        """Device data: ``tensor`` (see :func:`device_data`) is owned by the
+        trace from now on."""
+        tensor = device_data(tensor)
         strided = not tensor.is_contiguous()
-        if strided and dense_perm(tensor.shape, tensor.stride()) is None:
-            tensor = tensor.contiguous()
-            strided = False
         n = Node(None, None, None, (), None, None)
         n.data = tensor
         key = (tensor.shape, tensor.stride(), tensor.dtype) if strided else (tensor.shape, tensor.dtype)
