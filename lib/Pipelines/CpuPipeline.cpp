@@ -51,8 +51,8 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   pm.addPass(createCountKernelsPass(count));
 }
 
-void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
-                                        const CpuPipelineOptions &options) {
+void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
+                                         const CpuPipelineOptions &options) {
   pm.addNestedPass<func::FuncOp>(createDistinctResultsPass());
   // The caller's tensors are never updated in place.
   ReadonlyArgumentsPassOptions readonly;
@@ -103,6 +103,15 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
     toLoops.parallelThreshold = options.parallelThreshold;
   toLoops.streamingStoreBytes = options.streamingStoreBytes;
   pm.addNestedPass<func::FuncOp>(createLowerToLoopsPass(toLoops));
+  // Each loop nest becomes a function named by its content: the runtime
+  // lowers and compiles each distinct kernel once, in parallel.
+  OutlineKernelsPassOptions outline;
+  outline.entry = options.entry;
+  pm.addPass(createOutlineKernelsPass(outline));
+}
+
+void lazymlir::buildCpuLLVMPipeline(OpPassManager &pm,
+                                    const CpuPipelineOptions &options) {
   if (options.threads > 1) {
     ConvertSCFToOpenMPPassOptions toOpenMP;
     toOpenMP.numThreads = options.threads;
@@ -141,6 +150,12 @@ void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
     pm.addPass(createConvertOpenMPToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
   pm.addPass(createCanonicalizerPass());
+}
+
+void lazymlir::buildCpuLoweringPipeline(OpPassManager &pm,
+                                        const CpuPipelineOptions &options) {
+  buildCpuBufferizePipeline(pm, options);
+  buildCpuLLVMPipeline(pm, options);
 }
 
 void lazymlir::buildCpuPipeline(OpPassManager &pm,

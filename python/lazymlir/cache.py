@@ -1,17 +1,35 @@
-"""The compilation cache, keyed by the trace (see ``trace.collect``).
+"""The compilation caches.
 
-The key holds op overloads, constants, input shapes and dtypes, which node feeds
-which, the outputs and the compiler options; never MLIR text, so a hit does no
-MLIR work.  Failed compilations are cached too (as an eager entry), so a graph
-that cannot compile is not retried every step.
+In memory, keyed by the trace (see ``trace.collect``): the key holds op
+overloads, constants, input shapes and dtypes, which node feeds which, the
+outputs and the compiler options; never MLIR text, so a hit does no MLIR work.
+Failed compilations are cached too (as an eager entry), so a graph that cannot
+compile is not retried every step.
+
+On disk (``config.cache_dir``), across processes: the native compiler keeps
+compiled graphs and kernels as object code, keyed by their IR and what else
+changes the code (lazymlir/compiler.py); here, a record per trace maps the
+trace to its compiled graph, so that a second process skips torch-mlir's
+lowering too. A record is written only for a trace whose key is made of
+values with an exact ``repr`` (numbers, strings, dtypes, shapes, ...), and is
+keyed by that repr together with the digest of this package's Python sources,
+the torch and torch-mlir versions and the native build.
 """
 
-from typing import Any, Dict, NamedTuple, Optional
+import hashlib
+import json
+import os
+import types
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+import torch
 
 _entries: Dict[tuple, Any] = {}
 _hits = 0
 _misses = 0
 _compile_seconds = 0.0
+_disk_hits = 0
+_disk_misses = 0
 
 
 class CacheStats(NamedTuple):
@@ -19,6 +37,8 @@ class CacheStats(NamedTuple):
     misses: int
     entries: int
     compile_seconds: float  # torch-mlir lowering + native compilation, all misses
+    disk_hits: int = 0  # in-memory misses served by the disk cache (nothing compiled)
+    disk_misses: int = 0  # in-memory misses compiled (with the disk cache on)
 
 
 def lookup(key: tuple) -> Optional[Any]:
@@ -37,6 +57,14 @@ def insert(key: tuple, entry: Any, compile_seconds: float) -> None:
     _compile_seconds += compile_seconds
 
 
+def note_disk(hit: bool) -> None:
+    global _disk_hits, _disk_misses
+    if hit:
+        _disk_hits += 1
+    else:
+        _disk_misses += 1
+
+
 # Input shapes compiled so far per graph structure (the key with input shapes
 # blanked out), to tell a recompilation for new shapes from a new graph.
 _shapes_by_structure: Dict[tuple, list] = {}
@@ -48,14 +76,111 @@ def shapes_seen(structure: tuple) -> list:
 
 
 def stats() -> CacheStats:
-    """Hits, misses, entries and total compile seconds since the last clear()."""
-    return CacheStats(_hits, _misses, len(_entries), _compile_seconds)
+    """Hits, misses, entries and total compile seconds since the last clear();
+    disk hits and misses: graphs not in memory found in (or compiled and
+    written to) the disk cache."""
+    return CacheStats(_hits, _misses, len(_entries), _compile_seconds, _disk_hits, _disk_misses)
 
 
 def clear() -> None:
-    """Forget every compiled graph and reset the statistics."""
-    global _hits, _misses, _compile_seconds
+    """Forget every compiled graph (in memory; the disk cache stays) and reset
+    the statistics."""
+    global _hits, _misses, _compile_seconds, _disk_hits, _disk_misses
     _entries.clear()
     _shapes_by_structure.clear()
-    _hits = _misses = 0
+    _hits = _misses = _disk_hits = _disk_misses = 0
     _compile_seconds = 0.0
+
+
+# ----------------------------------------------------------------------------
+# Records: trace -> compiled graph, on disk.
+
+class _Unstable(Exception):
+    pass
+
+
+_EXACT_REPR = frozenset({int, float, str, bool, type(None), torch.dtype, torch.device, torch.layout,
+                         torch.memory_format})
+
+
+def _stable_repr(key: tuple) -> Optional[str]:
+    """``repr(key)`` when every leaf of it has an exact repr (one that no other
+    value shares and no process changes), else None."""
+    from .trace import _Blank
+
+    parts: List[str] = []
+
+    def walk(value):
+        t = type(value)
+        if t is tuple or t is list or t is torch.Size:
+            parts.append("(" if t is tuple else "[" if t is list else "S(")
+            for v in value:
+                walk(v)
+                parts.append(",")
+            parts.append(")")
+        elif t in _EXACT_REPR:
+            parts.append(t.__name__[0] + repr(value))
+        elif t is _Blank:
+            parts.append("%")
+        elif t is types.BuiltinFunctionType:  # operator.getitem
+            parts.append(f"B{value.__module__}.{value.__qualname__}")
+        else:
+            raise _Unstable(t)
+
+    try:
+        walk(key)
+    except _Unstable:
+        return None
+    return "".join(parts)
+
+
+_identity: Optional[str] = None
+
+
+def _frontend_identity(native) -> str:
+    """What besides the trace decides the compiled graph: this package's
+    Python sources (the tracer and the lowering), torch, torch-mlir, the
+    native build, LLVM and the host CPU."""
+    global _identity
+    if _identity is None:
+        h = hashlib.sha256()
+        here = os.path.dirname(os.path.abspath(__file__))
+        for name in sorted(os.listdir(here)):
+            if name.endswith(".py"):
+                with open(os.path.join(here, name), "rb") as f:
+                    h.update(name.encode() + b"\0" + f.read())
+        try:
+            from importlib.metadata import version
+
+            torch_mlir = version("torch-mlir")
+        except Exception:
+            torch_mlir = "?"
+        h.update(f"\0torch={torch.__version__}\0torch-mlir={torch_mlir}\0".encode())
+        h.update(native.code_identity().encode())
+        _identity = h.hexdigest()
+    return _identity
+
+
+def record_key(native, graph_key: tuple) -> Optional[str]:
+    """The disk key of the record for a trace, None when the trace cannot
+    have one (a constant without an exact repr)."""
+    text = _stable_repr(graph_key)
+    if text is None:
+        return None
+    return hashlib.sha256((_frontend_identity(native) + "\0record\0" + text).encode()).hexdigest()
+
+
+def read_record(native, key: str) -> Optional[Tuple[str, List[int]]]:
+    """(compiled graph's cache key, output map) recorded for a trace, or None."""
+    payload = native.disk_cache_read(key)
+    if payload is None:
+        return None
+    try:
+        record = json.loads(payload.decode())
+        return str(record["graph"]), [int(i) for i in record["output_map"]]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def write_record(native, key: str, graph: str, output_map) -> None:
+    native.disk_cache_write(key, json.dumps({"graph": graph, "output_map": list(output_map)}).encode())

@@ -6,7 +6,7 @@ gets back an :class:`Executable` that runs on torch CPU tensors in place.
 """
 
 import contextlib
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -47,7 +47,8 @@ class Executable:
     """A compiled graph. ``run`` writes the results into caller-allocated
     outputs (destination passing) with the GIL released."""
 
-    __slots__ = ("_native", "inputs", "outputs", "num_kernels", "has_runtime_checks", "llvm_ir")
+    __slots__ = ("_native", "inputs", "outputs", "num_kernels", "has_runtime_checks", "llvm_ir",
+                 "compile_stats", "cache_key")
 
     def __init__(self, native, llvm_ir: str):
         self._native = native
@@ -61,6 +62,15 @@ class Executable:
         self.has_runtime_checks: bool = native.has_runtime_checks
         #: LLVM-dialect text after the CPU pipeline ("" unless kept).
         self.llvm_ir = llvm_ir
+        #: Where the compile's time went, in seconds (parse, tensor_stage,
+        #: bufferize_stage, llvm_stage, translate, optimize, codegen, link,
+        #: total; the per-kernel phases are summed over kernels compiled in
+        #: parallel), and its sizes (input_ops, loop_nests, distinct_kernels,
+        #: kernels_compiled / _reused (already in this process) / _from_disk,
+        #: llvm_instructions, object_bytes); from_disk: nothing was compiled.
+        self.compile_stats: dict = native.compile_stats
+        #: The graph's key in the disk cache (see :func:`load_cached`).
+        self.cache_key: str = native.cache_key
 
     @property
     def num_inputs(self) -> int:
@@ -102,6 +112,51 @@ def host_wait():
         _native.host_wait_end()
 
 
+def configure_disk_cache(directory: str, max_bytes: int) -> None:
+    """Keep compiled graphs and kernels (object code) in ``directory`` ("":
+    nowhere), at most ``max_bytes`` of them (least recently used go first).
+    Entries are keyed by their IR and what else changes the code: this
+    build, LLVM's version, the options, the host CPU and its features."""
+    _native.configure_disk_cache(directory, max_bytes)
+
+
+def disk_cache_counts() -> dict:
+    """graph_hits / graph_misses (graphs looked up whole), hits, misses,
+    corrupt, writes, evicted (entries of any kind), since the process started."""
+    return _native.disk_cache_counts()
+
+
+def take_disk_cache_warnings() -> List[str]:
+    """What went wrong with the disk cache (a corrupt entry, an unwritable
+    directory) since the last call; each is reported once."""
+    return _native.take_disk_cache_warnings()
+
+
+def disk_cache_read(key: str):
+    """A verified entry (bytes) the caller wrote with :func:`disk_cache_write`, or None."""
+    return _native.disk_cache_read(key)
+
+
+def disk_cache_write(key: str, payload: bytes) -> None:
+    _native.disk_cache_write(key, payload)
+
+
+def code_identity() -> str:
+    """What besides the IR and options changes compiled code (this build,
+    LLVM, the host CPU): part of every disk cache key."""
+    return _native.code_identity()
+
+
+def load_cached(cache_key: str, *, fusion: bool = True, channels_last: bool = True, threads: int = 0,
+                opt_level: int = 3, runtime_checks: bool = True) -> Optional[Executable]:
+    """The graph compiled before under ``cache_key`` (:attr:`Executable.cache_key`)
+    with these options, loaded from the disk cache without any MLIR work; None
+    when it is not there whole."""
+    native = _native.load_cpu(cache_key, entry="main", opt_level=opt_level, fusion=fusion,
+                              channels_last=channels_last, threads=threads, runtime_checks=runtime_checks)
+    return None if native is None else Executable(native, "")
+
+
 def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool = True,
                    threads: int = 0, keep_llvm_ir: bool = False, opt_level: int = 3,
                    runtime_checks: bool = True) -> Executable:
@@ -115,6 +170,12 @@ def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool
     the bounds and divisor checks (a bad index then reads foreign memory or
     aborts: only to measure what they cost). Releases the GIL while
     compiling; raises :data:`CompileError` with MLIR's diagnostics.
+
+    Each loop nest is outlined into a kernel named by its content
+    (lazymlir-outline-kernels); distinct kernels compile in parallel, once
+    per process, and with the disk cache configured
+    (:func:`configure_disk_cache`) once per machine: the graph itself is
+    looked up there first.
     """
     native = _native.compile_cpu(linalg_text, entry="main", opt_level=opt_level, fusion=fusion,
                                  channels_last=channels_last, threads=threads,

@@ -64,10 +64,27 @@ async_execution: bool = _env_bool("LAZYMLIR_ASYNC", True)
 # step k runs.
 max_in_flight: int = max(1, int(_env_str("LAZYMLIR_MAX_IN_FLIGHT", "2")))
 
+def _default_cache_dir() -> Optional[str]:
+    value = os.environ.get("LAZYMLIR_CACHE_DIR")
+    if value is not None:
+        return value or None  # set and empty: no disk cache
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "lazymlir")
+
+
+# Where compiled code is kept across processes (the persistent compile cache):
+# LAZYMLIR_CACHE_DIR, by default $XDG_CACHE_HOME/lazymlir or ~/.cache/lazymlir;
+# LAZYMLIR_CACHE_DIR= (empty) turns it off (None).
+cache_dir: Optional[str] = _default_cache_dir()
+
+# The disk cache's size limit in bytes (LAZYMLIR_CACHE_MAX_MB, default 2048):
+# past it, the least recently used entries are deleted.
+cache_max_bytes: int = int(_env_str("LAZYMLIR_CACHE_MAX_MB", "2048")) << 20
+
 # Print one line per compilation (graph hash, node count, why it was new).
 verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 
-_NAMES = ("dump_dir", "device", "fusion", "channels_last", "threads", "force_eager", "force_fallback", "async_execution",
+_NAMES = ("dump_dir", "cache_dir", "cache_max_bytes", "device", "fusion", "channels_last", "threads", "force_eager", "force_fallback", "async_execution",
           "max_in_flight", "verbose")
 
 

@@ -13,7 +13,18 @@ compile), ``ExecuteTime``.  Timings and samples keep their count and total
 and their last ``WINDOW`` values.
 Samples (plain numbers, one per event): ``KernelsPerGraph``, the kernels (loop
 nests after fusion and tiling) of each graph compiled, read with
-``sample_values("KernelsPerGraph")``.  ``lazymlir.kernel_count()`` gives the
+``sample_values("KernelsPerGraph")``.
+
+Compile time, per graph compiled (see :func:`compile_report` for sums): the
+timings ``Compile<Phase>Time`` for the native compiler's phases (``Parse``,
+``TensorStage``, ``BufferizeStage``, ``LLVMStage``, ``Translate``,
+``Optimize``, ``Codegen``, ``Link``; per-kernel phases summed over kernels
+compiled in parallel) and the samples ``LinalgOpsPerGraph``,
+``LoopNestsPerGraph``, ``DistinctKernelsPerGraph``, ``KernelsCompiled``,
+``KernelsReused`` (compiled before in this process), ``KernelsFromDisk``,
+``LLVMInstructionsPerGraph``, ``ObjectBytesPerGraph``. The persistent cache:
+counters ``DiskCacheHit`` (a graph loaded from disk, nothing compiled) and
+``DiskCacheMiss``, timing ``DiskCacheLoadTime``.  ``lazymlir.kernel_count()`` gives the
 kernel count of the last graph run, or of the graph that computed a tensor.
 """
 
@@ -92,6 +103,39 @@ def timing_samples(name: str) -> List[float]:
 def executed_fallback_ops() -> List[str]:
     """The aten ops that ran eagerly because they could not be compiled."""
     return sorted(n for n in counter_names() if n.startswith("aten::"))
+
+
+def _total(series_map, name) -> float:
+    series = series_map.get(name)
+    return series.total if series is not None else 0.0
+
+
+def compile_report() -> dict:
+    """Where compile time went, summed over the graphs compiled since the
+    last reset(): ``graphs`` (compiled, not from the disk cache),
+    ``disk_hits``, ``phases`` (seconds: torch-mlir ``lowering``, then the
+    native compiler's ``parse``, ``tensor_stage``, ``bufferize_stage``,
+    ``llvm_stage``, ``translate``, ``optimize``, ``codegen``, ``link``; the
+    per-kernel ones summed over kernels compiled in parallel; ``native``:
+    the native compiles' wall time), and kernel counts: ``kernels`` (loop
+    nests run), ``kernels_compiled``, ``kernels_reused`` (already compiled
+    in this process), ``kernels_from_disk``."""
+    phases = {"lowering": _total(_timings, "LoweringTime")}
+    for key, label in (("parse", "Parse"), ("tensor_stage", "TensorStage"),
+                       ("bufferize_stage", "BufferizeStage"), ("llvm_stage", "LLVMStage"),
+                       ("translate", "Translate"), ("optimize", "Optimize"), ("codegen", "Codegen"),
+                       ("link", "Link")):
+        phases[key] = _total(_timings, f"Compile{label}Time")
+    phases["native"] = _total(_timings, "CompileTime")
+    return {
+        "graphs": _samples["LoopNestsPerGraph"].count if "LoopNestsPerGraph" in _samples else 0,
+        "disk_hits": counter_value("DiskCacheHit"),
+        "phases": phases,
+        "kernels": int(_total(_samples, "LoopNestsPerGraph")),
+        "kernels_compiled": int(_total(_samples, "KernelsCompiled")),
+        "kernels_reused": int(_total(_samples, "KernelsReused")),
+        "kernels_from_disk": int(_total(_samples, "KernelsFromDisk")),
+    }
 
 
 def reset() -> None:

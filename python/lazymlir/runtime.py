@@ -504,6 +504,52 @@ def _zero_size(graph: trace.Graph) -> bool:
     return any(isinstance(m, torch.Tensor) and m.numel() == 0 for m in metas)
 
 
+# The native compile's phases: (compile_stats key, label); each is recorded as
+# the timing Compile<Label>Time.
+_PHASES = (("parse", "Parse"), ("tensor_stage", "TensorStage"), ("bufferize_stage", "BufferizeStage"),
+           ("llvm_stage", "LLVMStage"), ("translate", "Translate"), ("optimize", "Optimize"),
+           ("codegen", "Codegen"), ("link", "Link"))
+
+# Sizes of each native compile, recorded as samples.
+_SIZES = (("input_ops", "LinalgOpsPerGraph"), ("loop_nests", "LoopNestsPerGraph"),
+          ("distinct_kernels", "DistinctKernelsPerGraph"), ("kernels_compiled", "KernelsCompiled"),
+          ("kernels_reused", "KernelsReused"), ("kernels_from_disk", "KernelsFromDisk"),
+          ("llvm_instructions", "LLVMInstructionsPerGraph"), ("object_bytes", "ObjectBytesPerGraph"))
+
+
+def _note_compile(stats: dict, disk: bool) -> None:
+    """Metrics of one native compile (or disk cache load)."""
+    if stats["from_disk"]:
+        metrics.counter("DiskCacheHit")
+        metrics.timing("DiskCacheLoadTime", stats["total"])
+        for key in ("distinct_kernels", "kernels_reused", "kernels_from_disk"):
+            metrics.sample(dict(_SIZES)[key], stats[key])
+    else:
+        if disk:
+            metrics.counter("DiskCacheMiss")
+        for key, label in _PHASES:
+            metrics.timing(f"Compile{label}Time", stats[key])
+        for key, name in _SIZES:
+            metrics.sample(name, stats[key])
+    if disk:
+        cache.note_disk(stats["from_disk"])
+
+
+# The disk cache configuration the native compiler was given last.
+_disk_config = None
+
+
+def _configure_disk_cache(native) -> bool:
+    """Gives the native compiler the current disk cache settings (they may
+    change with config.patch); whether the disk cache is on."""
+    global _disk_config
+    wanted = (config.cache_dir or "", config.cache_max_bytes)
+    if wanted != _disk_config:
+        native.configure_disk_cache(*wanted)
+        _disk_config = wanted
+    return bool(wanted[0])
+
+
 def _compile(graph: trace.Graph):
     t0 = time.perf_counter()
     gm = trace.to_fx(graph)
@@ -523,30 +569,46 @@ def _compile(graph: trace.Graph):
         entry = _Eager(gm, "ZeroSizeGraph", specs)
     else:
         try:
-            t1 = time.perf_counter()
-            lowered = lowering.lower(gm, graph.input_values())
-            metrics.timing("LoweringTime", time.perf_counter() - t1)
-            debug.dump(name, "torch", lowered.torch_mlir)
-            debug.dump(name, "linalg", lowered.linalg)
             native = native_compiler()
             if native is None:
                 raise RuntimeError(f"the native compiler is not available ({_compiler_import_error})")
-            t1 = time.perf_counter()
-            options = {"keep_llvm_ir": True} if config.dump_dir else {}
-            executable = native.compile_linalg(lowered.linalg, fusion=config.fusion,
-                                               channels_last=config.channels_last, threads=config.threads,
-                                               **options)
-            metrics.timing("CompileTime", time.perf_counter() - t1)
-            kernels = executable.num_kernels
-            metrics.sample("KernelsPerGraph", kernels)
-            if config.dump_dir:
-                debug.dump(name, "torch", lowered.torch_mlir, kernels)
-                debug.dump(name, "linalg", lowered.linalg, kernels)
-                debug.dump(name, "llvm", getattr(executable, "llvm_ir", None), kernels)
+            disk = _configure_disk_cache(native)
+            options = dict(fusion=config.fusion, channels_last=config.channels_last, threads=config.threads)
+            executable = None
+            # A trace compiled by an earlier process: its record names the
+            # compiled graph on disk (no torch-mlir, no MLIR work). Dumps
+            # want the IR, so they always lower.
+            record = cache.record_key(native, graph.key) if disk and not config.dump_dir else None
+            if record is not None:
+                found = cache.read_record(native, record)
+                if found is not None:
+                    executable = native.load_cached(found[0], **options)
+                    output_map = found[1]
+            if executable is None:
+                t1 = time.perf_counter()
+                lowered = lowering.lower(gm, graph.input_values())
+                metrics.timing("LoweringTime", time.perf_counter() - t1)
+                debug.dump(name, "torch", lowered.torch_mlir)
+                debug.dump(name, "linalg", lowered.linalg)
+                t1 = time.perf_counter()
+                executable = native.compile_linalg(lowered.linalg, keep_llvm_ir=bool(config.dump_dir), **options)
+                metrics.timing("CompileTime", time.perf_counter() - t1)
+                output_map = lowered.output_map
+                if record is not None:
+                    cache.write_record(native, record, executable.cache_key, output_map)
+                if config.dump_dir:
+                    kernels = executable.num_kernels
+                    debug.dump(name, "torch", lowered.torch_mlir, kernels)
+                    debug.dump(name, "linalg", lowered.linalg, kernels)
+                    debug.dump(name, "llvm", executable.llvm_ir, kernels)
+            _note_compile(executable.compile_stats, disk)
+            for message in native.take_disk_cache_warnings():
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
+            metrics.sample("KernelsPerGraph", executable.num_kernels)
             results = {}
-            for spec, i in zip(specs, lowered.output_map):
+            for spec, i in zip(specs, output_map):
                 results.setdefault(i, spec)
-            entry = _Compiled(executable, [results[i] for i in range(len(results))], lowered.output_map, gm)
+            entry = _Compiled(executable, [results[i] for i in range(len(results))], output_map, gm)
             metrics.counter("UncachedCompile")
         except Exception as e:  # never fail the user: run it eagerly instead
             if isinstance(e, lowering.LoweringError):
@@ -575,7 +637,18 @@ def _compile(graph: trace.Graph):
     seconds = time.perf_counter() - t0
     if config.verbose:
         kernels = f", {entry.num_kernels} kernels" if entry.num_kernels is not None else ""
+        detail = ""
+        if type(entry) is _Compiled:
+            st = entry.executable.compile_stats
+            if st["from_disk"]:
+                detail = f" [from the disk cache: {st['distinct_kernels']} kernels, link {st['link'] * 1e3:.0f} ms]"
+            else:
+                phases = ", ".join(f"{label} {st[k] * 1e3:.0f}" for k, label in _PHASES)
+                detail = (f" [{st['input_ops']} linalg ops, {st['loop_nests']} loop nests, {st['distinct_kernels']} "
+                          f"distinct kernels: {st['kernels_compiled']} compiled, {st['kernels_reused']} reused, "
+                          f"{st['kernels_from_disk']} from disk; {st['llvm_instructions']} LLVM instructions, "
+                          f"{st['object_bytes']} object bytes; ms: {phases}]")
         print(f"lazymlir: compiled graph {name}: {len(graph.nodes)} ops, {len(graph.inputs)} inputs, "
-              f"{type(entry).__name__}{kernels}, {seconds * 1e3:.1f} ms")
+              f"{type(entry).__name__}{kernels}, {seconds * 1e3:.1f} ms{detail}")
     cache.insert(graph.key, entry, seconds)
     return entry

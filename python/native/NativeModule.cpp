@@ -10,6 +10,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -92,6 +93,35 @@ NB_MODULE(_native, m) {
                    "(and raise CheckFailed when a check failed)")
       .def_prop_ro("llvm_dialect", &CpuExecutable::llvmDialect,
                    "LLVM-dialect text (empty unless kept at compile time)")
+      .def_prop_ro("cache_key", &CpuExecutable::cacheKey,
+                   "The graph's key in the disk cache (for load_cpu)")
+      .def_prop_ro(
+          "compile_stats",
+          [](const CpuExecutable &e) {
+            const CompileStats &s = e.compileStats();
+            nb::dict d;
+            d["parse"] = s.parse;
+            d["tensor_stage"] = s.tensorStage;
+            d["bufferize_stage"] = s.bufferizeStage;
+            d["llvm_stage"] = s.llvmStage;
+            d["translate"] = s.translate;
+            d["optimize"] = s.optimize;
+            d["codegen"] = s.codegen;
+            d["link"] = s.link;
+            d["total"] = s.total;
+            d["input_ops"] = s.inputOps;
+            d["loop_nests"] = s.loopNests;
+            d["distinct_kernels"] = s.distinctKernels;
+            d["kernels_compiled"] = s.kernelsCompiled;
+            d["kernels_reused"] = s.kernelsReused;
+            d["kernels_from_disk"] = s.kernelsFromDisk;
+            d["llvm_instructions"] = s.llvmInstructions;
+            d["object_bytes"] = s.objectBytes;
+            d["from_disk"] = s.fromDisk;
+            return d;
+          },
+          "Where the compile's time went (seconds; per-kernel phases summed "
+          "over kernels compiled in parallel) and its sizes")
       .def(
           "run",
           [](const CpuExecutable &e, const std::vector<CpuArray> &inputs,
@@ -161,6 +191,77 @@ NB_MODULE(_native, m) {
   m.def("idle_buffer_bytes", &idleBufferBytes,
         "Bytes the buffer pool holds idle.");
 
+  m.def(
+      "configure_disk_cache",
+      [](const std::string &directory, uint64_t maxBytes) {
+        configureDiskCache(directory, maxBytes);
+      },
+      nb::arg("directory"), nb::arg("max_bytes"),
+      "Where compiled code is kept on disk ('' : nowhere) and how many bytes "
+      "at most (least recently used entries go first).");
+  m.def(
+      "disk_cache_counts",
+      [] {
+        DiskCacheCounts c = diskCacheCounts();
+        nb::dict d;
+        d["graph_hits"] = c.graphHits;
+        d["graph_misses"] = c.graphMisses;
+        d["hits"] = c.hits;
+        d["misses"] = c.misses;
+        d["corrupt"] = c.corrupt;
+        d["writes"] = c.writes;
+        d["evicted"] = c.evicted;
+        return d;
+      },
+      "The disk cache's counters since the process started.");
+  m.def("take_disk_cache_warnings", &takeDiskCacheWarnings,
+        "Warnings of the disk cache since the last call.");
+  m.def(
+      "disk_cache_read",
+      [](const std::string &key) -> std::optional<nb::bytes> {
+        std::optional<std::string> payload;
+        {
+          nb::gil_scoped_release release;
+          payload = readDiskCacheEntry(key);
+        }
+        if (!payload)
+          return std::nullopt;
+        return nb::bytes(payload->data(), payload->size());
+      },
+      nb::arg("key"), "A verified entry of the disk cache, or None.");
+  m.def(
+      "disk_cache_write",
+      [](const std::string &key, nb::bytes payload) {
+        std::string data(payload.c_str(), payload.size());
+        nb::gil_scoped_release release;
+        writeDiskCacheEntry(key, data);
+      },
+      nb::arg("key"), nb::arg("payload"),
+      "Store an entry in the disk cache (atomically).");
+  m.def("code_identity", [] { return codeIdentity(); },
+        "What besides the IR changes compiled code: this build's digest, "
+        "LLVM's version, the host CPU and its features.");
+  m.def(
+      "load_cpu",
+      [](const std::string &cacheKey, const std::string &entry,
+         unsigned optLevel, bool fusion, bool channelsLast, unsigned threads,
+         bool runtimeChecks) {
+        CompileOptions options;
+        options.runtimeChecks = runtimeChecks;
+        options.threads = threads;
+        options.fusion = fusion;
+        options.channelsLast = channelsLast;
+        options.entry = entry;
+        options.optLevel = optLevel;
+        nb::gil_scoped_release release;
+        return CpuExecutable::load(cacheKey, options);
+      },
+      nb::arg("cache_key"), nb::arg("entry") = "main",
+      nb::arg("opt_level") = 3, nb::arg("fusion") = true,
+      nb::arg("channels_last") = true, nb::arg("threads") = 0,
+      nb::arg("runtime_checks") = true,
+      "The graph compiled before under `cache_key` with these options, from "
+      "the disk cache, or None.");
   m.def(
       "compile_cpu",
       [](const std::string &source, const std::string &entry,

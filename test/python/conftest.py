@@ -4,6 +4,7 @@ check that a test's work was compiled rather than run eagerly."""
 import os
 import random
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -13,6 +14,13 @@ from lazymlir import metrics
 
 # The tests train the tutorial's network exactly as the demo defines it.
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "examples"))
+
+# The persistent compile cache of the test session: its own directory (child
+# processes inherit it), not the user's, unless LAZYMLIR_CACHE_DIR says where.
+if "LAZYMLIR_CACHE_DIR" not in os.environ:
+    _session_cache = tempfile.TemporaryDirectory(prefix="lazymlir-test-cache-")
+    os.environ["LAZYMLIR_CACHE_DIR"] = _session_cache.name
+    lazymlir.config.cache_dir = _session_cache.name
 
 # The native compiler comes from the C++ build.
 HAVE_NATIVE = lazymlir.runtime.native_compiler() is not None

@@ -66,9 +66,21 @@ void buildCpuPipeline(mlir::OpPassManager &pm,
 void buildCpuTensorPipeline(mlir::OpPassManager &pm,
                             const CpuPipelineOptions &options);
 
-/// Bufferizes with destination passing and lowers to the LLVM dialect.
+/// Bufferizes with destination passing and lowers to the LLVM dialect: the
+/// bufferize stage followed by the LLVM stage.
 void buildCpuLoweringPipeline(mlir::OpPassManager &pm,
                               const CpuPipelineOptions &options);
+
+/// Bufferizes with destination passing, lowers linalg to loops and outlines
+/// each loop nest into a kernel function named by its content
+/// (lazymlir-outline-kernels).
+void buildCpuBufferizePipeline(mlir::OpPassManager &pm,
+                               const CpuPipelineOptions &options);
+
+/// Loops and memrefs to the LLVM dialect. Runs on a whole module, or on a
+/// module holding one outlined kernel (the runtime compiles each apart).
+void buildCpuLLVMPipeline(mlir::OpPassManager &pm,
+                          const CpuPipelineOptions &options);
 
 /// Registers our passes and pipelines with the global registry (for
 /// lazymlir-opt and textual pipelines).

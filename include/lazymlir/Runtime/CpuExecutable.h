@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -61,6 +62,46 @@ struct CompileOptions {
   bool keepLLVMDialect = false;
 };
 
+/// Where a compile's time went and how big it was. Times are seconds; the
+/// per-kernel phases (llvmStage, translate, optimize, codegen) are summed
+/// over the kernels, which compile in parallel, so they can exceed `total`,
+/// the wall time.
+struct CompileStats {
+  double parse = 0, tensorStage = 0, bufferizeStage = 0, llvmStage = 0,
+         translate = 0, optimize = 0, codegen = 0, link = 0, total = 0;
+  /// Ops of the linalg input; loop nests the entry calls; distinct kernels
+  /// among them; of those, compiled now, already in this process, read from
+  /// the disk cache.
+  int64_t inputOps = 0, loopNests = 0, distinctKernels = 0,
+          kernelsCompiled = 0, kernelsReused = 0, kernelsFromDisk = 0;
+  /// LLVM IR instructions after optimization, and object code bytes, of what
+  /// was compiled now.
+  int64_t llvmInstructions = 0, objectBytes = 0;
+  /// The whole graph came from the disk cache (nothing compiled).
+  bool fromDisk = false;
+};
+
+/// The persistent compile cache (off until configured): compiled graphs and
+/// kernels as object code, keyed by their IR and everything that changes
+/// the code (this build, LLVM, the options, the host CPU and its features).
+void configureDiskCache(const std::string &directory, uint64_t maxBytes);
+struct DiskCacheCounts {
+  /// Graphs looked up on disk: found whole, or not (then compiled).
+  uint64_t graphHits = 0, graphMisses = 0;
+  /// Entries of any kind read, missing, corrupt (deleted, reported),
+  /// written, evicted (least recently used, over the size limit).
+  uint64_t hits = 0, misses = 0, corrupt = 0, writes = 0, evicted = 0;
+};
+DiskCacheCounts diskCacheCounts();
+/// Warnings (a corrupt entry, an unwritable directory) since the last call.
+std::vector<std::string> takeDiskCacheWarnings();
+/// Raw entries for callers' own records (bytes), keyed by hex digits.
+std::optional<std::string> readDiskCacheEntry(const std::string &key);
+void writeDiskCacheEntry(const std::string &key, const std::string &payload);
+/// What, besides the IR and options, changes compiled code: a digest of
+/// this build, the LLVM version, the host CPU and its features.
+const std::string &codeIdentity();
+
 /// Memory from the runtime's buffer pool, which also serves compiled code's
 /// temporaries: blocks freed are kept by size and handed out again, already
 /// paged in (a fresh large block costs a page fault per 4 KiB when first
@@ -98,9 +139,15 @@ public:
 /// the host's features. Calls are thread-safe.
 class CpuExecutable {
 public:
-  /// Throws CompileError.
+  /// Throws CompileError. Looks the graph up in the disk cache first, and
+  /// each of its kernels in this process and on disk; writes what it
+  /// compiled to the disk cache.
   static std::unique_ptr<CpuExecutable> compile(const std::string &source,
                                                 const CompileOptions &options);
+  /// The graph compiled before under `cacheKey` (see cacheKey()), from the
+  /// disk cache, with no MLIR work; null when it is not there whole.
+  static std::unique_ptr<CpuExecutable> load(const std::string &cacheKey,
+                                             const CompileOptions &options);
   ~CpuExecutable();
 
   const std::vector<TensorSignature> &inputs() const;
@@ -112,6 +159,9 @@ public:
   int64_t numKernels() const;
   /// Empty unless CompileOptions::keepLLVMDialect was set.
   const std::string &llvmDialect() const;
+  const CompileStats &compileStats() const;
+  /// The disk cache's key of this graph (source and options).
+  const std::string &cacheKey() const;
 
   /// Runs the entry function on `inputs`, writing into the caller-allocated
   /// `outputs` (destination-passing). Every buffer must match its signature

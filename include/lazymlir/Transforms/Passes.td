@@ -489,4 +489,28 @@ def ScheduleWorksharingPass
   ];
 }
 
+def OutlineKernelsPass : Pass<"lazymlir-outline-kernels", "mlir::ModuleOp"> {
+  let summary = "Outline each loop nest of the entry into a kernel function "
+                "named by its content";
+  let description = [{
+    After bufferization and lower-to-loops, the entry function is a
+    sequence of loop nests (kernels) between allocations. Each top-level op
+    of the entry that holds a loop becomes a private function, called in its
+    place: the values it reads from above become arguments (memrefs,
+    scalars; constants are cloned in, and memref.get_global ops are left in
+    the entry and passed, so a kernel references no global). Each kernel is
+    named `__lazymlir_k_<hash>`, the SHA-256 of its printed IR (under a
+    placeholder name), and carries the unit attribute `lazymlir.kernel`:
+    identical loop nests (a transformer's layers, an optimizer's updates of
+    same-shaped parameters) become one function, and the runtime compiles
+    each distinct kernel once, in parallel with the others, and caches it
+    across graphs and processes under that name. LLVM's optimizer, whose
+    cost grows faster than the size of a function, sees one kernel at a time.
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"main\"",
+           "Function whose loop nests are outlined">,
+  ];
+}
+
 #endif // LAZYMLIR_TRANSFORMS_PASSES
