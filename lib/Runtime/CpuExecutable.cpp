@@ -286,6 +286,7 @@ std::unique_ptr<llvm::TargetMachine> hostTargetMachine(unsigned optLevel) {
   if (!builder)
     throw CompileError("lazymlir: cannot detect the host target: " +
                        llvm::toString(builder.takeError()));
+  if (getenv("LZ_CG")) { int c = atoi(getenv("LZ_CG")); builder->setCodeGenOptLevel(c == 0 ? llvm::CodeGenOptLevel::None : c == 1 ? llvm::CodeGenOptLevel::Less : c == 2 ? llvm::CodeGenOptLevel::Default : llvm::CodeGenOptLevel::Aggressive); } else
   builder->setCodeGenOptLevel(optLevel >= 3   ? llvm::CodeGenOptLevel::Aggressive
                               : optLevel >= 1 ? llvm::CodeGenOptLevel::Default
                                               : llvm::CodeGenOptLevel::None);
@@ -639,7 +640,7 @@ std::string compileKernel(const std::string &text, const std::string &name,
   if (failed(pm.run(*module)))
     diagnostics.fail("the CPU pipeline (LLVM stage) on kernel " + name);
   llvmStage += since(start);
-  return emitObject(*module, {name}, options.optLevel, "", times);
+  return emitObject(*module, {name}, getenv("LZ_OPT") ? atoi(getenv("LZ_OPT")) : options.optLevel, "", times);
 }
 
 } // namespace
@@ -961,6 +962,7 @@ CpuExecutable::compile(const std::string &source,
           firstError = error.what();
       }
       std::lock_guard<std::mutex> lock(statsMutex);
+      if (getenv("LZ_KT")) { std::string f = std::string(getenv("LZ_KT")) + "/" + kernel.name + ".mlir"; FILE *fp = fopen(f.c_str(), "w"); if (fp) { fputs(kernel.text.c_str(), fp); fclose(fp);} }
       if (getenv("LZ_KT")) fprintf(stderr, "KT %s mlir %.3f tr %.3f opt %.3f cg %.3f inst %ld\n", kernel.name.c_str(), llvmStage, times.translate, times.optimize, times.codegen, (long)times.instructions);
       stats.llvmStage += llvmStage;
       stats.translate += times.translate;

@@ -48,7 +48,7 @@ def test_clear(fresh_cache):
         step(torch.randn(2, 4).to("lazy"), torch.randn(4, 3).to("lazy"))
     assert cache.stats().entries == 1
     cache.clear()
-    assert cache.stats() == (0, 0, 0, 0.0)
+    assert cache.stats() == (0, 0, 0, 0.0, 0, 0)
 
 
 def test_tracer_state_does_not_leak_into_key(fresh_cache):
