@@ -1008,7 +1008,7 @@ CpuExecutable::compile(const std::string &source,
   if (hasChecks)
     keep.push_back(kCheckFlagSymbol);
   try {
-    entryObject = emitObject(*module, keep, std::min(1u, options.optLevel),
+    entryObject = emitObject(*module, keep, 0,
                              options.entry, times);
   } catch (...) {
     for (std::thread &thread : threads)
