@@ -56,7 +56,7 @@ print(json.dumps({"step10": at[10], "step100": at[100], "end": rss(),
 
 
 def _train(dims, batch, opt, steps=300):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_") or k == "LAZYMLIR_CACHE_DIR"}
     out = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps([dims, batch, opt, steps])],
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
