@@ -2,53 +2,36 @@
 
 #include "lazymlir/Runtime/CpuExecutable.h"
 #include "lazymlir/Pipelines/Pipelines.h"
+#include "CodeGen.h"
 #include "DiskCache.h"
+#include "KernelJit.h"
 #include "OpenMP.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/ExecutionEngine/CRunnerUtils.h"
-#include "mlir/ExecutionEngine/ExecutionEngine.h"
-#include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "mlir/IR/Diagnostics.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/InitAllDialects.h"
-#include "mlir/InitAllExtensions.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
-#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
-#include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 
-#include "mlir/Target/LLVMIR/Export.h"
-
-#include "llvm/ExecutionEngine/Orc/AbsoluteSymbols.h"
-#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
-#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
-#include "llvm/ExecutionEngine/Orc/LLJIT.h"
-#include "llvm/IR/IRBuilder.h"
-#include "llvm/IR/LegacyPassManager.h"
-#include "llvm/IR/Module.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Target/TargetMachine.h"
-#include "llvm/Support/TargetSelect.h"
-#include "llvm/TargetParser/Host.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/TargetParser/Host.h"
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <dlfcn.h>
-#include <functional>
-#include <map>
-#include <set>
 #include <cstdlib>
+#include <deque>
+#include <dlfcn.h>
 #include <mutex>
-#include <thread>
-#include <unordered_map>
 #include <optional>
 #include <sstream>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <thread>
+#include <unistd.h>
+#include <unordered_map>
 
 using namespace mlir;
 
@@ -102,59 +85,6 @@ std::optional<ElementType> toElementType(Type type) {
   if (type.isSignlessInteger(64)) return ElementType::I64;
   return std::nullopt;
 }
-
-const DialectRegistry &getRegistry() {
-  static const DialectRegistry *registry = [] {
-    auto *r = new DialectRegistry();
-    registerAllDialects(*r);
-    registerAllExtensions(*r);
-    registerBuiltinDialectTranslation(*r);
-    registerLLVMDialectTranslation(*r);
-    registerOpenMPDialectTranslation(*r);
-    return r;
-  }();
-  return *registry;
-}
-
-void initializeLLVMOnce() {
-  static std::once_flag flag;
-  std::call_once(flag, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-  });
-}
-
-/// Collects every diagnostic of a context, so a failure reports what MLIR
-/// said rather than just "failed".
-class DiagnosticCollector {
-public:
-  explicit DiagnosticCollector(MLIRContext &ctx)
-      : handler(&ctx, [this](Diagnostic &diag) {
-          llvm::raw_string_ostream os(text);
-          os << diag.getLocation() << ": ";
-          switch (diag.getSeverity()) {
-          case DiagnosticSeverity::Error: os << "error: "; break;
-          case DiagnosticSeverity::Warning: os << "warning: "; break;
-          case DiagnosticSeverity::Note: os << "note: "; break;
-          case DiagnosticSeverity::Remark: os << "remark: "; break;
-          }
-          os << diag << "\n";
-          for (Diagnostic &note : diag.getNotes())
-            os << note.getLocation() << ": note: " << note << "\n";
-          return success();
-        }) {}
-
-  [[noreturn]] void fail(const std::string &stage) const {
-    std::string message = "lazymlir: " + stage + " failed";
-    message += text.empty() ? std::string(" (no diagnostic)")
-                            : std::string(":\n") + text;
-    throw CompileError(message);
-  }
-
-private:
-  std::string text;
-  ScopedDiagnosticHandler handler;
-};
 
 /// Serves the compiled code's temporaries. Graphs run again and again with
 /// the same shapes, so freed blocks are kept by size and handed out again;
@@ -230,6 +160,10 @@ private:
   size_t idleBytes = 0;
 };
 
+
+} // namespace
+
+// Temporaries of compiled code (bound in the JIT by KernelJit).
 extern "C" void *lazymlirAlignedAlloc(uint64_t alignment, uint64_t size) {
   return BufferPool::get().allocate(alignment, size);
 }
@@ -237,8 +171,6 @@ extern "C" void *lazymlirAlloc(uint64_t size) {
   return BufferPool::get().allocate(0, size);
 }
 extern "C" void lazymlirFree(void *block) { BufferPool::get().release(block); }
-
-} // namespace
 
 void *allocateBuffer(size_t bytes) {
   return BufferPool::get().allocate(0, bytes);
@@ -249,273 +181,8 @@ size_t idleBufferBytes() { return BufferPool::get().idleSize(); }
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-/// The disk cache and the JIT tell kernels and graphs compiled with
-/// different options apart by this.
-std::string describeOptions(const CompileOptions &options, unsigned threads) {
-  std::ostringstream os;
-  os << "entry=" << options.entry << ";opt=" << options.optLevel
-     << ";fusion=" << options.fusion << ";nhwc=" << options.channelsLast
-     << ";threads=" << threads << ";checks=" << options.runtimeChecks;
-  return os.str();
-}
-
-unsigned resolvedThreads(const CompileOptions &options) {
-  return options.threads ? options.threads
-                         : std::max(1u, std::thread::hardware_concurrency());
-}
-
-void fillPipelineOptions(CpuPipelineOptions &pipeline,
-                         const CompileOptions &options) {
-  pipeline.entry = options.entry;
-  pipeline.fusion = options.fusion;
-  pipeline.channelsLast = options.channelsLast;
-  pipeline.runtimeChecks = options.runtimeChecks;
-  pipeline.threads = resolvedThreads(options);
-  // Code is compiled for the host (hostTargetMachine): AVX-512 has a vector
-  // ldexp (vscalefps) for exp's 2^n.
-  pipeline.useLdexp = llvm::sys::getHostCPUFeatures().lookup("avx512f");
-}
-
-std::unique_ptr<llvm::TargetMachine> hostTargetMachine(unsigned optLevel) {
-  auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
-  if (!builder)
-    throw CompileError("lazymlir: cannot detect the host target: " +
-                       llvm::toString(builder.takeError()));
-  if (getenv("LZ_CG")) { int c = atoi(getenv("LZ_CG")); builder->setCodeGenOptLevel(c == 0 ? llvm::CodeGenOptLevel::None : c == 1 ? llvm::CodeGenOptLevel::Less : c == 2 ? llvm::CodeGenOptLevel::Default : llvm::CodeGenOptLevel::Aggressive); } else
-  builder->setCodeGenOptLevel(optLevel >= 3   ? llvm::CodeGenOptLevel::Aggressive
-                              : optLevel >= 1 ? llvm::CodeGenOptLevel::Default
-                                              : llvm::CodeGenOptLevel::None);
-  // Position-independent: the JIT links objects anywhere in the address
-  // space, far from the process's libm and from each other.
-  builder->setRelocationModel(llvm::Reloc::PIC_);
-  auto machine = builder->createTargetMachine();
-  if (!machine)
-    throw CompileError("lazymlir: cannot create the host target machine: " +
-                       llvm::toString(machine.takeError()));
-  return std::move(*machine);
-}
-
-/// `void <entry>_packed(void **args)`: calls `entry` with each argument
-/// loaded from the pointer in args[i] (the runtime's argument block).
-void addPackedWrapper(llvm::Module &module, llvm::Function &entry,
-                      const std::string &name) {
-  llvm::LLVMContext &ctx = module.getContext();
-  llvm::IRBuilder<> b(ctx);
-  auto *type = llvm::FunctionType::get(b.getVoidTy(), b.getPtrTy(), false);
-  auto *wrapper = llvm::Function::Create(
-      type, llvm::GlobalValue::ExternalLinkage, name, module);
-  b.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", wrapper));
-  llvm::SmallVector<llvm::Value *> args;
-  for (auto [i, arg] : llvm::enumerate(entry.args())) {
-    llvm::Value *slot =
-        b.CreateGEP(b.getPtrTy(), wrapper->getArg(0), b.getInt64(i));
-    llvm::Value *pointer = b.CreateLoad(b.getPtrTy(), slot);
-    args.push_back(b.CreateLoad(arg.getType(), pointer));
-  }
-  b.CreateCall(&entry, args);
-  b.CreateRetVoid();
-}
-
-struct ObjectTimes {
-  double translate = 0, optimize = 0, codegen = 0;
-  int64_t instructions = 0, bytes = 0;
-};
-
-/// An LLVM-dialect module to object code for the host, optimized at
-/// `optLevel`; every definition but `keep` becomes internal. With
-/// `packedEntry`, adds `<packedEntry>_packed` (kept too).
-std::string emitObject(ModuleOp module, const std::vector<std::string> &keep,
-                       unsigned optLevel, const std::string &packedEntry,
-                       ObjectTimes &times) {
-  auto start = Clock::now();
-  llvm::LLVMContext llvmContext;
-  std::unique_ptr<llvm::Module> llvmModule =
-      translateModuleToLLVMIR(module, llvmContext);
-  if (!llvmModule)
-    throw CompileError("lazymlir: translation to LLVM IR failed");
-  std::unique_ptr<llvm::TargetMachine> machine = hostTargetMachine(optLevel);
-  ExecutionEngine::setupTargetTripleAndDataLayout(llvmModule.get(),
-                                                  machine.get());
-  std::vector<std::string> kept = keep;
-  if (!packedEntry.empty()) {
-    llvm::Function *entry = llvmModule->getFunction(packedEntry);
-    if (!entry)
-      throw CompileError("lazymlir: entry '" + packedEntry +
-                         "' missing after lowering");
-    addPackedWrapper(*llvmModule, *entry, packedEntry + "_packed");
-    kept.push_back(packedEntry + "_packed");
-  }
-  for (llvm::GlobalValue &value : llvmModule->global_values())
-    if (!value.isDeclaration() &&
-        std::find(kept.begin(), kept.end(), value.getName()) == kept.end())
-      value.setLinkage(llvm::GlobalValue::InternalLinkage);
-  times.translate += since(start);
-
-  start = Clock::now();
-  auto optimize = makeOptimizingTransformer(optLevel, /*sizeLevel=*/0,
-                                            machine.get());
-  if (llvm::Error error = optimize(llvmModule.get()))
-    throw CompileError("lazymlir: LLVM optimization failed: " +
-                       llvm::toString(std::move(error)));
-  times.instructions += llvmModule->getInstructionCount();
-  times.optimize += since(start);
-
-  start = Clock::now();
-  llvm::SmallVector<char, 0> object;
-  {
-    llvm::raw_svector_ostream os(object);
-    llvm::legacy::PassManager codegen;
-    if (machine->addPassesToEmitFile(codegen, os, nullptr,
-                                     llvm::CodeGenFileType::ObjectFile))
-      throw CompileError("lazymlir: the host target cannot emit objects");
-    codegen.run(*llvmModule);
-  }
-  times.codegen += since(start);
-  times.bytes += object.size();
-  return std::string(object.data(), object.size());
-}
-
-/// The process's JIT: compiled kernels, shared by every graph compiled with
-/// the same options (one JITDylib per options), each loaded once; each graph's
-/// entry module in a JITDylib of its own (its globals: constants, the check
-/// flag), removed with the executable.
-class KernelJit {
-public:
-  static KernelJit &get() {
-    static KernelJit *jit = new KernelJit(); // never destroyed: JIT code
-    return *jit;                             // may run during exit
-  }
-
-  enum class Origin { Process, Disk, Compiled };
-
-  /// Makes kernel `name` available in `kernels`: already loaded, or the
-  /// object `produce` returns (read from disk or compiled: it says which)
-  /// is loaded. A kernel being produced by another thread is waited for.
-  Origin ensure(llvm::orc::JITDylib &kernels, const std::string &name,
-                const std::function<std::pair<std::string, Origin>()> &produce) {
-    std::string key = kernels.getName() + "/" + name;
-    {
-      std::unique_lock<std::mutex> lock(mutex);
-      changed.wait(lock, [&] { return !pending.count(key); });
-      if (loaded.count(key))
-        return Origin::Process;
-      pending.insert(key);
-    }
-    auto done = [&](bool ok) {
-      std::lock_guard<std::mutex> lock(mutex);
-      pending.erase(key);
-      if (ok)
-        loaded.insert(key);
-      changed.notify_all();
-    };
-    try {
-      auto [object, origin] = produce();
-      add(kernels, object, name);
-      done(true);
-      return origin;
-    } catch (...) {
-      done(false);
-      throw;
-    }
-  }
-
-  void add(llvm::orc::JITDylib &dylib, const std::string &object,
-           const std::string &name) {
-    if (llvm::Error error = jit->addObjectFile(
-            dylib, llvm::MemoryBuffer::getMemBufferCopy(object, name)))
-      throw CompileError("lazymlir: loading compiled code failed: " +
-                         llvm::toString(std::move(error)));
-  }
-
-  llvm::orc::JITDylib &kernelsFor(const std::string &options) {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = kernelDylibs.find(options);
-    if (it != kernelDylibs.end())
-      return *it->second;
-    auto &dylib = jit->getExecutionSession().createBareJITDylib(
-        "kernels" + std::to_string(kernelDylibs.size()));
-    dylib.setLinkOrder({{runtime, llvm::orc::JITDylibLookupFlags::
-                                      MatchExportedSymbolsOnly}});
-    kernelDylibs[options] = &dylib;
-    return dylib;
-  }
-
-  llvm::orc::JITDylib &newGraph(llvm::orc::JITDylib &kernels) {
-    auto &dylib = jit->getExecutionSession().createBareJITDylib(
-        "graph" + std::to_string(nextGraph++));
-    dylib.setLinkOrder(
-        {{&kernels, llvm::orc::JITDylibLookupFlags::MatchExportedSymbolsOnly},
-         {runtime, llvm::orc::JITDylibLookupFlags::MatchExportedSymbolsOnly}});
-    return dylib;
-  }
-
-  void removeGraph(llvm::orc::JITDylib &dylib) {
-    llvm::consumeError(jit->getExecutionSession().removeJITDylib(dylib));
-  }
-
-  void *lookup(llvm::orc::JITDylib &dylib, const std::string &name) {
-    auto address = jit->lookup(dylib, name);
-    if (!address)
-      throw CompileError("lazymlir: symbol '" + name +
-                         "' missing after linking: " +
-                         llvm::toString(address.takeError()));
-    return address->toPtr<void *>();
-  }
-
-private:
-  KernelJit() {
-    initializeLLVMOnce();
-    auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
-    if (!builder)
-      throw CompileError("lazymlir: cannot detect the host target: " +
-                         llvm::toString(builder.takeError()));
-    auto created = llvm::orc::LLJITBuilder()
-                       .setJITTargetMachineBuilder(std::move(*builder))
-                       .setPlatformSetUp(llvm::orc::setUpInactivePlatform)
-                       .create();
-    if (!created)
-      throw CompileError("lazymlir: cannot create the JIT: " +
-                         llvm::toString(created.takeError()));
-    jit = std::move(*created);
-    runtime = &jit->getExecutionSession().createBareJITDylib("runtime");
-    // Compiled code calls into the runtime (temporaries from our pool, the
-    // OpenMP entry points, strided copies) and the process's libm. The JIT
-    // searches only globally visible symbols, and Python loads extensions
-    // privately, so the runtime's are bound by address.
-    llvm::orc::SymbolMap symbols;
-    auto &es = jit->getExecutionSession();
-    auto add = [&](const char *name, void *address) {
-      symbols[es.intern(name)] = {llvm::orc::ExecutorAddr::fromPtr(address),
-                                  llvm::JITSymbolFlags::Exported};
-    };
-    add("memrefCopy", reinterpret_cast<void *>(&memrefCopy));
-    add("_mlir_memref_to_llvm_aligned_alloc",
-        reinterpret_cast<void *>(&lazymlirAlignedAlloc));
-    add("_mlir_memref_to_llvm_alloc", reinterpret_cast<void *>(&lazymlirAlloc));
-    add("_mlir_memref_to_llvm_free", reinterpret_cast<void *>(&lazymlirFree));
-    for (const RuntimeSymbol &symbol : openMPEntryPoints())
-      add(symbol.name, symbol.address);
-    llvm::cantFail(runtime->define(llvm::orc::absoluteSymbols(symbols)));
-    runtime->addGenerator(llvm::cantFail(
-        llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
-            jit->getDataLayout().getGlobalPrefix())));
-  }
-
-  std::unique_ptr<llvm::orc::LLJIT> jit;
-  llvm::orc::JITDylib *runtime = nullptr;
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::set<std::string> loaded, pending;
-  std::map<std::string, llvm::orc::JITDylib *> kernelDylibs;
-  std::atomic<uint64_t> nextGraph{0};
-};
-
-/// Whether the build's code identity is known (the library file read).
+/// This build (a digest of the library holding this code), LLVM's version,
+/// the host CPU and its features.
 std::string computeCodeIdentity() {
   std::string identity = "lazymlir-native;";
   Dl_info info;
@@ -539,13 +206,121 @@ std::string computeCodeIdentity() {
 }
 
 std::atomic<uint64_t> graphDiskHits{0}, graphDiskMisses{0};
+std::atomic<uint64_t> kernelsUpgraded{0}, graphsRelinked{0};
 
-std::string kernelCacheKey(const std::string &options, const std::string &name) {
-  return sha256Hex(codeIdentity() + "\n" + "kernel\n" + options + "\n" + name);
+} // namespace
+
+const std::string &codeIdentity() {
+  static const std::string identity = computeCodeIdentity();
+  return identity;
+}
+
+void configureDiskCache(const std::string &directory, uint64_t maxBytes) {
+  DiskCache::get().configure(directory, maxBytes);
+}
+
+DiskCacheCounts diskCacheCounts() {
+  DiskCacheStats stats = DiskCache::get().stats();
+  DiskCacheCounts counts;
+  counts.graphHits = graphDiskHits;
+  counts.graphMisses = graphDiskMisses;
+  counts.hits = stats.hits;
+  counts.misses = stats.misses;
+  counts.corrupt = stats.corrupt;
+  counts.writes = stats.writes;
+  counts.evicted = stats.evicted;
+  return counts;
+}
+
+std::vector<std::string> takeDiskCacheWarnings() {
+  return DiskCache::get().takeWarnings();
+}
+
+std::optional<std::string> readDiskCacheEntry(const std::string &key) {
+  return DiskCache::get().read(key);
+}
+
+void writeDiskCacheEntry(const std::string &key, const std::string &payload) {
+  DiskCache::get().write(key, payload);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// The disk cache and the JIT tell kernels and graphs compiled with
+/// different options apart by this.
+std::string describeOptions(const CompileOptions &options) {
+  std::ostringstream os;
+  os << "entry=" << options.entry << ";opt=" << options.optLevel
+     << ";fusion=" << options.fusion << ";nhwc=" << options.channelsLast
+     << ";threads=" << resolvedThreads(options)
+     << ";checks=" << options.runtimeChecks;
+  return os.str();
+}
+
+std::string kernelCacheKey(const std::string &options, Tier tier,
+                           const std::string &name) {
+  return sha256Hex(codeIdentity() + "\nkernel\n" + tierName(tier) + "\n" +
+                   options + "\n" + name);
+}
+
+/// A kernel's MLIR (for its Full-tier recompile in a later process).
+std::string sourceCacheKey(const std::string &options, const std::string &name) {
+  return sha256Hex(codeIdentity() + "\nkernel-source\n" + options + "\n" + name);
 }
 
 std::string graphCacheKey(const std::string &options, const std::string &source) {
-  return sha256Hex(codeIdentity() + "\n" + "graph\n" + options + "\n" + source);
+  return sha256Hex(codeIdentity() + "\ngraph\n" + options + "\n" + source);
+}
+
+
+/// Runs of a graph after which its Fast-tier kernels are recompiled Full.
+constexpr uint64_t kHotRuns = 2;
+
+/// A kernel at its best tier available: the Full tier, loaded or on disk;
+/// else the Fast tier, loaded, on disk, or compiled now (from `text`; none:
+/// throws NotOnDisk). Returns where it came from and its tier.
+struct NotOnDisk {};
+struct Acquired {
+  KernelJit::Origin origin;
+  Tier tier;
+};
+Acquired acquireKernel(const std::string &name, const std::string *text,
+                       const CompileOptions &options,
+                       const std::string &optionsKey, ObjectTimes &times) {
+  KernelJit &jit = KernelJit::get();
+  llvm::orc::JITDylib &full = jit.kernels(optionsKey, Tier::Full);
+  if (jit.isLoaded(full, name))
+    return {KernelJit::Origin::Process, Tier::Full};
+  auto fromDisk = [&](Tier tier) -> std::optional<std::string> {
+    return DiskCache::get().read(kernelCacheKey(optionsKey, tier, name));
+  };
+  if (std::optional<std::string> object = fromDisk(Tier::Full)) {
+    auto origin = jit.ensure(full, name, [&] {
+      return std::make_pair(std::move(*object), KernelJit::Origin::Disk);
+    });
+    return {origin, Tier::Full};
+  }
+  Tier tier = options.tiered ? Tier::Fast : Tier::Full;
+  auto origin = jit.ensure(jit.kernels(optionsKey, tier), name, [&] {
+    if (tier == Tier::Fast)
+      if (std::optional<std::string> object = fromDisk(Tier::Fast))
+        return std::make_pair(std::move(*object), KernelJit::Origin::Disk);
+    if (!text)
+      throw NotOnDisk();
+    std::string object = compileKernel(*text, name, options, tier, times);
+    DiskCache::get().write(kernelCacheKey(optionsKey, tier, name), object);
+    if (tier == Tier::Fast)
+      DiskCache::get().write(sourceCacheKey(optionsKey, name), *text);
+    return std::make_pair(std::move(object), KernelJit::Origin::Compiled);
+  });
+  if (tier == Tier::Fast && text)
+    jit.keepSource(optionsKey, name, *text);
+  return {origin, tier};
 }
 
 /// A graph's disk entry: what the executable needs besides machine code,
@@ -621,67 +396,160 @@ struct GraphRecord {
   }
 };
 
-/// The lowering of one outlined kernel (a module holding its function) to
-/// object code, on a worker thread with a context of its own.
-std::string compileKernel(const std::string &text, const std::string &name,
-                          const CompileOptions &options, ObjectTimes &times,
-                          double &llvmStage) {
-  auto start = Clock::now();
-  MLIRContext ctx(getRegistry(), MLIRContext::Threading::DISABLED);
-  DiagnosticCollector diagnostics(ctx);
-  OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(text, ParserConfig(&ctx), name);
-  if (!module)
-    diagnostics.fail("parsing kernel " + name);
-  CpuPipelineOptions pipeline;
-  fillPipelineOptions(pipeline, options);
-  PassManager pm(&ctx);
-  buildCpuLLVMPipeline(pm, pipeline);
-  if (failed(pm.run(*module)))
-    diagnostics.fail("the CPU pipeline (LLVM stage) on kernel " + name);
-  llvmStage += since(start);
-  return emitObject(*module, {name}, getenv("LZ_OPT") ? atoi(getenv("LZ_OPT")) : options.optLevel, "", times);
-}
+/// How an executable's entry is linked, shared with the background
+/// compiler: the entry object, and the kernels still at the Fast tier. Once
+/// those are Full, the entry is linked again (the new linkage resolves them
+/// Full) and runs switch to it; linkages are kept until the executable dies
+/// (a run may be using one).
+struct Linkage {
+  CompileOptions options;
+  std::string optionsKey;
+  std::string entryObject; // kept while kernels are Fast
+  bool hasChecks = false;
+  std::vector<std::string> fastKernels;
+  std::atomic<const LinkedGraph *> current{nullptr};
+  std::atomic<uint64_t> runs{0};
+  std::atomic<bool> upgradeRequested{false};
+  std::mutex mutex;
+  std::vector<std::unique_ptr<LinkedGraph>> linked;
+
+  void link() {
+    auto graph = std::make_unique<LinkedGraph>(KernelJit::get().link(
+        optionsKey, entryObject, options.entry, hasChecks, kCheckFlagSymbol));
+    std::lock_guard<std::mutex> lock(mutex);
+    current.store(graph.get(), std::memory_order_release);
+    linked.push_back(std::move(graph));
+  }
+
+  ~Linkage() {
+    for (const auto &graph : linked)
+      KernelJit::get().unlink(*graph);
+  }
+};
+
+/// Recompiles hot graphs' Fast-tier kernels at the Full tier, one at a time,
+/// on a background thread at low priority, and relinks each graph once all
+/// its kernels are Full. Full kernels go to the disk cache too.
+class BackgroundCompiler {
+public:
+  static BackgroundCompiler &get() {
+    static BackgroundCompiler *compiler = new BackgroundCompiler();
+    return *compiler;
+  }
+
+  void request(std::weak_ptr<Linkage> linkage) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (stopping)
+      return;
+    queue.push_back(std::move(linkage));
+    if (!thread.joinable()) {
+      thread = std::thread([this] { loop(); });
+      // Before the C++ runtime's static destructors (LLVM's among them).
+      std::atexit([] { BackgroundCompiler::get().stop(); });
+    }
+    wake.notify_all();
+  }
+
+  /// Until nothing is queued or compiling.
+  void waitIdle() {
+    std::unique_lock<std::mutex> lock(mutex);
+    idle.wait(lock, [&] { return (queue.empty() && !busy) || stopping; });
+  }
+
+  /// Stops after the kernel being compiled; idempotent.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+      wake.notify_all();
+      idle.notify_all();
+    }
+    if (thread.joinable() && thread.get_id() != std::this_thread::get_id())
+      thread.join();
+  }
+
+private:
+  void loop() {
+    // Background work: the cores belong to the runs first.
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+    while (true) {
+      std::shared_ptr<Linkage> linkage;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        wake.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (stopping)
+          return;
+        linkage = queue.front().lock();
+        queue.pop_front();
+        busy = true;
+      }
+      if (linkage)
+        upgrade(*linkage);
+      std::lock_guard<std::mutex> lock(mutex);
+      busy = false;
+      if (queue.empty())
+        idle.notify_all();
+    }
+  }
+
+  bool isStopping() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return stopping;
+  }
+
+  void upgrade(Linkage &linkage) {
+    KernelJit &jit = KernelJit::get();
+    llvm::orc::JITDylib &full = jit.kernels(linkage.optionsKey, Tier::Full);
+    for (const std::string &name : linkage.fastKernels) {
+      if (isStopping())
+        return;
+      try {
+        auto origin = jit.ensure(full, name, [&] {
+          std::string key = kernelCacheKey(linkage.optionsKey, Tier::Full, name);
+          if (std::optional<std::string> object = DiskCache::get().read(key))
+            return std::make_pair(std::move(*object), KernelJit::Origin::Disk);
+          std::optional<std::string> text = jit.source(linkage.optionsKey, name);
+          if (!text)
+            text = DiskCache::get().read(sourceCacheKey(linkage.optionsKey, name));
+          if (!text)
+            throw NotOnDisk();
+          ObjectTimes times;
+          std::string object =
+              compileKernel(*text, name, linkage.options, Tier::Full, times);
+          DiskCache::get().write(key, object);
+          return std::make_pair(std::move(object), KernelJit::Origin::Compiled);
+        });
+        if (origin == KernelJit::Origin::Compiled)
+          ++kernelsUpgraded;
+        jit.dropSource(linkage.optionsKey, name);
+      } catch (...) {
+        return; // the graph keeps running its Fast kernels
+      }
+    }
+    try {
+      linkage.link();
+      ++graphsRelinked;
+    } catch (...) {
+    }
+  }
+
+  std::mutex mutex;
+  std::condition_variable wake, idle;
+  std::deque<std::weak_ptr<Linkage>> queue;
+  std::thread thread;
+  bool busy = false, stopping = false;
+};
 
 } // namespace
 
-const std::string &codeIdentity() {
-  static const std::string identity = computeCodeIdentity();
-  return identity;
-}
-
-void configureDiskCache(const std::string &directory, uint64_t maxBytes) {
-  DiskCache::get().configure(directory, maxBytes);
-}
-
-DiskCacheCounts diskCacheCounts() {
-  DiskCacheStats stats = DiskCache::get().stats();
-  DiskCacheCounts counts;
-  counts.graphHits = graphDiskHits;
-  counts.graphMisses = graphDiskMisses;
-  counts.hits = stats.hits;
-  counts.misses = stats.misses;
-  counts.corrupt = stats.corrupt;
-  counts.writes = stats.writes;
-  counts.evicted = stats.evicted;
-  return counts;
-}
-
-std::vector<std::string> takeDiskCacheWarnings() {
-  return DiskCache::get().takeWarnings();
-}
-
-std::optional<std::string> readDiskCacheEntry(const std::string &key) {
-  return DiskCache::get().read(key);
-}
-
-void writeDiskCacheEntry(const std::string &key, const std::string &payload) {
-  DiskCache::get().write(key, payload);
+void waitForBackgroundCompiles() { BackgroundCompiler::get().waitIdle(); }
+void stopBackgroundCompiles() { BackgroundCompiler::get().stop(); }
+BackgroundCompileCounts backgroundCompileCounts() {
+  return {kernelsUpgraded.load(), graphsRelinked.load()};
 }
 
 struct CpuExecutable::Impl {
-  llvm::orc::JITDylib *graph = nullptr;
-  void (*entry)(void **) = nullptr;
+  std::shared_ptr<Linkage> linkage = std::make_shared<Linkage>();
   std::vector<TensorSignature> inputs;
   std::vector<TensorSignature> outputs;
   std::string llvmDialect;
@@ -696,15 +564,9 @@ struct CpuExecutable::Impl {
   std::vector<size_t> pointerSlots;
   /// Each buffer's size in bytes, inputs then outputs.
   std::vector<size_t> bufferBytes;
-  /// The module's check flag (lazymlir-guard-runtime-checks), null when it
-  /// has no checks; runs that have one hold `checkMutex`.
-  std::atomic<int32_t> *checkFlag = nullptr;
+  /// Runs of a graph that has runtime checks hold this: each reads the
+  /// flag its own run set.
   mutable std::mutex checkMutex;
-
-  ~Impl() {
-    if (graph)
-      KernelJit::get().removeGraph(*graph);
-  }
 
   void buildArgumentBlock() {
     for (const auto *list : {&inputs, &outputs}) {
@@ -729,19 +591,19 @@ struct CpuExecutable::Impl {
     }
   }
 
-  /// Loads the graph's entry object into a JITDylib of its own, next to its
-  /// kernels, and finds the entry and the check flag.
-  void link(llvm::orc::JITDylib &kernels, const std::string &object,
-            const std::string &entryName, bool hasChecks) {
-    KernelJit &jit = KernelJit::get();
-    graph = &jit.newGraph(kernels);
-    jit.add(*graph, object, entryName);
-    entry = reinterpret_cast<void (*)(void **)>(
-        jit.lookup(*graph, entryName + "_packed"));
-    // An i32 global, 4-byte aligned: accessed as an atomic int32_t.
-    if (hasChecks)
-      checkFlag = static_cast<std::atomic<int32_t> *>(
-          jit.lookup(*graph, kCheckFlagSymbol));
+  /// Links the entry; kernels acquired at the Fast tier are upgraded once
+  /// the graph is hot.
+  void link(const CompileOptions &options, const std::string &optionsKey,
+            std::string entryObject, bool hasChecks,
+            std::vector<std::string> fastKernels) {
+    linkage->options = options;
+    linkage->optionsKey = optionsKey;
+    linkage->entryObject = std::move(entryObject);
+    linkage->hasChecks = hasChecks;
+    linkage->fastKernels = std::move(fastKernels);
+    linkage->link();
+    if (linkage->fastKernels.empty())
+      linkage->entryObject.clear();
   }
 
   /// Calls the entry on buffers that match the signatures, inputs first.
@@ -755,17 +617,23 @@ struct CpuExecutable::Impl {
     std::vector<void *> args(scalars.size());
     for (size_t i = 0; i < scalars.size(); ++i)
       args[i] = &scalars[i];
-    if (!checkFlag) {
+    if (!linkage->fastKernels.empty() &&
+        linkage->runs.fetch_add(1, std::memory_order_relaxed) + 1 == kHotRuns &&
+        !linkage->upgradeRequested.exchange(true))
+      BackgroundCompiler::get().request(linkage);
+    if (!linkage->hasChecks) {
+      const LinkedGraph *graph = linkage->current.load(std::memory_order_acquire);
       BackgroundScope scope(background);
-      entry(args.data());
+      graph->entry(args.data());
       return;
     }
     std::lock_guard<std::mutex> lock(checkMutex);
+    const LinkedGraph *graph = linkage->current.load(std::memory_order_acquire);
     {
       BackgroundScope scope(background);
-      entry(args.data());
+      graph->entry(args.data());
     }
-    if (checkFlag->exchange(0, std::memory_order_relaxed) != 0)
+    if (graph->checkFlag->exchange(0, std::memory_order_relaxed) != 0)
       throw CheckFailed();
   }
 };
@@ -781,12 +649,18 @@ const std::vector<TensorSignature> &CpuExecutable::outputs() const {
   return impl->outputs;
 }
 int64_t CpuExecutable::numKernels() const { return impl->numKernels; }
-bool CpuExecutable::hasRuntimeChecks() const { return impl->checkFlag; }
+bool CpuExecutable::hasRuntimeChecks() const { return impl->linkage->hasChecks; }
 const std::string &CpuExecutable::llvmDialect() const {
   return impl->llvmDialect;
 }
 const CompileStats &CpuExecutable::compileStats() const { return impl->stats; }
 const std::string &CpuExecutable::cacheKey() const { return impl->cacheKey; }
+bool CpuExecutable::fullyOptimized() const {
+  const LinkedGraph *graph = impl->linkage->current.load();
+  std::lock_guard<std::mutex> lock(impl->linkage->mutex);
+  return impl->linkage->fastKernels.empty() ||
+         (impl->linkage->linked.size() > 1 && graph == impl->linkage->linked.back().get());
+}
 
 std::unique_ptr<CpuExecutable>
 CpuExecutable::load(const std::string &cacheKey, const CompileOptions &options) {
@@ -800,24 +674,19 @@ CpuExecutable::load(const std::string &cacheKey, const CompileOptions &options) 
     return nullptr;
   }
   initializeLLVMOnce();
-  std::string optionsKey = describeOptions(options, resolvedThreads(options));
-  KernelJit &jit = KernelJit::get();
-  llvm::orc::JITDylib &kernels = jit.kernelsFor(optionsKey);
+  std::string optionsKey = describeOptions(options);
   auto impl = std::make_unique<Impl>();
-  struct Missing {};
+  std::vector<std::string> fastKernels;
   try {
     for (const std::string &name : record.kernels) {
-      auto origin = jit.ensure(kernels, name, [&] {
-        std::optional<std::string> object =
-            DiskCache::get().read(kernelCacheKey(optionsKey, name));
-        if (!object)
-          throw Missing();
-        return std::make_pair(std::move(*object), KernelJit::Origin::Disk);
-      });
-      ++(origin == KernelJit::Origin::Disk ? impl->stats.kernelsFromDisk
-                                           : impl->stats.kernelsReused);
+      ObjectTimes unused;
+      Acquired kernel = acquireKernel(name, nullptr, options, optionsKey, unused);
+      ++(kernel.origin == KernelJit::Origin::Disk ? impl->stats.kernelsFromDisk
+                                                  : impl->stats.kernelsReused);
+      if (kernel.tier == Tier::Fast)
+        fastKernels.push_back(name);
     }
-  } catch (const Missing &) {
+  } catch (const NotOnDisk &) {
     ++graphDiskMisses; // compiled again, and written again
     return nullptr;
   }
@@ -829,7 +698,8 @@ CpuExecutable::load(const std::string &cacheKey, const CompileOptions &options) 
   impl->stats.distinctKernels = record.kernels.size();
   impl->stats.fromDisk = true;
   auto linkStart = Clock::now();
-  impl->link(kernels, record.object, options.entry, record.hasChecks);
+  impl->link(options, optionsKey, std::move(record.object), record.hasChecks,
+             std::move(fastKernels));
   impl->stats.link = since(linkStart);
   impl->stats.total = since(start);
   ++graphDiskHits;
@@ -841,7 +711,7 @@ CpuExecutable::compile(const std::string &source,
                        const CompileOptions &options) {
   initializeLLVMOnce();
   auto start = Clock::now();
-  std::string optionsKey = describeOptions(options, resolvedThreads(options));
+  std::string optionsKey = describeOptions(options);
   std::string cacheKey = graphCacheKey(optionsKey, source);
   // A dump wants the LLVM dialect, which the disk cache does not keep.
   if (!options.keepLLVMDialect)
@@ -853,7 +723,7 @@ CpuExecutable::compile(const std::string &source,
   CompileStats &stats = impl->stats;
   // One context per compile: graphs are independent, and nothing of the
   // context is needed once the JIT holds the machine code.
-  MLIRContext ctx(getRegistry(), MLIRContext::Threading::DISABLED);
+  MLIRContext ctx(dialectRegistry(), MLIRContext::Threading::DISABLED);
   // torch-mlir's TMTensor ops (scatter, scan, sort) come in the generic form
   // as unregistered ops: the pipeline lowers them first, and its contract
   // check rejects any other unregistered op with a diagnostic.
@@ -931,40 +801,32 @@ CpuExecutable::compile(const std::string &source,
   stats.distinctKernels = kernels.size();
   stats.bufferizeStage = since(phase);
 
-  // The kernels, on worker threads; the entry module meanwhile on this one.
-  KernelJit &jit = KernelJit::get();
-  llvm::orc::JITDylib &kernelDylib = jit.kernelsFor(optionsKey);
+  // The kernels on worker threads (each distinct kernel once per process);
+  // the entry module meanwhile on this one.
   std::mutex statsMutex;
   std::string firstError;
+  std::vector<std::string> fastKernels;
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i; (i = next++) < kernels.size();) {
       const Kernel &kernel = kernels[i];
       ObjectTimes times;
-      double llvmStage = 0;
       try {
-        auto origin = jit.ensure(kernelDylib, kernel.name, [&] {
-          std::string key = kernelCacheKey(optionsKey, kernel.name);
-          if (std::optional<std::string> object = DiskCache::get().read(key))
-            return std::make_pair(std::move(*object), KernelJit::Origin::Disk);
-          std::string object =
-              compileKernel(kernel.text, kernel.name, options, times, llvmStage);
-          DiskCache::get().write(key, object);
-          return std::make_pair(std::move(object), KernelJit::Origin::Compiled);
-        });
+        Acquired acquired =
+            acquireKernel(kernel.name, &kernel.text, options, optionsKey, times);
         std::lock_guard<std::mutex> lock(statsMutex);
-        ++(origin == KernelJit::Origin::Compiled ? stats.kernelsCompiled
-           : origin == KernelJit::Origin::Disk   ? stats.kernelsFromDisk
-                                                 : stats.kernelsReused);
+        ++(acquired.origin == KernelJit::Origin::Compiled ? stats.kernelsCompiled
+           : acquired.origin == KernelJit::Origin::Disk   ? stats.kernelsFromDisk
+                                                          : stats.kernelsReused);
+        if (acquired.tier == Tier::Fast)
+          fastKernels.push_back(kernel.name);
       } catch (const std::exception &error) {
         std::lock_guard<std::mutex> lock(statsMutex);
         if (firstError.empty())
           firstError = error.what();
       }
       std::lock_guard<std::mutex> lock(statsMutex);
-      if (getenv("LZ_KT")) { std::string f = std::string(getenv("LZ_KT")) + "/" + kernel.name + ".mlir"; FILE *fp = fopen(f.c_str(), "w"); if (fp) { fputs(kernel.text.c_str(), fp); fclose(fp);} }
-      if (getenv("LZ_KT")) fprintf(stderr, "KT %s mlir %.3f tr %.3f opt %.3f cg %.3f inst %ld\n", kernel.name.c_str(), llvmStage, times.translate, times.optimize, times.codegen, (long)times.instructions);
-      stats.llvmStage += llvmStage;
+      stats.llvmStage += times.llvmStage;
       stats.translate += times.translate;
       stats.optimize += times.optimize;
       stats.codegen += times.codegen;
@@ -977,9 +839,15 @@ CpuExecutable::compile(const std::string &source,
   std::vector<std::thread> threads;
   for (unsigned i = 0; i < workers; ++i)
     threads.emplace_back(work);
+  auto joinAll = [&] {
+    for (std::thread &thread : threads)
+      if (thread.joinable())
+        thread.join();
+  };
 
   std::string entryObject;
   bool hasChecks = false;
+  ObjectTimes entryTimes;
   try {
     phase = Clock::now();
     PassManager llvmStage(&ctx);
@@ -995,39 +863,28 @@ CpuExecutable::compile(const std::string &source,
         os << "\n// kernel " << kernel.name << " (before the LLVM stage)\n"
            << kernel.text;
     }
-    std::lock_guard<std::mutex> lock(statsMutex);
-    stats.llvmStage += since(phase);
+    entryTimes.llvmStage = since(phase);
+    // The entry only allocates and calls kernels: one huge block of cold
+    // code, compiled with no optimization (LLVM's code generator at -O2
+    // took most of a transformer's compile time on it).
+    std::vector<std::string> keep = {options.entry};
+    if (hasChecks)
+      keep.push_back(kCheckFlagSymbol);
+    entryObject = emitObject(*module, keep, 0, Tier::Fast, options.entry,
+                             entryTimes);
   } catch (...) {
-    for (std::thread &thread : threads)
-      thread.join();
+    joinAll();
     throw;
   }
-  // The entry only allocates and calls: cold code, optimized lightly.
-  ObjectTimes times;
-  std::vector<std::string> keep = {options.entry};
-  if (hasChecks)
-    keep.push_back(kCheckFlagSymbol);
-  try {
-    entryObject = emitObject(*module, keep, 0,
-                             options.entry, times);
-  } catch (...) {
-    for (std::thread &thread : threads)
-      thread.join();
-    throw;
-  }
-  for (std::thread &thread : threads)
-    thread.join();
+  joinAll();
   if (!firstError.empty())
     throw CompileError(firstError);
-  stats.translate += times.translate;
-  stats.optimize += times.optimize;
-  stats.codegen += times.codegen;
-  stats.llvmInstructions += times.instructions;
-  stats.objectBytes += times.bytes;
-
-  phase = Clock::now();
-  impl->link(kernelDylib, entryObject, options.entry, hasChecks);
-  stats.link = since(phase);
+  stats.llvmStage += entryTimes.llvmStage;
+  stats.translate += entryTimes.translate;
+  stats.optimize += entryTimes.optimize;
+  stats.codegen += entryTimes.codegen;
+  stats.llvmInstructions += entryTimes.instructions;
+  stats.objectBytes += entryTimes.bytes;
 
   if (DiskCache::get().enabled()) {
     GraphRecord record;
@@ -1037,13 +894,16 @@ CpuExecutable::compile(const std::string &source,
     record.hasChecks = hasChecks;
     for (const Kernel &kernel : kernels)
       record.kernels.push_back(kernel.name);
-    record.object = std::move(entryObject);
+    record.object = entryObject;
     DiskCache::get().write(cacheKey, record.serialize());
   }
+  phase = Clock::now();
+  impl->link(options, optionsKey, std::move(entryObject), hasChecks,
+             std::move(fastKernels));
+  stats.link = since(phase);
   stats.total = since(start);
   return std::unique_ptr<CpuExecutable>(new CpuExecutable(std::move(impl)));
 }
-
 
 namespace {
 

@@ -92,6 +92,18 @@ def clear() -> None:
     _compile_seconds = 0.0
 
 
+def wait_background_compiles() -> None:
+    """Block until the kernels of every hot graph have been recompiled at full
+    effort (tiered compilation, ``config.tiered``) and the graphs run that
+    code: for benchmarks that measure steady-state speed right after the
+    first steps."""
+    from . import runtime
+
+    native = runtime.native_compiler()
+    if native is not None:
+        native.wait_background_compiles()
+
+
 # ----------------------------------------------------------------------------
 # Records: trace -> compiled graph, on disk.
 

@@ -81,10 +81,17 @@ cache_dir: Optional[str] = _default_cache_dir()
 # past it, the least recently used entries are deleted.
 cache_max_bytes: int = int(_env_str("LAZYMLIR_CACHE_MAX_MB", "2048")) << 20
 
+# Tiered compilation (LAZYMLIR_TIERED, default on): kernels are compiled with
+# little code generation effort first (their code ~15% slower, compiled
+# several times quicker) and again at full effort on a background thread once
+# their graph has run twice; runs switch to that code when it is ready.
+# 0: full effort at once (longer first steps).
+tiered: bool = _env_bool("LAZYMLIR_TIERED", True)
+
 # Print one line per compilation (graph hash, node count, why it was new).
 verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 
-_NAMES = ("dump_dir", "cache_dir", "cache_max_bytes", "device", "fusion", "channels_last", "threads", "force_eager", "force_fallback", "async_execution",
+_NAMES = ("dump_dir", "cache_dir", "cache_max_bytes", "tiered", "device", "fusion", "channels_last", "threads", "force_eager", "force_fallback", "async_execution",
           "max_in_flight", "verbose")
 
 

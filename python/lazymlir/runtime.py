@@ -40,6 +40,9 @@ def native_compiler():
             from . import compiler
 
             _compiler = compiler
+            # The background compiler stops before the interpreter (and the
+            # C++ runtime) shuts down.
+            atexit.register(compiler.stop_background_compiles)
         except ImportError as e:
             _compiler_import_error = str(e)
     return _compiler
@@ -573,7 +576,8 @@ def _compile(graph: trace.Graph):
             if native is None:
                 raise RuntimeError(f"the native compiler is not available ({_compiler_import_error})")
             disk = _configure_disk_cache(native)
-            options = dict(fusion=config.fusion, channels_last=config.channels_last, threads=config.threads)
+            options = dict(fusion=config.fusion, channels_last=config.channels_last, threads=config.threads,
+                           tiered=config.tiered)
             executable = None
             # A trace compiled by an earlier process: its record names the
             # compiled graph on disk (no torch-mlir, no MLIR work). Dumps

@@ -95,6 +95,9 @@ NB_MODULE(_native, m) {
                    "LLVM-dialect text (empty unless kept at compile time)")
       .def_prop_ro("cache_key", &CpuExecutable::cacheKey,
                    "The graph's key in the disk cache (for load_cpu)")
+      .def_prop_ro("fully_optimized", &CpuExecutable::fullyOptimized,
+                   "Whether runs use full-effort code only (no kernel waits "
+                   "for its background recompile)")
       .def_prop_ro(
           "compile_stats",
           [](const CpuExecutable &e) {
@@ -238,6 +241,31 @@ NB_MODULE(_native, m) {
       },
       nb::arg("key"), nb::arg("payload"),
       "Store an entry in the disk cache (atomically).");
+  m.def(
+      "wait_background_compiles",
+      [] {
+        nb::gil_scoped_release release;
+        waitForBackgroundCompiles();
+      },
+      "Block until the background compiler (full-effort recompiles of hot "
+      "graphs' kernels) is idle.");
+  m.def(
+      "stop_background_compiles",
+      [] {
+        nb::gil_scoped_release release;
+        stopBackgroundCompiles();
+      },
+      "Stop the background compiler after its current kernel (at exit).");
+  m.def(
+      "background_compile_counts",
+      [] {
+        BackgroundCompileCounts c = backgroundCompileCounts();
+        nb::dict d;
+        d["kernels_upgraded"] = c.kernelsUpgraded;
+        d["graphs_relinked"] = c.graphsRelinked;
+        return d;
+      },
+      "Kernels recompiled at full effort and graphs switched to them.");
   m.def("code_identity", [] { return codeIdentity(); },
         "What besides the IR changes compiled code: this build's digest, "
         "LLVM's version, the host CPU and its features.");
@@ -245,8 +273,9 @@ NB_MODULE(_native, m) {
       "load_cpu",
       [](const std::string &cacheKey, const std::string &entry,
          unsigned optLevel, bool fusion, bool channelsLast, unsigned threads,
-         bool runtimeChecks) {
+         bool runtimeChecks, bool tiered) {
         CompileOptions options;
+        options.tiered = tiered;
         options.runtimeChecks = runtimeChecks;
         options.threads = threads;
         options.fusion = fusion;
@@ -259,15 +288,16 @@ NB_MODULE(_native, m) {
       nb::arg("cache_key"), nb::arg("entry") = "main",
       nb::arg("opt_level") = 3, nb::arg("fusion") = true,
       nb::arg("channels_last") = true, nb::arg("threads") = 0,
-      nb::arg("runtime_checks") = true,
+      nb::arg("runtime_checks") = true, nb::arg("tiered") = true,
       "The graph compiled before under `cache_key` with these options, from "
       "the disk cache, or None.");
   m.def(
       "compile_cpu",
       [](const std::string &source, const std::string &entry,
          unsigned optLevel, bool fusion, bool channelsLast, unsigned threads,
-         bool keepLLVMDialect, bool runtimeChecks) {
+         bool keepLLVMDialect, bool runtimeChecks, bool tiered) {
         CompileOptions options;
+        options.tiered = tiered;
         options.runtimeChecks = runtimeChecks;
         options.threads = threads;
         options.fusion = fusion;
@@ -282,6 +312,7 @@ NB_MODULE(_native, m) {
       nb::arg("fusion") = true, nb::arg("channels_last") = true,
       nb::arg("threads") = 0,
       nb::arg("keep_llvm_dialect") = false, nb::arg("runtime_checks") = true,
+      nb::arg("tiered") = true,
       "Compile linalg-on-tensors text for this CPU. Releases the GIL; raises "
       "CompileError with MLIR's diagnostics. `runtime_checks=False` drops the "
       "bounds and divisor checks (only to measure their cost).");

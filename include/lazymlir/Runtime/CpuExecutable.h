@@ -60,7 +60,24 @@ struct CompileOptions {
   bool runtimeChecks = true;
   /// Keep the LLVM-dialect module's text (for dumps).
   bool keepLLVMDialect = false;
+  /// Compile kernels with little code generation effort first (about 15%
+  /// slower code, several times quicker to compile) and again at full
+  /// effort in the background once their graph has run twice; runs switch
+  /// to the optimized code when it is ready. Off: full effort at once.
+  bool tiered = true;
 };
+
+/// The background compiler's work so far: kernels recompiled at full
+/// effort, graphs switched to them.
+struct BackgroundCompileCounts {
+  uint64_t kernelsUpgraded = 0, graphsRelinked = 0;
+};
+BackgroundCompileCounts backgroundCompileCounts();
+/// Blocks until the background compiler has nothing queued or running.
+void waitForBackgroundCompiles();
+/// Stops the background compiler after the kernel it is compiling (call
+/// before the process exits); later requests are ignored.
+void stopBackgroundCompiles();
 
 /// Where a compile's time went and how big it was. Times are seconds; the
 /// per-kernel phases (llvmStage, translate, optimize, codegen) are summed
@@ -162,6 +179,9 @@ public:
   const CompileStats &compileStats() const;
   /// The disk cache's key of this graph (source and options).
   const std::string &cacheKey() const;
+  /// Whether runs use full-effort code only (no kernel is waiting for its
+  /// background recompile).
+  bool fullyOptimized() const;
 
   /// Runs the entry function on `inputs`, writing into the caller-allocated
   /// `outputs` (destination-passing). Every buffer must match its signature
