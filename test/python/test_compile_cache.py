@@ -215,3 +215,51 @@ def test_verbose_reports_phases(native, fresh_cache, capsys):
     assert "distinct kernels" in out and "Codegen" in out and "LLVM instructions" in out, out
     report = metrics.compile_report()
     assert report["graphs"] == 1 and report["phases"]["codegen"] > 0 and report["kernels"] >= 1, report
+
+
+def test_tiered_compile_switches_to_optimized_code(native, fresh_cache):
+    """Kernels first compiled with little code generation effort are
+    recompiled at full effort once their graph ran twice; runs then switch to
+    that code. Results agree with eager before and after the switch."""
+    torch.manual_seed(0)
+    w, b = torch.randn(48, 40), torch.randn(40)
+    xs = [torch.randn(16, 48) for _ in range(6)]
+
+    def step(x, w=w, b=b):
+        return torch.nn.functional.gelu(x @ w + b).softmax(-1).sum(0)
+
+    before = lazymlir.compiler.background_compile_counts()
+    with lazymlir.config.patch(cache_dir=None, tiered=True):
+        lw, lb = w.to("lazy"), b.to("lazy")
+        got = [step(x.to("lazy"), lw, lb).cpu() for x in xs[:3]]
+        entries = [e for e in cache._entries.values() if hasattr(e, "executable")]
+        assert entries
+        lazymlir.cache.wait_background_compiles()
+        assert all(e.executable.fully_optimized for e in entries)
+        got += [step(x.to("lazy"), lw, lb).cpu() for x in xs[3:]]
+    after = lazymlir.compiler.background_compile_counts()
+    assert after["graphs_relinked"] > before["graphs_relinked"], (before, after)
+    for x, g in zip(xs, got):
+        torch.testing.assert_close(g, step(x), rtol=1e-5, atol=1e-6)
+    assert_compiled()
+
+
+_EXIT_SCRIPT = r"""
+import torch, lazymlir
+x = torch.randn(256, 256)
+for i in range(4):
+    y = (x.to("lazy") @ x.to("lazy")).tanh().softmax(-1) * (i + 1)
+    lazymlir.mark_step()
+print(float(y.sum()))
+"""
+
+
+def test_exit_while_background_compiling(native, tmp_path):
+    """A process may exit while the background compiler recompiles a hot
+    graph's kernels: it stops after the kernel at hand, and the exit is clean."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
+    env["LAZYMLIR_CACHE_DIR"] = ""
+    for _ in range(4):
+        out = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, env=env,
+                             timeout=300)
+        assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
