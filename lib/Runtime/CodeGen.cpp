@@ -75,6 +75,24 @@ void addPackedWrapper(llvm::Module &module, llvm::Function &entry,
   b.CreateRetVoid();
 }
 
+/// A block per call: the entry of a large graph is one block of thousands
+/// of kernel calls, and instruction selection, which works block by block,
+/// takes time superlinear in a block's size (FastISel gives up on the
+/// memref descriptors' aggregates, and SelectionDAG then gets the whole
+/// block). Unoptimized code only: nothing merges the blocks again.
+void splitAfterCalls(llvm::Module &module) {
+  for (llvm::Function &function : module) {
+    std::vector<llvm::Instruction *> cuts;
+    for (llvm::BasicBlock &block : function)
+      for (llvm::Instruction &inst : block)
+        if (llvm::isa<llvm::CallInst>(inst) && !inst.isTerminator() &&
+            inst.getNextNode() && !inst.getNextNode()->isTerminator())
+          cuts.push_back(inst.getNextNode());
+    for (llvm::Instruction *cut : cuts)
+      cut->getParent()->splitBasicBlock(cut);
+  }
+}
+
 } // namespace
 
 const char *tierName(Tier tier) { return tier == Tier::Full ? "full" : "fast"; }
@@ -161,6 +179,8 @@ std::string emitObject(ModuleOp module, const std::vector<std::string> &keep,
     addPackedWrapper(*llvmModule, *entry, packedEntry + "_packed");
     kept.push_back(packedEntry + "_packed");
   }
+  if (irOptLevel == 0)
+    splitAfterCalls(*llvmModule);
   for (llvm::GlobalValue &value : llvmModule->global_values())
     if (!value.isDeclaration() &&
         std::find(kept.begin(), kept.end(), value.getName()) == kept.end())
