@@ -278,8 +278,17 @@ std::string graphCacheKey(const std::string &options, const std::string &source)
 }
 
 
+void addTimes(CompileStats &stats, const ObjectTimes &times) {
+  stats.llvmStage += times.llvmStage;
+  stats.translate += times.translate;
+  stats.optimize += times.optimize;
+  stats.codegen += times.codegen;
+  stats.llvmInstructions += times.instructions;
+  stats.objectBytes += times.bytes;
+}
+
 /// Runs of a graph after which its Fast-tier kernels are recompiled Full.
-constexpr uint64_t kHotRuns = 2;
+constexpr uint64_t kHotRuns = 4;
 
 /// A kernel at its best tier available: the Full tier, loaded or on disk;
 /// else the Fast tier, loaded, on disk, or compiled now (from `text`; none:
@@ -826,12 +835,7 @@ CpuExecutable::compile(const std::string &source,
           firstError = error.what();
       }
       std::lock_guard<std::mutex> lock(statsMutex);
-      stats.llvmStage += times.llvmStage;
-      stats.translate += times.translate;
-      stats.optimize += times.optimize;
-      stats.codegen += times.codegen;
-      stats.llvmInstructions += times.instructions;
-      stats.objectBytes += times.bytes;
+      addTimes(stats, times);
     }
   };
   unsigned workers = std::min<size_t>(
@@ -879,12 +883,7 @@ CpuExecutable::compile(const std::string &source,
   joinAll();
   if (!firstError.empty())
     throw CompileError(firstError);
-  stats.llvmStage += entryTimes.llvmStage;
-  stats.translate += entryTimes.translate;
-  stats.optimize += entryTimes.optimize;
-  stats.codegen += entryTimes.codegen;
-  stats.llvmInstructions += entryTimes.instructions;
-  stats.objectBytes += entryTimes.bytes;
+  addTimes(stats, entryTimes);
 
   if (DiskCache::get().enabled()) {
     GraphRecord record;

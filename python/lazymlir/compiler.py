@@ -194,7 +194,7 @@ def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool
     aborts: only to measure what they cost); ``tiered`` compiles kernels with
     little code generation effort first (code ~15% slower, compiled several
     times quicker) and at full effort in the background once the graph has
-    run twice, switching runs to that code when ready (False: full effort at
+    run four times, switching runs to that code when ready (False: full effort at
     once). Releases the GIL while
     compiling; raises :data:`CompileError` with MLIR's diagnostics.
 

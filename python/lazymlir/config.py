@@ -84,7 +84,7 @@ cache_max_bytes: int = int(_env_str("LAZYMLIR_CACHE_MAX_MB", "2048")) << 20
 # Tiered compilation (LAZYMLIR_TIERED, default on): kernels are compiled with
 # little code generation effort first (their code ~15% slower, compiled
 # several times quicker) and again at full effort on a background thread once
-# their graph has run twice; runs switch to that code when it is ready.
+# their graph has run four times; runs switch to that code when it is ready.
 # 0: full effort at once (longer first steps).
 tiered: bool = _env_bool("LAZYMLIR_TIERED", True)
 

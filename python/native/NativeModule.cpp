@@ -62,6 +62,20 @@ std::vector<BufferView> toViews(const std::vector<CpuArray> &arrays) {
   return views;
 }
 
+CompileOptions makeOptions(const std::string &entry, unsigned optLevel,
+                           bool fusion, bool channelsLast, unsigned threads,
+                           bool runtimeChecks, bool tiered) {
+  CompileOptions options;
+  options.entry = entry;
+  options.optLevel = optLevel;
+  options.fusion = fusion;
+  options.channelsLast = channelsLast;
+  options.threads = threads;
+  options.runtimeChecks = runtimeChecks;
+  options.tiered = tiered;
+  return options;
+}
+
 nb::list signatures(const std::vector<TensorSignature> &list) {
   nb::list result;
   for (const TensorSignature &sig : list)
@@ -274,14 +288,9 @@ NB_MODULE(_native, m) {
       [](const std::string &cacheKey, const std::string &entry,
          unsigned optLevel, bool fusion, bool channelsLast, unsigned threads,
          bool runtimeChecks, bool tiered) {
-        CompileOptions options;
-        options.tiered = tiered;
-        options.runtimeChecks = runtimeChecks;
-        options.threads = threads;
-        options.fusion = fusion;
-        options.channelsLast = channelsLast;
-        options.entry = entry;
-        options.optLevel = optLevel;
+        CompileOptions options = makeOptions(entry, optLevel, fusion,
+                                             channelsLast, threads,
+                                             runtimeChecks, tiered);
         nb::gil_scoped_release release;
         return CpuExecutable::load(cacheKey, options);
       },
@@ -296,14 +305,9 @@ NB_MODULE(_native, m) {
       [](const std::string &source, const std::string &entry,
          unsigned optLevel, bool fusion, bool channelsLast, unsigned threads,
          bool keepLLVMDialect, bool runtimeChecks, bool tiered) {
-        CompileOptions options;
-        options.tiered = tiered;
-        options.runtimeChecks = runtimeChecks;
-        options.threads = threads;
-        options.fusion = fusion;
-        options.channelsLast = channelsLast;
-        options.entry = entry;
-        options.optLevel = optLevel;
+        CompileOptions options = makeOptions(entry, optLevel, fusion,
+                                             channelsLast, threads,
+                                             runtimeChecks, tiered);
         options.keepLLVMDialect = keepLLVMDialect;
         nb::gil_scoped_release release;
         return CpuExecutable::compile(source, options);

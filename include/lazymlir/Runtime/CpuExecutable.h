@@ -62,7 +62,7 @@ struct CompileOptions {
   bool keepLLVMDialect = false;
   /// Compile kernels with little code generation effort first (about 15%
   /// slower code, several times quicker to compile) and again at full
-  /// effort in the background once their graph has run twice; runs switch
+  /// effort in the background once their graph has run four times; runs switch
   /// to the optimized code when it is ready. Off: full effort at once.
   bool tiered = true;
 };
