@@ -48,6 +48,25 @@ def native_compiler():
     return _compiler
 
 
+def _prewarm() -> None:
+    """Imports the first compilation needs (torch-mlir alone takes ~0.8 s) and
+    builds the decomposition table, while the user builds a model and traces
+    the first step. Not a daemon thread: the interpreter waits for it at exit
+    instead of killing it inside an extension's initialization."""
+    try:
+        import torch_mlir.compiler_utils  # noqa: F401
+        import torch_mlir.fx  # noqa: F401
+
+        lowering._decomposition_table()
+        native_compiler()
+    except Exception:  # the first compile reports it
+        pass
+
+
+if not config.force_eager:
+    threading.Thread(target=_prewarm, name="lazymlir-prewarm").start()
+
+
 class _Compiled:
     __slots__ = ("executable", "out_specs", "output_map", "checked", "gm")
 
