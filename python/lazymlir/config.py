@@ -100,6 +100,25 @@ def options_key() -> tuple:
     return (device, fusion, channels_last, threads)
 
 
+# Called when an option changes through patch(): name -> callbacks (e.g. the
+# device drops the op handlers it cached for force_fallback).
+_listeners = {}
+
+
+def on_change(name: str, callback) -> None:
+    """Call ``callback()`` whenever :func:`patch` changes option ``name``."""
+    _listeners.setdefault(name, []).append(callback)
+
+
+def _set(values: dict) -> None:
+    g = globals()
+    changed = [name for name, value in values.items() if g[name] != value]
+    g.update(values)
+    for name in changed:
+        for callback in _listeners.get(name, ()):
+            callback()
+
+
 @contextlib.contextmanager
 def patch(**changes):
     """Temporarily set configuration values: ``with config.patch(dump_dir=d): ...``."""
@@ -108,8 +127,8 @@ def patch(**changes):
     if unknown:
         raise AttributeError(f"lazymlir.config has no option(s) {sorted(unknown)}")
     saved = {name: g[name] for name in changes}
-    g.update(changes)
+    _set(changes)
     try:
         yield
     finally:
-        g.update(saved)
+        _set(saved)

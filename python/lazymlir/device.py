@@ -105,7 +105,7 @@ class LazyTensor(torch.Tensor):
         # Python code, an attribute lookup is not.
         handler = getattr(func, "_lz_handler", None)
         if handler is None:
-            handler = func._lz_handler = _classify(func)
+            handler = _handler_for(func)
         return handler(func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None):
@@ -1104,12 +1104,17 @@ def _tensor_dtypes(a, out: list) -> list:
     return out
 
 
-def _run_eagerly_from_now_on(key) -> None:
-    op, dtypes = key
+# The ops whose handler is cached on them (``op._lz_handler``).
+_cached_handlers = set()
+
+
+def _handler_for(op):
+    """Classify ``op`` (honouring the eager marks of _eager_dtypes and
+    config.force_fallback as they are now) and cache the handler on it."""
+    handler = _classify(op)
     bad = _eager_dtypes.get(op)
-    if bad is None:
-        bad = _eager_dtypes[op] = set()
-        recorded = _classify(op)
+    if bad is not None:
+        recorded = handler
 
         def handler(func, args, kwargs):
             found = _tensor_dtypes(list(args) + list(kwargs.values()), [])
@@ -1117,8 +1122,25 @@ def _run_eagerly_from_now_on(key) -> None:
                 return _eager(func, args, kwargs)
             return recorded(func, args, kwargs)
 
-        op._lz_handler = handler
-    bad.add(dtypes)
+    op._lz_handler = handler
+    _cached_handlers.add(op)
+    return handler
+
+
+def _forget_handlers() -> None:
+    """Drop every cached handler: the next dispatch of each op classifies it
+    again (after config.force_fallback changed)."""
+    for op in _cached_handlers:
+        if hasattr(op, "_lz_handler"):
+            del op._lz_handler
+    _cached_handlers.clear()
+
+
+def _run_eagerly_from_now_on(key) -> None:
+    op, dtypes = key
+    _eager_dtypes.setdefault(op, set()).add(dtypes)
+    if hasattr(op, "_lz_handler"):
+        del op._lz_handler  # rebuilt with the mark at the next dispatch
 
 
 def _forget_eager(op) -> None:
@@ -1129,6 +1151,7 @@ def _forget_eager(op) -> None:
 
 
 runtime.unsupported_op_listeners.append(_run_eagerly_from_now_on)
+config.on_change("force_fallback", _forget_handlers)
 
 
 def _functional_variant(func):

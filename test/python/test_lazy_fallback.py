@@ -204,3 +204,19 @@ def test_op_that_cannot_lower_for_one_dtype_still_compiles_for_others(monkeypatc
         assert_compiled("aten::neg")  # int64 neg eager at dispatch
     finally:
         device._forget_eager(neg)
+
+
+def test_force_fallback_patch_applies_to_ops_seen_before(native, fresh_cache):
+    """config.patch(force_fallback=...) takes effect for an op whose handler
+    was cached by an earlier dispatch, and stops when the patch ends."""
+    x = torch.randn(4, 4)
+    (x.to("lazy").sin() + 1).cpu()  # aten::sin dispatched: its handler is cached
+    metrics.reset()
+    with lazymlir.config.patch(force_fallback="aten::sin"):
+        got = (x.to("lazy").sin() + 1).cpu()
+    torch.testing.assert_close(got, x.sin() + 1)
+    assert metrics.counter_value("aten::sin") == 1, metrics.metrics_report()
+    metrics.reset()
+    (x.to("lazy").sin() + 1).cpu()
+    assert metrics.counter_value("aten::sin") == 0, metrics.metrics_report()
+    assert_compiled()
