@@ -16,8 +16,8 @@ Variants are timed interleaved (one call of each per round, median over
 rounds: bench/timing.py), so that drifting machine load hits them all alike.
 Interleaving also means each variant starts with caches holding the previous
 variant's data (inputs are read from memory, as in a real step) and next to
-the other variants' idle OpenMP threads (torch's libgomp spins for a while
-after each parallel region; our libomp's threads spin for KMP_BLOCKTIME).
+the other variants' idle OpenMP threads (libgomp, which torch and our
+compiled parallel loops share, spins for a while after each parallel region).
 
 For each: median step time (ms) over repeats (the "pipelined" row: time
 per step of 8 steps run back to back with one wait at the end, as a

@@ -33,7 +33,7 @@ DUMP = tempfile.mkdtemp(prefix="lazymlir-bench-checks-")
 os.environ["LAZYMLIR_DUMP_DIR"] = DUMP
 
 import lazymlir  # noqa: E402
-from lazymlir import compiler  # noqa: E402
+from lazymlir import compiler, dtypes  # noqa: E402
 
 
 def linalg_of(fn, args):
@@ -85,7 +85,7 @@ def main():
             unused = list(args)
             inputs = []
             for t, shape in exe.inputs:
-                a = next(a for a in unused if (compiler.element_type(a.dtype), tuple(a.shape)) == (t, tuple(shape)))
+                a = next(a for a in unused if (dtypes.element_type(a.dtype), tuple(a.shape)) == (t, tuple(shape)))
                 unused = [u for u in unused if u is not a]
                 inputs.append(a.contiguous())
             exe.run(inputs, outs)

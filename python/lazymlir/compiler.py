@@ -21,28 +21,6 @@ CompileError = _native.CompileError
 #: trapped on nothing, but its outputs are garbage. A subclass of RuntimeError.
 CheckFailed = _native.CheckFailed
 
-_ELEMENT_TYPES = {
-    torch.float16: "f16",
-    torch.bfloat16: "bf16",
-    torch.float32: "f32",
-    torch.float64: "f64",
-    torch.bool: "i1",
-    torch.int8: "i8",
-    torch.uint8: "i8",
-    torch.int16: "i16",
-    torch.int32: "i32",
-    torch.int64: "i64",
-}
-
-#: torch dtypes a compiled graph can take and return.
-SUPPORTED_DTYPES = frozenset(_ELEMENT_TYPES)
-
-
-def element_type(dtype: torch.dtype) -> str:
-    """The MLIR element type a torch dtype crosses the boundary as."""
-    return _ELEMENT_TYPES[dtype]
-
-
 class Executable:
     """A compiled graph. ``run`` writes the results into caller-allocated
     outputs (destination passing) with the GIL released."""
@@ -77,14 +55,6 @@ class Executable:
         self.compile_stats: dict = native.compile_stats
         #: The graph's key in the disk cache (see :func:`load_cached`).
         self.cache_key: str = native.cache_key
-
-    @property
-    def num_inputs(self) -> int:
-        return len(self.inputs)
-
-    @property
-    def num_outputs(self) -> int:
-        return len(self.outputs)
 
     def run(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], *,
             background: bool = False) -> None:

@@ -26,8 +26,19 @@ def _env_bool(name: str, default: bool) -> bool:
 # <hash>.linalg.mlir and <hash>.llvm.mlir.  None: no dumps.
 dump_dir: Optional[str] = _env_str("LAZYMLIR_DUMP_DIR", None)
 
-# Where compiled graphs run.  Only "cpu" exists so far; "cuda" is a later issue.
-device: str = _env_str("LAZYMLIR_DEVICE", "cpu")
+# Where compiled graphs run.  Only "cpu" exists so far (the NVVM GPU target is
+# a later issue); any other value is an error rather than a silent CPU run.
+DEVICES = ("cpu",)
+
+
+def _check_device(value: str) -> str:
+    if value not in DEVICES:
+        raise ValueError(f"lazymlir: LAZYMLIR_DEVICE={value!r} is not a target lazymlir has; "
+                         f"choose one of {', '.join(DEVICES)}")
+    return value
+
+
+device: str = _check_device(_env_str("LAZYMLIR_DEVICE", "cpu"))
 
 # Let the native compiler fuse elementwise ops (part of the cache key).
 fusion: bool = _env_bool("LAZYMLIR_FUSION", True)
@@ -111,6 +122,8 @@ def on_change(name: str, callback) -> None:
 
 
 def _set(values: dict) -> None:
+    if "device" in values:
+        _check_device(values["device"])
     g = globals()
     changed = [name for name, value in values.items() if g[name] != value]
     g.update(values)

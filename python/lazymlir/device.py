@@ -25,7 +25,7 @@ from typing import List
 import torch
 
 from . import config, metrics, runtime
-from .runtime import SUPPORTED_DTYPES
+from .dtypes import SUPPORTED as SUPPORTED_DTYPES
 from .trace import BLANK, LIFTED_OPS, QUANTIZED_REPR, Node, dense_perm, freeze, map_nodes
 
 aten = torch.ops.aten

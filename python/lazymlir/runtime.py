@@ -21,10 +21,9 @@ from typing import Callable, List, Sequence
 import torch
 
 from . import _native, cache, config, debug, lowering, metrics, trace
+from . import dtypes as dtype_table
 from .compiler import host_wait
 
-# The dtypes the native compiler takes; a graph touching another runs eagerly.
-SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.int32, torch.int64, torch.bool})
 
 # The native compiler (lazymlir.compiler over the C++ build), imported at the
 # first compilation: the tracer, the lowering and eager execution work without it.
@@ -262,15 +261,12 @@ def _empty(shape, dtype: torch.dtype) -> torch.Tensor:
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < _POOLED_BYTES:
         return torch.empty(shape, dtype=dtype)
-    code = _DLPACK_DTYPES.get(dtype)
+    code = dtype_table.dlpack_code(dtype)
     if code is None:  # a dtype only eager graphs have: bytes, viewed
         return _native.pooled_tensor((nbytes,), 1, 8).view(dtype).view(shape)
     return _native.pooled_tensor(shape, *code)
 
 
-# DLPack's (type code, bits) of the dtypes compiled graphs take.
-_DLPACK_DTYPES = {torch.float32: (2, 32), torch.float64: (2, 64), torch.int32: (0, 32),
-                  torch.int64: (0, 64), torch.bool: (6, 8)}
 
 
 def empty_cache() -> int:
@@ -582,7 +578,7 @@ def _compile(graph: trace.Graph):
     dtypes = {n.data.dtype for n in graph.inputs} | {dt for _, dt in specs} | {dt for _, dt in graph.scalars}
     if config.force_eager:
         entry = _Eager(gm, "EagerGraph", specs)
-    elif not dtypes <= SUPPORTED_DTYPES:
+    elif not dtypes <= dtype_table.SUPPORTED:
         entry = _Eager(gm, "EagerGraph", specs)
     elif _zero_size(graph):
         # The tracer keeps zero-size tensors out of graphs (device._zero_size);
@@ -611,10 +607,14 @@ def _compile(graph: trace.Graph):
                 t1 = time.perf_counter()
                 lowered = lowering.lower(gm, graph.input_values())
                 metrics.timing("LoweringTime", time.perf_counter() - t1)
-                debug.dump(name, "torch", lowered.torch_mlir)
-                debug.dump(name, "linalg", lowered.linalg)
                 t1 = time.perf_counter()
-                executable = native.compile_linalg(lowered.linalg, keep_llvm_ir=bool(config.dump_dir), **options)
+                try:
+                    executable = native.compile_linalg(lowered.linalg, keep_llvm_ir=bool(config.dump_dir), **options)
+                except Exception:
+                    # The IR that failed, for the bug report.
+                    debug.dump(name, "torch", lowered.torch_mlir)
+                    debug.dump(name, "linalg", lowered.linalg)
+                    raise
                 metrics.timing("CompileTime", time.perf_counter() - t1)
                 output_map = lowered.output_map
                 if record is not None:

@@ -64,15 +64,6 @@ def inverse_perm(perm):
     return inv
 
 
-def layout_perm(t: torch.Tensor):
-    """None for a contiguous tensor (or meta tensor), else its dense permutation
-    (:func:`dense_perm`), else False (not dense: it must be copied)."""
-    if t.is_contiguous():
-        return None
-    perm = dense_perm(t.shape, t.stride())
-    return False if perm is None else perm
-
-
 class Node:
     __slots__ = ("op", "args", "kwargs", "inputs", "sig", "meta", "data", "job", "kernels")
 

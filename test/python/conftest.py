@@ -26,10 +26,6 @@ if "LAZYMLIR_CACHE_DIR" not in os.environ:
 HAVE_NATIVE = lazymlir.runtime.native_compiler() is not None
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: long-running tests (big models, soaks)")
-
-
 @pytest.fixture(autouse=True)
 def _seed_and_reset():
     random.seed(0)

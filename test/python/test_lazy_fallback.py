@@ -2,6 +2,8 @@
 graphs that fail to compile run eagerly with a warning, and both give eager's
 answers."""
 
+import os
+import subprocess
 import sys
 import types
 
@@ -220,3 +222,14 @@ def test_force_fallback_patch_applies_to_ops_seen_before(native, fresh_cache):
     (x.to("lazy").sin() + 1).cpu()
     assert metrics.counter_value("aten::sin") == 0, metrics.metrics_report()
     assert_compiled()
+
+
+def test_unknown_target_device_is_an_error():
+    with pytest.raises(ValueError, match="LAZYMLIR_DEVICE='cuda'"):
+        with lazymlir.config.patch(device="cuda"):
+            pass
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
+    env["LAZYMLIR_DEVICE"] = "cuda"
+    out = subprocess.run([sys.executable, "-c", "import lazymlir"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode != 0 and "is not a target lazymlir has" in out.stderr, out.stderr[-2000:]
