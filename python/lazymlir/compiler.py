@@ -77,6 +77,18 @@ class Executable:
                              [t.data_ptr() for t in outputs], [t.nbytes for t in outputs], background)
 
 
+def pooled_tensor(shape, dtype_code: int, bits: int) -> torch.Tensor:
+    """A contiguous torch tensor from the runtime's buffer pool (which also
+    serves compiled code's temporaries), of DLPack element type (``dtype_code``,
+    ``bits``); its memory goes back to the pool when the tensor dies."""
+    return _native.pooled_tensor(shape, dtype_code, bits)
+
+
+def trim_buffer_pool() -> int:
+    """Return the pool's idle blocks to the system; the bytes returned."""
+    return _native.trim_buffer_pool()
+
+
 @contextlib.contextmanager
 def host_wait():
     """Bracket a blocking wait for background runs: while it lasts, their

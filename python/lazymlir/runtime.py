@@ -20,9 +20,8 @@ from typing import Callable, List, Sequence
 
 import torch
 
-from . import _native, cache, config, debug, lowering, metrics, trace
+from . import cache, config, debug, lowering, metrics, trace
 from . import dtypes as dtype_table
-from .compiler import host_wait
 
 
 # The native compiler (lazymlir.compiler over the C++ build), imported at the
@@ -50,14 +49,14 @@ def native_compiler():
 def _prewarm() -> None:
     """Imports the first compilation needs (torch-mlir alone takes ~0.8 s) and
     builds the decomposition table, while the user builds a model and traces
-    the first step. Not a daemon thread: the interpreter waits for it at exit
+    the first step. The native module (libMLIR) loads at the first compile
+    (0.04 s): the tracer and eager execution never need it. Not a daemon thread: the interpreter waits for it at exit
     instead of killing it inside an extension's initialization."""
     try:
         import torch_mlir.compiler_utils  # noqa: F401
         import torch_mlir.fx  # noqa: F401
 
         lowering._decomposition_table()
-        native_compiler()
     except Exception:  # the first compile reports it
         pass
 
@@ -94,7 +93,7 @@ class _Compiled:
                 self.executable.run(inputs, outs, background=background)
                 self.checked = True
             check_failed = False
-        except _native.CheckFailed:
+        except _compiler.CheckFailed:
             self.checked = True  # the buffers were fine
             check_failed = True
         if check_failed:
@@ -261,10 +260,12 @@ def _empty(shape, dtype: torch.dtype) -> torch.Tensor:
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < _POOLED_BYTES:
         return torch.empty(shape, dtype=dtype)
+    if _compiler is None:  # nothing compiled yet: the pool is the native module's
+        return torch.empty(shape, dtype=dtype)
     code = dtype_table.dlpack_code(dtype)
     if code is None:  # a dtype only eager graphs have: bytes, viewed
-        return _native.pooled_tensor((nbytes,), 1, 8).view(dtype).view(shape)
-    return _native.pooled_tensor(shape, *code)
+        return _compiler.pooled_tensor((nbytes,), 1, 8).view(dtype).view(shape)
+    return _compiler.pooled_tensor(shape, *code)
 
 
 
@@ -276,7 +277,7 @@ def empty_cache() -> int:
     ``torch.cuda.empty_cache()``: memory in use is not affected, and the
     next steps page fresh blocks in again."""
     wait_device_ops()
-    return _native.trim_buffer_pool()
+    return 0 if _compiler is None else _compiler.trim_buffer_pool()
 
 
 # ----------------------------------------------------------------------------
@@ -454,7 +455,9 @@ def _wait_for(job: _Job):
         _worker.run_until(job)
     if job.done():
         return job.exception()
-    with host_wait():
+    if _compiler is None:  # no compiled graph runs
+        return job.exception()
+    with _compiler.host_wait():
         return job.exception()
 
 

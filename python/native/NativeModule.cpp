@@ -1,8 +1,10 @@
 //===- NativeModule.cpp - lazymlir._native (private) ----------------------===//
 //
 // Thin bindings over lazymlir::CpuExecutable. Buffers arrive through DLPack
-// (nanobind's ndarray), so this module knows nothing of torch and never
-// copies: the compiled code reads and writes torch's memory in place.
+// (nanobind's ndarray) and never get copied: the compiled code reads and
+// writes torch's memory in place. Its one tie to torch: pooled_tensor hands
+// out pool memory as torch tensors (nanobind's pytorch framework tag, through
+// DLPack); no torch header is included.
 //
 //===----------------------------------------------------------------------===//
 

@@ -233,3 +233,19 @@ def test_unknown_target_device_is_an_error():
     out = subprocess.run([sys.executable, "-c", "import lazymlir"], capture_output=True, text=True, env=env,
                          timeout=300)
     assert out.returncode != 0 and "is not a target lazymlir has" in out.stderr, out.stderr[-2000:]
+
+
+def test_tracer_runs_without_loading_the_native_module():
+    """The tracer, eager execution and metrics need no MLIR: the native module
+    (libMLIR) loads at the first compile, not at import."""
+    script = (
+        "import sys, torch, lazymlir\n"
+        "x = torch.randn(4, 4)\n"
+        "y = (x.to('lazy') @ x.to('lazy')).relu().cpu()\n"
+        "assert torch.allclose(y, (x @ x).relu())\n"
+        "print('lazymlir._native' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
+    env["LAZYMLIR_FORCE_EAGER"] = "1"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "False", (out.stdout, out.stderr[-2000:])
