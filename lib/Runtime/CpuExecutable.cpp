@@ -2,6 +2,7 @@
 
 #include "lazymlir/Runtime/CpuExecutable.h"
 #include "lazymlir/Pipelines/Pipelines.h"
+#include "lazymlir/Transforms/Passes.h"
 #include "CodeGen.h"
 #include "DiskCache.h"
 #include "KernelJit.h"
@@ -774,7 +775,7 @@ CpuExecutable::compile(const std::string &source,
   buildCpuTensorPipeline(tensorStage, pipelineOptions);
   if (failed(tensorStage.run(*module)))
     diagnostics.fail("the CPU pipeline (tensor stage)");
-  if (auto kernels = (*module)->getAttrOfType<IntegerAttr>("lazymlir.kernels"))
+  if (auto kernels = (*module)->getAttrOfType<IntegerAttr>(kKernelCountAttr))
     impl->numKernels = kernels.getInt();
   stats.tensorStage = since(phase);
 
@@ -791,18 +792,18 @@ CpuExecutable::compile(const std::string &source,
   };
   std::vector<Kernel> kernels;
   for (auto func : llvm::make_early_inc_range(module->getOps<func::FuncOp>())) {
-    if (!func->hasAttr("lazymlir.kernel"))
+    if (!func->hasAttr(kOutlinedKernelAttr))
       continue;
     OwningOpRef<ModuleOp> holder = ModuleOp::create(func.getLoc());
     auto clone = cast<func::FuncOp>(func->clone());
-    clone->removeAttr("lazymlir.kernel");
+    clone->removeAttr(kOutlinedKernelAttr);
     clone.setPublic();
     holder->push_back(clone);
     Kernel kernel{func.getName().str(), {}};
     llvm::raw_string_ostream os(kernel.text);
     holder->print(os);
     kernels.push_back(std::move(kernel));
-    func->removeAttr("lazymlir.kernel");
+    func->removeAttr(kOutlinedKernelAttr);
     func.eraseBody();
   }
   if (auto entry = module->lookupSymbol<func::FuncOp>(options.entry))

@@ -118,7 +118,7 @@ struct OutlineKernelsPass
       func->erase(); // the same kernel, outlined before
     } else {
       func.setName(name);
-      func->setAttr("lazymlir.kernel", UnitAttr::get(ctx));
+      func->setAttr(lazymlir::kOutlinedKernelAttr, UnitAttr::get(ctx));
       symbols.insert(func);
     }
 

@@ -28,6 +28,14 @@ namespace lazymlir {
 inline constexpr llvm::StringLiteral kParallelTilesAttr =
     "lazymlir.parallel_tiles";
 
+/// On the module, from lazymlir-count-kernels: the entry's loop nests after
+/// fusion and tiling (i64); the runtime reports it as the graph's kernels.
+inline constexpr llvm::StringLiteral kKernelCountAttr = "lazymlir.kernels";
+
+/// On each function lazymlir-outline-kernels made (unit): the runtime
+/// compiles it apart, once per process, under its content-hash name.
+inline constexpr llvm::StringLiteral kOutlinedKernelAttr = "lazymlir.kernel";
+
 /// After tile-and-fuse of `root` over parallel dimensions: marks the tile
 /// loops kParallelTilesAttr with `sized`'s iteration points and replaces
 /// `root`'s results with the loops'.
