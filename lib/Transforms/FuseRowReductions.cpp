@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "lazymlir/Transforms/Passes.h"
+#include "lazymlir/Transforms/ParallelTiling.h"
 
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
@@ -210,16 +211,3 @@ struct FuseRowReductionsPass
 };
 
 } // namespace
-
-void lazymlir::finishParallelTiling(RewriterBase &rewriter, Operation *root,
-                                    const scf::SCFTileAndFuseResult &result,
-                                    linalg::LinalgOp sized) {
-  int64_t points = 1;
-  for (int64_t bound : sized.getStaticLoopRanges())
-    points *= bound;
-  for (LoopLikeOpInterface loop : result.loops)
-    loop->setAttr(kParallelTilesAttr, rewriter.getI64IntegerAttr(points));
-  for (OpResult value : root->getResults())
-    if (Value replacement = result.replacements.lookup(value))
-      rewriter.replaceAllUsesWith(value, replacement);
-}

@@ -1,6 +1,7 @@
 //===- LowerToLoops.cpp - loops, parallel where it pays -------------------===//
 
 #include "lazymlir/Transforms/Passes.h"
+#include "lazymlir/Transforms/ParallelTiling.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "lazymlir/Transforms/Passes.h"
+#include "lazymlir/Transforms/ParallelTiling.h"
 
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/Linalg/Utils/Utils.h"

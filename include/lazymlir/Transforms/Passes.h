@@ -20,14 +20,6 @@ struct SCFTileAndFuseResult;
 
 namespace lazymlir {
 
-/// On the scf.for loops of tiles over parallel dimensions (of a contraction,
-/// lazymlir-tile-contractions; of a row-reduced pass,
-/// lazymlir-fuse-row-reductions): the tiled op's iteration points (i64).
-/// lazymlir-lower-to-loops runs such loops in parallel when large and safe,
-/// and removes the attribute.
-inline constexpr llvm::StringLiteral kParallelTilesAttr =
-    "lazymlir.parallel_tiles";
-
 /// On the module, from lazymlir-count-kernels: the entry's loop nests after
 /// fusion and tiling (i64); the runtime reports it as the graph's kernels.
 inline constexpr llvm::StringLiteral kKernelCountAttr = "lazymlir.kernels";
@@ -35,13 +27,6 @@ inline constexpr llvm::StringLiteral kKernelCountAttr = "lazymlir.kernels";
 /// On each function lazymlir-outline-kernels made (unit): the runtime
 /// compiles it apart, once per process, under its content-hash name.
 inline constexpr llvm::StringLiteral kOutlinedKernelAttr = "lazymlir.kernel";
-
-/// After tile-and-fuse of `root` over parallel dimensions: marks the tile
-/// loops kParallelTilesAttr with `sized`'s iteration points and replaces
-/// `root`'s results with the loops'.
-void finishParallelTiling(mlir::RewriterBase &rewriter, mlir::Operation *root,
-                          const mlir::scf::SCFTileAndFuseResult &result,
-                          mlir::linalg::LinalgOp sized);
 
 #define GEN_PASS_DECL
 #include "lazymlir/Transforms/Passes.h.inc"

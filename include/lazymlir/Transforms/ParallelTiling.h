@@ -1,0 +1,35 @@
+//===- ParallelTiling.h - the tiling passes' contract with lower-to-loops -===//
+//
+// lazymlir-tile-contractions and lazymlir-fuse-row-reductions tile over
+// parallel dimensions and mark the tile loops; lazymlir-lower-to-loops runs
+// marked loops in parallel when they are large and safe.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LAZYMLIR_TRANSFORMS_PARALLELTILING_H
+#define LAZYMLIR_TRANSFORMS_PARALLELTILING_H
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/IR/PatternMatch.h"
+
+namespace lazymlir {
+
+/// On the scf.for loops of tiles over parallel dimensions (of a contraction,
+/// lazymlir-tile-contractions; of a row-reduced pass,
+/// lazymlir-fuse-row-reductions): the tiled op's iteration points (i64).
+/// lazymlir-lower-to-loops runs such loops in parallel when large and safe,
+/// and removes the attribute.
+inline constexpr llvm::StringLiteral kParallelTilesAttr =
+    "lazymlir.parallel_tiles";
+
+/// After tile-and-fuse of `root` over parallel dimensions: marks the tile
+/// loops kParallelTilesAttr with `sized`'s iteration points and replaces
+/// `root`'s results with the loops'.
+void finishParallelTiling(mlir::RewriterBase &rewriter, mlir::Operation *root,
+                          const mlir::scf::SCFTileAndFuseResult &result,
+                          mlir::linalg::LinalgOp sized);
+
+} // namespace lazymlir
+
+#endif // LAZYMLIR_TRANSFORMS_PARALLELTILING_H
