@@ -14,26 +14,10 @@ import argparse
 import copy
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import lazymlir
+from lazymlir.testing import BasicBlock
 from timing import median_seconds
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(c)
-        self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(c)
-
-    def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + x)
-
 
 
 def main():

@@ -113,13 +113,12 @@ def _mnist():
     import torch
     import torch.nn.functional as F
 
-    sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-    from mnist import Net
+    from lazymlir.testing import MnistNet
 
     def batch(device):
         return (torch.randn(64, 1, 28, 28).to(device), torch.randint(0, 10, (64,)).to(device))
 
-    return Net(), batch, lambda m, b: F.nll_loss(m(b[0]), b[1]), "adadelta"
+    return MnistNet(), batch, lambda m, b: F.nll_loss(m(b[0]), b[1]), "adadelta"
 
 
 MODELS = {

@@ -14,20 +14,16 @@ Per model, medians over steps:
 """
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-from mnist import Net  # noqa: E402
 
 import lazymlir  # noqa: E402
 from lazymlir import metrics  # noqa: E402
+from lazymlir.testing import MnistNet as Net, train_step  # noqa: E402
 
 
 def mlp():
@@ -45,17 +41,12 @@ def bench(make_model, steps, batch=64):
 
         def step(i):
             x, y = data[i % len(data)]
-            opt.zero_grad(set_to_none=True)
-            loss = F.nll_loss(model(x.to(device)), y.to(device))
-            loss.backward()
-            opt.step()
-            if device == "lazy":
-                lazymlir.mark_step()
-            return loss
+            return train_step(model, opt, x, y, device)
 
-        for i in range(3):  # warm up: compile the first and the steady step
-            step(i)
+        for i in range(6):  # warm up: compile the first and the steady step, and
+            step(i)        # let the background compiler optimize the steady one
         lazymlir.wait_device_ops()
+        lazymlir.cache.wait_background_compiles()
         metrics.reset()
         latency, traced = [], []
         for i in range(steps):

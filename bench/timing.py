@@ -3,12 +3,27 @@
 import statistics
 import time
 
+# Warm-up calls before timing: compilation, caches, and enough runs for
+# tiered compilation to recompile the graphs' kernels at full effort
+# (lazymlir recompiles a graph in the background after its fourth run).
+WARMUP = 5
+
+
+def settle():
+    """Wait until lazymlir's background compiler has recompiled every hot
+    graph at full effort: timings then measure the steady state."""
+    import lazymlir
+
+    lazymlir.wait_device_ops()
+    lazymlir.cache.wait_background_compiles()
+
 
 def median_seconds(fn, repeats):
-    """Median wall time of `fn()` over `repeats` calls, after two warm-up calls
-    (compilation, caches)."""
-    fn()
-    fn()
+    """Median wall time of `fn()` over `repeats` calls, after WARMUP warm-up
+    calls and settle()."""
+    for _ in range(WARMUP):
+        fn()
+    settle()
     samples = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -21,10 +36,12 @@ def interleaved_median_seconds(fns, repeats):
     """Median wall time of each of `fns` (a dict name -> callable) over
     `repeats` rounds, each round calling every fn once in turn, after two
     warm-up rounds. On a shared machine whose load drifts, interleaving gives
-    every variant the same conditions, so their ratios are fair."""
-    for _ in range(2):
+    every variant the same conditions, so their ratios are fair. Timed after
+    WARMUP warm-up rounds and settle()."""
+    for _ in range(WARMUP):
         for fn in fns.values():
             fn()
+    settle()
     samples = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():

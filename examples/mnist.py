@@ -19,38 +19,17 @@ import struct
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import StepLR
 
 import lazymlir
 from lazymlir import metrics
+from lazymlir.testing import MnistNet, train_step
 
 
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = self.conv1(x)
-        x = F.relu(x)
-        x = self.conv2(x)
-        x = F.relu(x)
-        x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
-        x = torch.flatten(x, 1)
-        x = self.fc1(x)
-        x = F.relu(x)
-        x = self.dropout2(x)
-        x = self.fc2(x)
-        output = F.log_softmax(x, dim=1)
-        return output
+# The tutorial's network (defined in lazymlir.testing, shared with the tests
+# and benchmarks).
+Net = MnistNet
 
 
 MEAN, STD = 0.1307, 0.3081  # the tutorial's Normalize((0.1307,), (0.3081,))
@@ -104,14 +83,7 @@ def train(log_interval, model, device, train_loader, optimizer, epoch, step_time
     model.train()
     for batch_idx, (data, target) in enumerate(train_loader):
         t0 = time.perf_counter()
-        data, target = data.to(device), target.to(device)
-        optimizer.zero_grad(set_to_none=True)
-        output = model(data)
-        loss = F.nll_loss(output, target)
-        loss.backward()
-        optimizer.step()
-        if device == "lazy":
-            lazymlir.mark_step()
+        loss = train_step(model, optimizer, data, target, device)
         step_times.append(time.perf_counter() - t0)
         if batch_idx % log_interval == 0:
             print('Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}'.format(

@@ -26,7 +26,7 @@ import torch
 
 from . import config, metrics, runtime
 from .dtypes import SUPPORTED as SUPPORTED_DTYPES
-from .trace import BLANK, LIFTED_OPS, QUANTIZED_REPR, Node, dense_perm, freeze, map_nodes
+from .trace import BLANK, LIFTED_OPS, QUANTIZED_REPR, Node, dense_perm, freeze
 
 aten = torch.ops.aten
 
@@ -988,7 +988,6 @@ def _foreach(func):
         return None  # scalars given as a tensor (capturable): no per-tensor form
     writes_back = inplace and not per.__name__.endswith("_")  # e.g. maximum: no maximum_
     listed = [isinstance(a.type, torch.ListType) for a in schema.arguments]
-    positional = [a.name for a in schema.arguments if not a.kwarg_only]
     # Positional foreach arguments past the per-tensor op's positional ones are
     # its keyword-only ones (addcdiv's scalars -> value).
     per_schemas = [getattr(per, o)._schema for o in per.overloads()]

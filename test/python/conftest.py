@@ -3,7 +3,6 @@ check that a test's work was compiled rather than run eagerly."""
 
 import os
 import random
-import sys
 import tempfile
 
 import pytest
@@ -12,8 +11,6 @@ import torch
 import lazymlir
 from lazymlir import metrics
 
-# The tests train the tutorial's network exactly as the demo defines it.
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "examples"))
 
 # The persistent compile cache of the test session: its own directory (child
 # processes inherit it), not the user's, unless LAZYMLIR_CACHE_DIR says where.

@@ -12,32 +12,14 @@ import sys
 
 import pytest
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 from conftest import assert_compiled
 
 import lazymlir
 from lazymlir import config, metrics
-from mnist import Net as MnistNet  # the demo's network (examples/, via conftest)
+from lazymlir.testing import BasicBlock, MnistNet
 
 CL = torch.channels_last
 FORMATS = {"nchw": torch.contiguous_format, "channels_last": CL}
-
-
-class BasicBlock(nn.Module):
-    """torchvision's ResNet BasicBlock (stride 1, no downsample)."""
-
-    def __init__(self, c):
-        super().__init__()
-        self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(c)
-        self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(c)
-
-    def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + x)
 
 
 

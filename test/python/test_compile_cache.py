@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 import torch
 from conftest import assert_compiled
 

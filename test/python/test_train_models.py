@@ -15,7 +15,7 @@ from conftest import assert_compiled
 
 import lazymlir
 from lazymlir import cache, metrics, runtime
-from mnist import Net as MnistNet  # the demo's network (examples/, via conftest)
+from lazymlir.testing import MnistNet, train_step
 
 device = importlib.import_module("lazymlir.device")  # the package's `device` is the function
 
@@ -31,13 +31,7 @@ def _train(model, opt, batches, dev, seed=1):
     model.train()
     losses = []
     for x, y in batches:
-        opt.zero_grad(set_to_none=True)
-        loss = F.nll_loss(model(x.to(dev)), y.to(dev))
-        loss.backward()
-        opt.step()
-        if dev == "lazy":
-            lazymlir.mark_step()
-        losses.append(loss)
+        losses.append(train_step(model, opt, x, y, dev))
     return [float(loss.item()) for loss in losses]
 
 
