@@ -26,7 +26,7 @@ import torch
 
 from . import config, metrics, runtime
 from .dtypes import SUPPORTED as SUPPORTED_DTYPES
-from .trace import BLANK, LIFTED_OPS, QUANTIZED_REPR, Node, dense_perm, freeze
+from .trace import AS_RESHAPE, BLANK, LIFTED_OPS, QUANTIZED_REPR, Node, dense_perm, freeze
 
 aten = torch.ops.aten
 
@@ -247,10 +247,9 @@ def _scatter(step, base: Node, src: Node) -> Node:
     raise NotImplementedError(f"lazymlir: writing through a view made by {op} is not supported yet")
 
 
-# Views that only regroup dimensions: writing back is a reshape to the base shape.
-_RESHAPE_LIKE = {
-    aten.view.default,
-    aten._unsafe_view.default,
+# Views that only regroup dimensions: writing back is a reshape to the base shape
+# (trace.AS_RESHAPE: the views the FX graph records as reshapes).
+_RESHAPE_LIKE = AS_RESHAPE | {
     aten.reshape.default,
     aten.unsqueeze.default,
     aten.squeeze.default,

@@ -338,7 +338,7 @@ def graph_hash(key: tuple) -> str:
 # In the graph every value is fresh and laid out contiguously, while a view op's
 # validity depends on the strides the user saw.  reshape means the same thing on
 # values and is always valid.
-_AS_RESHAPE = {aten.view.default, aten._unsafe_view.default}
+AS_RESHAPE = frozenset({aten.view.default, aten._unsafe_view.default})
 
 # Ops that address their input's memory, not its value.
 ADDRESSES_STORAGE = {aten.as_strided.default, aten.as_strided_scatter.default}
@@ -375,7 +375,7 @@ def to_fx(graph: Graph) -> torch.fx.GraphModule:
             first, positions = graph.lifted[n]
             env[n] = _lifted_call(g, n, fx_arg(n.args), {k: fx_arg(v) for k, v in n.kwargs.items()},
                                   dict(zip(positions, scalars[first:first + len(positions)])))
-        elif op in _AS_RESHAPE:
+        elif op in AS_RESHAPE:
             env[n] = g.call_function(aten.reshape.default, (env[n.args[0]], list(n.args[1])))
         elif op is operator.getitem:
             env[n] = g.call_function(operator.getitem, (env[n.args[0]], n.args[1]))
