@@ -7,7 +7,8 @@ the cache) and run it.
 """
 
 from . import cache, config, metrics
-from .device import LazyTensor, device, kernel_count, mark_step, sync
+from .tensor import LazyTensor, device, kernel_count, mark_step, sync
+from . import ops, registration  # noqa: F401,E402  (op handlers, Lazy-key kernels)
 from .runtime import empty_cache, wait_device_ops
 
 __all__ = [

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .device import mark_step
+from .tensor import mark_step
 
 
 class MnistNet(nn.Module):

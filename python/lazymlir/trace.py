@@ -7,7 +7,7 @@ or e.g. channels_last: a permutation of a contiguous buffer, see
 :func:`dense_perm`).  Nodes only point backwards,
 so the graph a barrier needs is what is reachable from the tensors it reads, and
 dead intermediate nodes are freed by reference counting.  Aliasing and
-mutation never reach this level: ``device.py`` rewrites them functionally.
+mutation never reach this level: the device (``tensor.py``, ``ops.py``) rewrites them functionally.
 """
 
 import hashlib
@@ -380,7 +380,7 @@ def to_fx(graph: Graph) -> torch.fx.GraphModule:
         elif op is operator.getitem:
             env[n] = g.call_function(operator.getitem, (env[n.args[0]], n.args[1]))
         elif op in ADDRESSES_STORAGE:
-            # Recorded on a value laid out contiguously (device._as_strided):
+            # Recorded on a value laid out contiguously (ops._as_strided):
             # in eager execution of the graph, its input may be permuted.
             args = fx_arg(n.args)
             first = g.call_function(aten.clone.default, (args[0],), {"memory_format": torch.contiguous_format})

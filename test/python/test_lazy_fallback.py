@@ -66,7 +66,7 @@ def test_native_compile_error_runs_eagerly(monkeypatch, fresh_cache):
         raise CompileError("error: simulated native failure")
 
     real = runtime.native_compiler()
-    monkeypatch.setattr(runtime, "_compiler", types.SimpleNamespace(**{**vars(real), "compile_linalg": compile_linalg}))
+    monkeypatch.setattr(lazymlir.compilation, "_compiler", types.SimpleNamespace(**{**vars(real), "compile_linalg": compile_linalg}))
     monkeypatch.setattr(lazymlir.config, "cache_dir", None)  # a disk hit would compile nothing
     x = torch.randn(3, 3)
     with pytest.warns(RuntimeWarning, match="simulated native failure"):
@@ -153,7 +153,7 @@ def test_op_that_cannot_lower_costs_one_op_not_the_graph(monkeypatch, native, fr
     """The first graph holding an op that does not lower is split around it:
     the op runs eagerly in place, everything before and after it compiles
     (it used to run the whole graph eagerly)."""
-    device = sys.modules["lazymlir.device"]  # lazymlir.device is also a function
+    device = sys.modules["lazymlir.ops"]
     real = lowering.lower
 
     def lower(gm, example_inputs):
@@ -182,7 +182,7 @@ def test_op_that_cannot_lower_costs_one_op_not_the_graph(monkeypatch, native, fr
 def test_op_that_cannot_lower_for_one_dtype_still_compiles_for_others(monkeypatch, native, fresh_cache):
     """The probe marks an op with its inputs' dtypes: an op that does not
     lower on int64 still compiles on float32."""
-    device = sys.modules["lazymlir.device"]
+    device = sys.modules["lazymlir.ops"]
     real = lowering.lower
 
     def lower(gm, example_inputs):

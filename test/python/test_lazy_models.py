@@ -1,6 +1,5 @@
 """Inference of small models on the lazy device, against eager, compiled."""
 
-import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

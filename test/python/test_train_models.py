@@ -4,7 +4,6 @@ staying flat over many steps."""
 
 import copy
 import gc
-import importlib
 import threading
 
 import pytest
@@ -17,7 +16,6 @@ import lazymlir
 from lazymlir import cache, metrics, runtime
 from lazymlir.testing import MnistNet, train_step
 
-device = importlib.import_module("lazymlir.device")  # the package's `device` is the function
 
 
 
@@ -270,7 +268,7 @@ def test_memory_flat_over_500_steps(native, fresh_cache):
     lazymlir.wait_device_ops()
     gc.collect()
     rss0 = _rss_mb()
-    meta0 = len(device._meta_cache)
+    meta0 = len(lazymlir.meta._meta_cache)
     for i in range(450):
         loss = step()
         if i % 100 == 0:
@@ -280,8 +278,8 @@ def test_memory_flat_over_500_steps(native, fresh_cache):
     growth = _rss_mb() - rss0
     assert growth < 8, f"RSS grew by {growth:.1f} MB over 450 steps"
     assert cache.stats().entries == 2 and cache.stats().misses == 2
-    assert len(device._meta_cache) == meta0
-    assert len(device._pending) < 20  # weak refs of the last step only
+    assert len(lazymlir.meta._meta_cache) == meta0
+    assert len(lazymlir.tensor._pending) < 20  # weak refs of the last step only
     # Parameters are device data whose graphs were forgotten: nothing chains
     # back through 500 steps.
     for p in model.parameters():

@@ -1,0 +1,333 @@
+"""Compiling a traced graph: the native compiler loaded at the first compile,
+the lowering and the native compile (or the disk cache), and what a compiled
+graph becomes: a :class:`_Compiled` executable, an :class:`_Eager` FX graph run
+op by op (a graph that cannot compile, with the reason as a counter), or a
+:class:`_Split` (ops that do not lower, computed eagerly first). The runtime
+(``runtime.execute``) caches and runs them.
+"""
+
+import atexit
+import threading
+import time
+import warnings
+from typing import Callable, List
+
+import torch
+
+from . import cache, config, debug, decompositions, lowering, metrics, trace
+from . import dtypes as dtype_table
+
+# The native compiler (lazymlir.compiler over the C++ build), imported at the
+# first compilation: the tracer, the lowering and eager execution work without it.
+_compiler = None
+_compiler_import_error = None
+
+
+def native_compiler():
+    """The lazymlir.compiler module, or None when the native build is missing."""
+    global _compiler, _compiler_import_error
+    if _compiler is None and _compiler_import_error is None:
+        try:
+            from . import compiler
+
+            _compiler = compiler
+            # The background compiler stops before the interpreter (and the
+            # C++ runtime) shuts down.
+            atexit.register(compiler.stop_background_compiles)
+        except ImportError as e:
+            _compiler_import_error = str(e)
+    return _compiler
+
+
+def _prewarm() -> None:
+    """Imports the first compilation needs (torch-mlir alone takes ~0.8 s) and
+    builds the decomposition table, while the user builds a model and traces
+    the first step. The native module (libMLIR) loads at the first compile
+    (0.04 s): the tracer and eager execution never need it. Not a daemon thread: the interpreter waits for it at exit
+    instead of killing it inside an extension's initialization."""
+    try:
+        import torch_mlir.compiler_utils  # noqa: F401
+        import torch_mlir.fx  # noqa: F401
+
+        decompositions.decomposition_table()
+    except Exception:  # the first compile reports it
+        pass
+
+
+if not config.force_eager:
+    threading.Thread(target=_prewarm, name="lazymlir-prewarm").start()
+
+
+class _Compiled:
+    __slots__ = ("executable", "out_specs", "output_map", "checked", "gm")
+
+    def __init__(self, executable, out_specs, output_map, gm):
+        self.executable = executable
+        self.out_specs = out_specs  # one per result of the executable
+        self.output_map = output_map  # graph output -> result (results are deduplicated)
+        # The first run checks every buffer's dtype, shape and layout; the
+        # cache key fixes them for the runs after it, which check sizes only.
+        self.checked = False
+        # The FX graph, run eagerly when a runtime check of the compiled code
+        # fails (an index out of range, an integer division by zero).
+        self.gm = gm
+
+    @property
+    def num_kernels(self) -> int:
+        return self.executable.num_kernels
+
+    def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
+        """The native run releases the GIL; ``background``: on the worker."""
+        t0 = time.perf_counter()
+        try:
+            if self.checked:
+                self.executable.run_allocated(inputs, outs, background=background)
+            else:
+                self.executable.run(inputs, outs, background=background)
+                self.checked = True
+            check_failed = False
+        except _compiler.CheckFailed:
+            self.checked = True  # the buffers were fine
+            check_failed = True
+        if check_failed:
+            # The compiled code stayed in bounds but its outputs are garbage.
+            # Eager raises its own error (IndexError "index out of range in
+            # self", ...), which becomes the job's; if it does not (a check
+            # that failed needlessly), its outputs are the result.
+            metrics.counter("RuntimeCheckEagerRerun")
+            _run_fx(self.gm, inputs, [outs[i] for i in self.output_map])
+        metrics.timing("ExecuteTime", time.perf_counter() - t0)
+
+
+def _run_fx(gm, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
+    """Run a graph's FX module eagerly, its i-th result copied into outs[i].
+    Grad mode and autocast are per thread: on the worker they are off; a
+    waiting thread that runs the graph itself (runtime._wait_for) may be
+    inside torch.autocast, which would change the recorded dtypes."""
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        for out, r in zip(outs, gm(*inputs)):
+            out.copy_(r)
+
+
+class _Eager:
+    """A graph run op by op on CPU; ``counter`` says why (for the metrics)."""
+
+    __slots__ = ("gm", "counter", "out_specs", "output_map")
+    num_kernels = None
+
+    def __init__(self, gm, counter, out_specs):
+        self.gm = gm
+        self.counter = counter
+        self.out_specs = out_specs
+        self.output_map = tuple(range(len(out_specs)))
+
+    def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
+        t0 = time.perf_counter()
+        _run_fx(self.gm, inputs, outs)
+        metrics.timing("ExecuteTime", time.perf_counter() - t0)
+
+
+# Called with the (op, input dtypes) of each op found not to lower alone
+# (ops.py makes it run eagerly for those dtypes).
+unsupported_op_listeners: List[Callable] = []
+
+
+class _Split:
+    """What _compile returns for a graph that holds ops that do not lower
+    alone (found by lowering.find_unsupported); not cached."""
+
+    __slots__ = ("ops",)
+
+    def __init__(self, ops):
+        self.ops = ops
+
+
+# Recompiling one graph structure for new input shapes is the recompilation storm
+# users of lazy systems dread: it is counted, and reported when it repeats.
+STORM_WARNING_AT = 8
+
+
+def _note_shapes(graph: trace.Graph, name: str) -> None:
+    """Best effort: a graph whose ops carry sizes (view, zeros) looks new, not
+    recompiled, when those sizes change."""
+    n_inputs = len(graph.inputs)
+    entries = graph.key[0]
+    shapes = tuple(tuple(n.data.shape) for n in graph.inputs)
+    structure = (tuple(e if type(e[0]) is not torch.Size else (len(e[0]),) + e[1:] for e in entries),) + graph.key[1:]
+    seen = cache.shapes_seen(structure)
+    if seen:
+        metrics.counter("RecompileShapeChange")
+        changed = [i for i in range(n_inputs) if shapes[i] != seen[-1][i]]
+        if config.verbose:
+            print(f"lazymlir: recompiling graph {name}: input shapes changed at {changed}: "
+                  f"{[seen[-1][i] for i in changed]} -> {[shapes[i] for i in changed]}")
+        if len(seen) + 1 == STORM_WARNING_AT:
+            warnings.warn(
+                f"lazymlir: one graph ({len(graph.nodes)} ops, now {name}) has been compiled for "
+                f"{STORM_WARNING_AT} different input shapes; pad or bucket the shapes to stop recompiling",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+    seen.append(shapes)
+
+
+def _zero_size(graph: trace.Graph) -> bool:
+    metas = [n.data for n in graph.inputs]
+    for n in graph.nodes:
+        metas.extend(n.meta if isinstance(n.meta, (list, tuple)) else (n.meta,))
+    return any(isinstance(m, torch.Tensor) and m.numel() == 0 for m in metas)
+
+
+# The native compile's phases: (compile_stats key, label); each is recorded as
+# the timing Compile<Label>Time.
+_PHASES = (("parse", "Parse"), ("tensor_stage", "TensorStage"), ("bufferize_stage", "BufferizeStage"),
+           ("llvm_stage", "LLVMStage"), ("translate", "Translate"), ("optimize", "Optimize"),
+           ("codegen", "Codegen"), ("link", "Link"))
+
+# Sizes of each native compile, recorded as samples.
+_SIZES = (("input_ops", "LinalgOpsPerGraph"), ("loop_nests", "LoopNestsPerGraph"),
+          ("distinct_kernels", "DistinctKernelsPerGraph"), ("kernels_compiled", "KernelsCompiled"),
+          ("kernels_reused", "KernelsReused"), ("kernels_from_disk", "KernelsFromDisk"),
+          ("llvm_instructions", "LLVMInstructionsPerGraph"), ("object_bytes", "ObjectBytesPerGraph"))
+
+
+def _note_compile(stats: dict, disk: bool) -> None:
+    """Metrics of one native compile (or disk cache load)."""
+    if stats["from_disk"]:
+        metrics.counter("DiskCacheHit")
+        metrics.timing("DiskCacheLoadTime", stats["total"])
+        for key in ("distinct_kernels", "kernels_reused", "kernels_from_disk"):
+            metrics.sample(dict(_SIZES)[key], stats[key])
+    else:
+        if disk:
+            metrics.counter("DiskCacheMiss")
+        for key, label in _PHASES:
+            metrics.timing(f"Compile{label}Time", stats[key])
+        for key, name in _SIZES:
+            metrics.sample(name, stats[key])
+    if disk:
+        cache.note_disk(stats["from_disk"])
+
+
+# The disk cache configuration the native compiler was given last.
+_disk_config = None
+
+
+def _configure_disk_cache(native) -> bool:
+    """Gives the native compiler the current disk cache settings (they may
+    change with config.patch); whether the disk cache is on."""
+    global _disk_config
+    wanted = (config.cache_dir or "", config.cache_max_bytes)
+    if wanted != _disk_config:
+        native.configure_disk_cache(*wanted)
+        _disk_config = wanted
+    return bool(wanted[0])
+
+
+def _compile(graph: trace.Graph):
+    t0 = time.perf_counter()
+    gm = trace.to_fx(graph)
+    name = trace.graph_hash(graph.key)
+    _note_shapes(graph, name)
+    entry = None
+    specs = graph.output_specs()  # the buffers the outputs are written into
+    dtypes = {n.data.dtype for n in graph.inputs} | {dt for _, dt in specs} | {dt for _, dt in graph.scalars}
+    if config.force_eager:
+        entry = _Eager(gm, "EagerGraph", specs)
+    elif not dtypes <= dtype_table.SUPPORTED:
+        entry = _Eager(gm, "EagerGraph", specs)
+    elif _zero_size(graph):
+        # The tracer keeps zero-size tensors out of graphs (fallback._zero_size);
+        # compiled loops over an empty dimension divide by it or read past
+        # nothing, so one that gets through runs eagerly.
+        entry = _Eager(gm, "ZeroSizeGraph", specs)
+    else:
+        try:
+            native = native_compiler()
+            if native is None:
+                raise RuntimeError(f"the native compiler is not available ({_compiler_import_error})")
+            disk = _configure_disk_cache(native)
+            options = dict(fusion=config.fusion, channels_last=config.channels_last, threads=config.threads,
+                           tiered=config.tiered)
+            executable = None
+            # A trace compiled by an earlier process: its record names the
+            # compiled graph on disk (no torch-mlir, no MLIR work). Dumps
+            # want the IR, so they always lower.
+            record = cache.record_key(native, graph.key) if disk and not config.dump_dir else None
+            if record is not None:
+                found = cache.read_record(native, record)
+                if found is not None:
+                    executable = native.load_cached(found[0], **options)
+                    output_map = found[1]
+            if executable is None:
+                t1 = time.perf_counter()
+                lowered = lowering.lower(gm, graph.input_values())
+                metrics.timing("LoweringTime", time.perf_counter() - t1)
+                t1 = time.perf_counter()
+                try:
+                    executable = native.compile_linalg(lowered.linalg, keep_llvm_ir=bool(config.dump_dir), **options)
+                except Exception:
+                    # The IR that failed, for the bug report.
+                    debug.dump(name, "torch", lowered.torch_mlir)
+                    debug.dump(name, "linalg", lowered.linalg)
+                    raise
+                metrics.timing("CompileTime", time.perf_counter() - t1)
+                output_map = lowered.output_map
+                if record is not None:
+                    cache.write_record(native, record, executable.cache_key, output_map)
+                if config.dump_dir:
+                    kernels = executable.num_kernels
+                    debug.dump(name, "torch", lowered.torch_mlir, kernels)
+                    debug.dump(name, "linalg", lowered.linalg, kernels)
+                    debug.dump(name, "llvm", executable.llvm_ir, kernels)
+            _note_compile(executable.compile_stats, disk)
+            for message in native.take_disk_cache_warnings():
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
+            metrics.sample("KernelsPerGraph", executable.num_kernels)
+            results = {}
+            for spec, i in zip(specs, output_map):
+                results.setdefault(i, spec)
+            entry = _Compiled(executable, [results[i] for i in range(len(results))], output_map, gm)
+            metrics.counter("UncachedCompile")
+        except Exception as e:  # never fail the user: run it eagerly instead
+            if isinstance(e, lowering.LoweringError):
+                # Find the ops that cannot lower and run them eagerly from now
+                # on, so that the rest of later traces compiles.
+                culprits = lowering.find_unsupported(graph)
+                for key in culprits:
+                    for listener in unsupported_op_listeners:
+                        listener(key)
+                if culprits:
+                    warnings.warn(
+                        f"lazymlir: graph {name} ({len(graph.nodes)} ops) holds ops that do not compile; they run "
+                        f"eagerly from now on, the rest compiles: "
+                        f"{', '.join(sorted(f'{op} on {list(dtypes)}' for op, dtypes in culprits))}",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+                    return _Split(culprits)
+            warnings.warn(
+                f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile and runs eagerly: "
+                f"{str(e)[:2000]}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            entry = _Eager(gm, "CompileFallback", specs)
+    seconds = time.perf_counter() - t0
+    if config.verbose:
+        kernels = f", {entry.num_kernels} kernels" if entry.num_kernels is not None else ""
+        detail = ""
+        if type(entry) is _Compiled:
+            st = entry.executable.compile_stats
+            if st["from_disk"]:
+                detail = f" [from the disk cache: {st['distinct_kernels']} kernels, link {st['link'] * 1e3:.0f} ms]"
+            else:
+                phases = ", ".join(f"{label} {st[k] * 1e3:.0f}" for k, label in _PHASES)
+                detail = (f" [{st['input_ops']} linalg ops, {st['loop_nests']} loop nests, {st['distinct_kernels']} "
+                          f"distinct kernels: {st['kernels_compiled']} compiled, {st['kernels_reused']} reused, "
+                          f"{st['kernels_from_disk']} from disk; {st['llvm_instructions']} LLVM instructions, "
+                          f"{st['object_bytes']} object bytes; ms: {phases}]")
+        print(f"lazymlir: compiled graph {name}: {len(graph.nodes)} ops, {len(graph.inputs)} inputs, "
+              f"{type(entry).__name__}{kernels}, {seconds * 1e3:.1f} ms{detail}")
+    cache.insert(graph.key, entry, seconds)
+    return entry

@@ -1,0 +1,519 @@
+"""The decomposition table the lowering applies (make_fx over the FX graph):
+torch-mlir's, plus ours. Ours rewrite ops that torch-mlir would lower to
+TMTensor ops the native compiler does not take (scatter-like backward passes),
+ops whose torch-mlir lowering gets IEEE special values wrong (NaN, +-inf,
+-0.0), and ops it does not lower at all or only through dynamic shapes."""
+
+import torch
+
+
+class LoweringError(Exception):
+    """The graph cannot be lowered (torch-mlir failed, or an op is refused)."""
+
+
+
+
+_decompositions = None
+
+
+def decomposition_table():
+    global _decompositions
+    if _decompositions is None:
+        from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+        table = dict(get_decomposition_table())
+        # Our own decompositions of ops that torch-mlir would lower to its TMTensor
+        # dialect (scatter), which the native compiler does not take.
+        table[torch.ops.aten.nll_loss_backward.default] = _nll_loss_backward
+        table[torch.ops.aten.max_pool2d_with_indices_backward.default] = _max_pool2d_backward
+        # IEEE special values as eager computes them (NaN, +-inf, -0.0): ops that
+        # torch-mlir lowers with NaN-dropping compares (clamp's ult/ugt, maximum's
+        # ogt + select), folds wrongly (x == x to true: isfinite), lowers with a
+        # cf.assert (reciprocal of 0 or NaN aborts the process), or with wrong
+        # constants (gelu's tanh form).
+        aten = torch.ops.aten
+        table.update({
+            aten.clamp.default: _clamp, aten.clamp.Tensor: _clamp,
+            aten.clamp_min.default: _clamp_min, aten.clamp_min.Tensor: _clamp_min,
+            aten.clamp_max.default: _clamp_max, aten.clamp_max.Tensor: _clamp_max,
+            aten.hardtanh.default: _hardtanh, aten.relu6.default: _relu6, aten.relu.default: _relu,
+            aten.maximum.default: _maximum, aten.minimum.default: _minimum,
+            aten.fmax.default: _fmax, aten.fmin.default: _fmin,
+            aten.eq.Tensor: _eq, aten.reciprocal.default: _reciprocal,
+            aten.fmod.Tensor: _fmod, aten.fmod.Scalar: _fmod,
+            aten.argmax.default: _argmax, aten.argmin.default: _argmin,
+            aten.max.dim: _max_dim, aten.min.dim: _min_dim,
+            aten.trunc.default: _trunc, aten.elu.default: _elu,
+            aten.pow.Tensor_Scalar: _pow_tensor_scalar, aten.gelu.default: _gelu,
+        })
+        # Ops torch-mlir does not lower at all (sort.stable, as_strided_scatter,
+        # diagonal_scatter) or lowers through dynamic shapes (index_put with a
+        # bool mask: nonzero), rewritten into ops it lowers statically.
+        table[torch.ops.aten.sort.stable] = _sort_stable
+        table[torch.ops.aten.as_strided_scatter.default] = _as_strided_scatter
+        table[torch.ops.aten.diagonal_scatter.default] = _diagonal_scatter
+        table[torch.ops.aten.index_put.default] = _index_put
+        table[torch.ops.aten.kthvalue.default] = _kthvalue  # else tm_tensor.topk
+        # torch-mlir's scatter lowering runs out of memory (an abort) on a
+        # negative dim, and its TMTensor lowerings treat bool as signed i1
+        # (sort puts True first, add is xor): dims are made non-negative and
+        # bool operands go through int32.
+        for op in _SCATTERS:
+            table[op] = _scatter_like(op, table.get(op))
+        assert torch.ops.aten.sort.default not in table
+        table[torch.ops.aten.sort.default] = _sort_bool
+        _decompositions = table
+    return _decompositions
+
+
+def _nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    """torch._decomp's nll_loss_backward with its scatter of -1 into zeros
+    replaced by a one-hot comparison with arange: the same values, in ops that
+    lower to plain linalg."""
+    channel_dim = 0 if self.dim() < 2 else 1
+    if reduction == 1:  # mean
+        grad_output = grad_output / total_weight
+    if self.dim() == 1 and target.dim() > 0:
+        target = target[0]
+    target = target.unsqueeze(channel_dim)
+    classes = torch.arange(self.shape[channel_dim], device=target.device)
+    if self.dim() >= 2:
+        classes = classes.reshape([1, -1] + [1] * (self.dim() - 2))
+    grad_input = -(classes == target).to(self.dtype)
+    if grad_input.dim() > grad_output.dim() > 0:
+        grad_output = grad_output.unsqueeze(channel_dim)
+    if weight is not None:
+        shape = [1] * self.dim()
+        shape[channel_dim] = weight.shape[0]
+        grad_output = grad_output * weight.reshape(shape)
+    grad_output = torch.where(target != ignore_index, grad_output, 0)
+    return grad_input * grad_output
+
+
+def _floats(*operands):
+    """The result dtype of an elementwise op on ``operands`` (tensors, numbers,
+    None: left out) by torch's type promotion, if it is a real floating type;
+    else None (the decomposition then declines and the op keeps its usual
+    lowering: integers have no NaN)."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    present = [t for t in operands if t is not None]
+    _, dtype = elementwise_dtypes(*present, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    return dtype if dtype.is_floating_point else None
+
+
+def _clamp(self, min=None, max=None):
+    """eager's clamp: a NaN input stays NaN, a NaN tensor bound gives NaN, a tie
+    (-0.0 against a 0 bound) keeps the input for a number bound and gives the
+    bound for a tensor bound, min > max gives max.  torch-mlir compares with
+    ult/ugt, which select the bound for a NaN input."""
+    dtype = _floats(self, min, max)
+    if dtype is None:
+        return NotImplemented
+    t = self.to(dtype)
+    for bound, beyond in ((min, torch.lt), (max, torch.gt)):
+        if bound is None:
+            continue
+        if isinstance(bound, torch.Tensor):
+            # eager's vectorized loop: a tie gives the bound.
+            bound = bound.to(dtype)
+            at_or_beyond = torch.le if beyond is torch.lt else torch.ge
+            t = torch.where(at_or_beyond(t, bound) | torch.isnan(bound), bound, t)
+        else:
+            t = torch.where(beyond(t, bound), torch.scalar_tensor(bound, dtype=dtype, device=t.device), t)
+    return t
+
+
+def _bools(*operands) -> bool:
+    return all(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in operands)
+
+
+def _clamp_min(self, min):
+    if _bools(self, min):  # torch-mlir compares i1 as signed: True (-1) < False
+        return torch.logical_or(self, min)
+    return _clamp(self, min, None)
+
+
+def _clamp_max(self, max):
+    if _bools(self, max):
+        return torch.logical_and(self, max)
+    return _clamp(self, None, max)
+
+
+def _hardtanh(self, min_val=-1, max_val=1):
+    if not self.is_floating_point():
+        # eager keeps an integer input's dtype (its default bounds are floats,
+        # which clamp would promote to)
+        return torch.clamp(self, min_val, max_val).to(self.dtype)
+    return _clamp(self, min_val, max_val)
+
+
+def _relu6(self, inplace=False):
+    return _clamp(self, 0, 6)
+
+
+def _relu(self):
+    """Eager keeps -0.0 (and NaN); torch-mlir's select(x ugt 0, x, 0) gives
+    +0.0.  Fused, the compare and select are one kernel."""
+    if not self.is_floating_point():
+        return NotImplemented
+    return _clamp(self, 0, None)
+
+
+def _maximum(self, other, pick=torch.gt):
+    """NaN if either is NaN; a tie (-0.0, +0.0) gives ``other``, as eager's
+    vectorized loop does."""
+    dtype = _floats(self, other)
+    if dtype is None:
+        return NotImplemented
+    a, b = self.to(dtype), other.to(dtype)
+    return torch.where(pick(a, b) | torch.isnan(a), a, b)
+
+
+def _minimum(self, other):
+    return _maximum(self, other, torch.lt)
+
+
+def _fmax(self, other, pick=torch.lt):
+    """The number if one is NaN; a tie gives ``self`` (eager)."""
+    dtype = _floats(self, other)
+    if dtype is None:
+        return NotImplemented
+    a, b = self.to(dtype), other.to(dtype)
+    return torch.where(pick(a, b) | torch.isnan(a), b, a)
+
+
+def _fmin(self, other):
+    return _fmax(self, other, torch.gt)
+
+
+def _eq(self, other):
+    # torch-mlir folds x == x to true, which is false for NaN (and isfinite,
+    # a composite of x == x and |x| != inf, then says NaN is finite).
+    if self is other and self.is_floating_point():
+        return torch.logical_not(torch.isnan(self))
+    return NotImplemented
+
+
+def _fmod(self, other):
+    """C's fmod, exactly: torch's decomposition a - trunc(a / b) * b rounds, and
+    gives NaN for a finite a over +-inf (eager: a) and +0.0 for -0.0.
+    remainder(|a|, |b|) is torch-mlir's remf with no sign fix-up to apply."""
+    dtype = _floats(self, other)
+    if dtype is None:
+        return NotImplemented
+    a = self.to(dtype)
+    b = other.to(dtype) if isinstance(other, torch.Tensor) else torch.scalar_tensor(other, dtype=dtype, device=a.device)
+    m = torch.remainder(torch.abs(a), torch.abs(b))
+    r = torch.where(a < 0, -m, m)
+    # A zero a gives itself (-0.0 included) unless b is 0 or NaN.
+    return torch.where((a == 0) & (torch.abs(b) > 0), a, r)
+
+
+def _reciprocal(self):
+    # torch-mlir's reciprocal asserts that no element is 0 (a cf.assert that
+    # aborts the process, for NaN too): 1 / x gives eager's inf and NaN.
+    if self.is_complex():
+        return NotImplemented
+    x = self if self.is_floating_point() else self.to(torch.get_default_dtype())
+    return torch.ones((), dtype=x.dtype, device=x.device) / x
+
+
+def _arg_extreme(self, dim, keepdim, extreme):
+    """The first index of the row's max (min), or of its first NaN as eager
+    gives: torch-mlir selects the index with ogt/olt, which a NaN never wins."""
+    if not self.is_floating_point() or self.dim() == 0:
+        return NotImplemented
+    x = self
+    if dim is None:
+        x, dim = self.reshape(-1), 0
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    hit = (x == extreme(x, dim, keepdim=True)) | torch.isnan(x)
+    index = torch.arange(n, device=x.device).reshape([n] + [1] * (x.dim() - dim - 1))
+    first = torch.amin(torch.where(hit, index, n), dim, keepdim=keepdim)
+    if keepdim and x is not self:
+        first = first.reshape([1] * self.dim())
+    return first
+
+
+def _argmax(self, dim=None, keepdim=False):
+    return _arg_extreme(self, dim, keepdim, torch.amax)
+
+
+def _argmin(self, dim=None, keepdim=False):
+    return _arg_extreme(self, dim, keepdim, torch.amin)
+
+
+def _max_dim(self, dim, keepdim=False):
+    indices = _arg_extreme(self, dim, keepdim, torch.amax)
+    if indices is NotImplemented:
+        return NotImplemented
+    return torch.amax(self, dim, keepdim=keepdim), indices
+
+
+def _min_dim(self, dim, keepdim=False):
+    indices = _arg_extreme(self, dim, keepdim, torch.amin)
+    if indices is NotImplemented:
+        return NotImplemented
+    return torch.amin(self, dim, keepdim=keepdim), indices
+
+
+def _trunc(self):
+    # torch's reference, sign(x) * floor(|x|), gives +0.0 for -0.0 (and fmod,
+    # frac built on it follow); ceil/floor keep the sign of zero.
+    if not self.is_floating_point():
+        return NotImplemented
+    return torch.where(self < 0, torch.ceil(self), torch.floor(self))
+
+
+def _elu(self, alpha=1, scale=1, input_scale=1):
+    # eager: expm1 (exact for -0.0 and tiny inputs), x <= 0 takes that branch.
+    if not self.is_floating_point():
+        return NotImplemented
+    negative = torch.expm1(self * input_scale) * (alpha * scale)
+    return torch.where(self > 0, self * scale, negative)
+
+
+def _pow_tensor_scalar(self, exponent):
+    # eager computes x ** 0.5 as sqrt(x) and x ** -0.5 as rsqrt(x): NaN for -inf,
+    # -0.0 for -0.0 (C's pow gives +inf and +0.0).
+    if not self.is_floating_point() or isinstance(exponent, bool) or isinstance(exponent, complex):
+        return NotImplemented
+    if exponent in (0.5, -0.5):
+        return torch.sqrt(self) if exponent == 0.5 else torch.rsqrt(self)
+    if exponent == int(exponent) and 2 <= abs(exponent) <= 64:
+        # Products (eager's own for 2 and 3: x*x, x*x*x): torch-mlir's
+        # math.fpowi has an i64 exponent, which LLVM's powi does not take in
+        # a vectorized contraction epilogue (GPT-2's gelu_new failed to compile).
+        n, power, result = abs(int(exponent)), self, None
+        while n:
+            if n & 1:
+                result = power if result is None else result * power
+            n >>= 1
+            if n:
+                power = power * power
+        return torch.reciprocal(result) if exponent < 0 else result
+    return NotImplemented
+
+
+def _gelu(self, approximate="none"):
+    # torch-mlir's tanh form uses 0.797724 for sqrt(2 / pi) = 0.7978845608...
+    if approximate != "tanh" or not self.is_floating_point():
+        return NotImplemented
+    inner = 0.7978845608028654 * (self + 0.044715 * self * self * self)
+    return 0.5 * self * (1 + torch.tanh(inner))
+
+
+_SCATTERS = (torch.ops.aten.scatter.src, torch.ops.aten.scatter.value, torch.ops.aten.scatter.reduce,
+             torch.ops.aten.scatter.value_reduce, torch.ops.aten.scatter_add.default,
+             torch.ops.aten.scatter_reduce.two, torch.ops.aten.index_add.default)
+
+
+def _scatter_like(op, decomposed):
+    """``op(self, dim, index, ...)`` with a non-negative ``dim`` and, for a
+    bool ``self``, computed in int32 (the result converted back); then the
+    table's own decomposition of ``op`` (``decomposed``), if any."""
+
+    def decomposition(self, dim, *args, **kwargs):
+        if op is torch.ops.aten.scatter_reduce.two and args[2] == "mean" and not self.is_floating_point():
+            # torch-mlir's mean of integers rounds differently from eager's
+            raise LoweringError("scatter_reduce mean of integers: torch-mlir's rounding differs from eager's")
+        negative = dim < 0
+        bools = self.dtype == torch.bool
+        if not negative and not bools:
+            return NotImplemented if decomposed is None else decomposed(self, dim, *args, **kwargs)
+        dim = dim + self.dim() if negative else dim
+        if not bools:
+            return op(self, dim, *args, **kwargs)
+        # bool tensors and scalars (index_add's alpha) as int32 and int:
+        # torch-mlir crashes multiplying an i8 tensor (and converting scalars to i8) by a bool scalar
+        args = [_as_int32(a) for a in args]
+        kwargs = {k: _as_int32(v) for k, v in kwargs.items()}
+        return op(self.to(torch.int32), dim, *args, **kwargs).to(torch.bool)
+
+    return decomposition
+
+
+def _as_int32(a):
+    if isinstance(a, torch.Tensor):
+        return a.to(torch.int32) if a.dtype == torch.bool else a
+    return int(a) if type(a) is bool else a
+
+
+def _sort_bool(self, dim=-1, descending=False):
+    """torch-mlir's comparator takes i1 as signed (True < False)."""
+    if self.dtype != torch.bool:
+        return NotImplemented
+    values, indices = torch.ops.aten.sort.default(self.to(torch.int32), dim, descending)
+    return values.to(torch.bool), indices
+
+
+_wrapping_index_put = False
+
+
+def _index_put_wrapped(self, indices, values, accumulate):
+    """index_put with integer indices, negative ones counted from the end as
+    eager does: torch-mlir passes them unchanged to tm_tensor.scatter, which
+    takes positions in range only (lazymlir-lower-tm-tensor flags the others
+    for the runtime check, and eager's rerun raises eager's IndexError)."""
+    global _wrapping_index_put
+    if _wrapping_index_put:  # the index_put below: torch-mlir's own lowering
+        return NotImplemented
+    wrapped = [None if i is None else torch.where(i < 0, i + self.shape[d], i) for d, i in enumerate(indices)]
+    bools = self.dtype == torch.bool  # TMTensor's i1 add is xor: accumulate in int32
+    _wrapping_index_put = True
+    try:
+        if bools:
+            return torch.ops.aten.index_put.default(self.to(torch.int32), wrapped, values.to(torch.int32),
+                                                    accumulate).to(torch.bool)
+        return torch.ops.aten.index_put.default(self, wrapped, values, accumulate)
+    finally:
+        _wrapping_index_put = False
+
+
+def _sort_stable(self, *, stable=None, dim=-1, descending=False):
+    """torch-mlir lowers sort.default only; its comparator is non-strict
+    (``ole`` / ``oge``) and the native lowering (lazymlir-lower-tm-tensor's
+    merge sort) keeps ties in their original order: a stable sort either way."""
+    return torch.ops.aten.sort.default(self, dim, descending)
+
+
+def _kthvalue(self, k, dim=-1, keepdim=False):
+    """The k-th smallest along ``dim`` from a (stable) sort: torch-mlir lowers
+    kthvalue to tm_tensor.topk, which the native compiler does not take."""
+    values, indices = torch.ops.aten.sort.default(self, dim, False)
+    values, indices = values.narrow(dim, k - 1, 1), indices.narrow(dim, k - 1, 1)
+    if not keepdim:
+        values, indices = values.squeeze(dim), indices.squeeze(dim)
+    return values, indices
+
+
+def _as_strided_scatter(self, src, size, stride, storage_offset=None):
+    """``src`` written at the positions the view would have in ``self``'s
+    (dense, contiguous) storage: an index_put of flat indices, i.e. a
+    tm_tensor.scatter."""
+    flat = torch.full(list(size), storage_offset or 0, dtype=torch.int64, device=self.device)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        flat = flat + (torch.arange(n, device=self.device) * st).reshape(shape)
+    out = torch.ops.aten.index_put.default(self.reshape(-1), [flat.reshape(-1)],
+                                           src.to(self.dtype).reshape(-1), False)
+    return out.reshape(self.shape)
+
+
+def _diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+    """As as_strided_scatter on the diagonal's view of a contiguous ``self``."""
+    rank = self.dim()
+    dim1, dim2 = dim1 % rank, dim2 % rank
+    strides = [1] * rank
+    for d in range(rank - 2, -1, -1):
+        strides[d] = strides[d + 1] * self.shape[d + 1]
+    n1, n2 = self.shape[dim1], self.shape[dim2]
+    if offset >= 0:
+        length, start = max(min(n1, n2 - offset), 0), offset * strides[dim2]
+    else:
+        length, start = max(min(n1 + offset, n2), 0), -offset * strides[dim1]
+    others = [d for d in range(rank) if d not in (dim1, dim2)]
+    size = [self.shape[d] for d in others] + [length]
+    stride = [strides[d] for d in others] + [strides[dim1] + strides[dim2]]
+    return _as_strided_scatter(self, src, size, stride, start)
+
+
+def _index_put(self, indices, values, accumulate=False):
+    """index_put with one bool mask (``x[mask] = v``, ``x[mask] += v``):
+    torch-mlir lowers it through nonzero, whose dynamic shapes the backend
+    does not take.  Masked positions take ``values`` (broadcast over the
+    masked elements, or the k-th masked element takes ``values[k]``: its
+    rank by an inclusive cumsum of the mask), all in static shapes.  Other
+    index lists are torch-mlir's (a tm_tensor.scatter)."""
+    if all(i is None or not (i.dtype == torch.bool or i.dtype == torch.uint8) for i in indices):
+        return _index_put_wrapped(self, indices, values, accumulate)
+    if len(indices) != 1 or indices[0] is None:
+        return NotImplemented
+    mask = indices[0].to(torch.bool)
+    m = mask.dim()
+    if m == 0 or tuple(mask.shape) != tuple(self.shape[:m]):
+        return NotImplemented
+    trailing = list(self.shape[m:])
+    t = len(trailing)
+    values = values.to(self.dtype)
+    full_mask = mask.reshape(list(mask.shape) + [1] * t)
+    row_shape = list(values.shape[max(values.dim() - t, 0):])
+    if values.dim() <= t or values.shape[values.dim() - t - 1] == 1:
+        # One value (or row) for every masked element.
+        picked = values.reshape(row_shape).expand(self.shape)
+    else:
+        # values[k] for the k-th masked element (row-major order).
+        k = values.shape[values.dim() - t - 1]
+        rows = values.reshape([k] + row_shape).expand([k] + trailing)
+        rank = torch.cumsum(mask.reshape(-1).to(torch.int64), 0) - 1
+        rank = rank.clamp(0, k - 1)
+        picked = rows.index_select(0, rank).reshape(self.shape)
+    if accumulate:
+        return self + torch.where(full_mask, picked, torch.zeros((), dtype=self.dtype, device=self.device))
+    return torch.where(full_mask, picked, self)
+
+
+
+
+def _max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """max_pool2d's backward without scatter: each input position gathers the
+    gradients of the windows whose argmax (``indices``, flat over H*W) it is.
+    Window offset (i, j) of output (oh, ow) reads input row oh*sh - ph + i*dh:
+    compare ``indices`` with that position, then place the selected gradients
+    on the input grid by zero-interleaving (pad + reshape) and shifting."""
+    kh, kw = (list(kernel_size) * 2)[:2] if len(kernel_size) == 1 else kernel_size
+    stride = stride or [kh, kw]
+    sh, sw = (list(stride) * 2)[:2] if len(stride) == 1 else stride
+    ph, pw = (list(padding) * 2)[:2] if len(padding) == 1 else padding
+    dh, dw = (list(dilation) * 2)[:2] if len(dilation) == 1 else dilation
+    H, W = self.shape[-2:]
+    OH, OW = grad_output.shape[-2:]
+    dev = grad_output.device
+    zero = torch.zeros((), dtype=grad_output.dtype, device=dev)
+    lead = list(grad_output.shape[:-2])
+    if (sh, sw, ph, pw, dh, dw) == (kh, kw, 0, 0, 1, 1):
+        # Non-overlapping windows (the common pool 2x2 stride 2): one pass over
+        # a (..., OH, kh, OW, kw) view of the input grid.
+        rows = torch.arange(OH * kh, device=dev).reshape(OH, kh, 1, 1)
+        cols = torch.arange(OW * kw, device=dev).reshape(1, 1, OW, kw)
+        pos = rows * W + cols
+        hit = indices.reshape(lead + [OH, 1, OW, 1]) == pos
+        g = torch.where(hit, grad_output.reshape(lead + [OH, 1, OW, 1]), zero)
+        g = g.reshape(lead + [OH * kh, OW * kw])
+        return torch.nn.functional.pad(g, [0, W - OW * kw, 0, H - OH * kh])
+    grad_input = torch.zeros(self.shape, dtype=grad_output.dtype, device=dev)
+    for i in range(kh):
+        for j in range(kw):
+            r = torch.arange(OH, device=dev) * sh + (i * dh - ph)
+            c = torch.arange(OW, device=dev) * sw + (j * dw - pw)
+            valid = ((r >= 0) & (r < H)).reshape(OH, 1) & ((c >= 0) & (c < W)).reshape(1, OW)
+            pos = torch.where(valid, r.reshape(OH, 1) * W + c.reshape(1, OW), -1)
+            g = torch.where(indices == pos, grad_output, zero)
+            grad_input = grad_input + _place(_place(g, -2, sh, i * dh - ph, H), -1, sw, j * dw - pw, W)
+    return grad_input
+
+
+def _place(g, dim, step, offset, size):
+    """Along ``dim``: element k of ``g`` moves to k*step + offset in a zero tensor
+    of length ``size`` (elements that fall outside are dropped)."""
+    n = g.shape[dim]
+    g = g.unsqueeze(dim)  # (..., n, 1, ...) with the new dim right after ``dim``
+    pads = [0, 0] * (-dim - 1) + [0, step - 1]  # zero-interleave
+    g = torch.nn.functional.pad(g, pads)
+    shape = list(g.shape)
+    del shape[dim]
+    shape[dim] = n * step
+    g = g.reshape(shape)
+    if offset < 0:
+        g = g.narrow(dim, -offset, g.shape[dim] + offset)
+    elif offset > 0:
+        g = torch.nn.functional.pad(g, [0, 0] * (-dim - 1) + [offset, 0])
+    length = g.shape[dim]
+    if length > size:
+        g = g.narrow(dim, 0, size)
+    elif length < size:
+        g = torch.nn.functional.pad(g, [0, 0] * (-dim - 1) + [0, size - length])
+    return g

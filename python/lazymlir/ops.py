@@ -1,0 +1,600 @@
+"""Op handlers: ``_classify`` picks one per OpOverload (functional ops, views,
+in-place and out= variants, foreach, RNG, special cases) and caches it on the
+op; ops found not to lower run eagerly for the input dtypes they failed with."""
+
+import math
+import operator
+
+import torch
+
+from . import compilation, config
+from .dtypes import SUPPORTED as SUPPORTED_DTYPES
+from .tensor import (
+    signature, ViewStep,
+    _CPU, _cpu_alias, _eager_dtypes, _fresh, _from_cpu, _intern, _intern_like, LAZY, LazyTensor,
+    _META, _oid, _op_node, set_classifier, Storage, _TENSOR_DATA, _value, _view_node, _wrap, _write,
+)
+from .meta import _convert_all, _FAILED, _infer, _meta_cache, _meta_sig
+from .fallback import _eager, _make_eager, _zero_size
+from .trace import BLANK, dense_perm, freeze, Node
+
+aten = torch.ops.aten
+
+# ----------------------------------------------------------------------------
+# Op handlers.  _classify picks one per OpOverload, once.
+
+
+def _wrap_outputs(node: Node, meta):
+    """LazyTensors for a recorded op's result(s)."""
+    if isinstance(meta, torch.Tensor):
+        return _fresh(node, meta)
+    outs = []
+    for i, m in enumerate(meta):
+        if m is None:
+            outs.append(None)
+            continue
+        item = Node(operator.getitem, (node, i), {}, (node,), (operator.getitem, i), m)
+        outs.append(_fresh(item, m))
+    return type(meta)(outs)
+
+
+def _functional(func, args, kwargs):
+    if not kwargs:
+        # The common case, kept lean: tensors and Python scalars, positionally.
+        inputs, keys, frozen, node_args = [], [], [], []
+        floats = False
+        for a in args:
+            t = type(a)
+            if t is LazyTensor:
+                v = a._lz_value if a._lz_version == a._lz_storage.version else _value(a)
+                inputs.append(v)
+                node_args.append(v)
+                keys.append(id(a._lz_meta))
+                frozen.append(BLANK)
+            elif t is float:  # freeze(), inlined
+                frozen.append(("f", a) if a == a and a != 0.0 else ("f", repr(a)))
+                node_args.append(a)
+                floats = True
+            elif t is int or t is bool:
+                frozen.append(freeze(a))
+                node_args.append(a)
+            else:
+                break
+        else:
+            sig = (_oid(func), tuple(frozen), ())
+            hit = _meta_cache.get((_meta_sig(sig) if floats else sig, tuple(keys)))
+            if hit is not None and hit is not _FAILED and hit[1]:
+                meta = hit[0]
+                if type(meta) is torch.Tensor:
+                    node = Node(func, tuple(node_args), {}, tuple(inputs), sig, meta)
+                    return _wrap(meta, Storage(node, meta), (), node)
+    meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen, keys = _convert_all(args, kwargs)
+    sig = (_oid(func),) + frozen
+    hit = _infer((_meta_sig(sig), keys), func, meta_args, meta_kwargs)
+    if hit is _FAILED or not hit[1]:
+        if hit is not _FAILED and hit[2]:
+            return _zero_size(func, args, kwargs, hit[0])
+        return _eager(func, args, kwargs)
+    meta = hit[0]
+    return _wrap_outputs(Node(func, node_args, node_kwargs, inputs, sig, meta), meta)
+
+
+def _view(func, args, kwargs):
+    self = args[0]
+    if type(self) is not LazyTensor:
+        return _functional(func, args, kwargs)
+    if func is aten.as_strided.default:
+        return _as_strided(func, args, kwargs)
+    rest = tuple(args[1:])
+    sig = signature(func, rest, kwargs)
+    key = (sig, id(self._lz_meta))
+    step = _meta_cache.get(key)
+    if step is None:
+        try:
+            meta = _intern_like(func(self._lz_meta, *rest, **kwargs))
+            step = ViewStep(func, rest, kwargs, meta, sig)
+        except Exception:
+            step = _FAILED
+        _meta_cache[key] = step
+    if step is _FAILED:
+        return _eager(func, args, kwargs)
+    node = _view_node(step, _value(self))
+    return _wrap(step.meta, self._lz_storage, self._lz_chain + (step,), node)
+
+
+def _as_strided(func, args, kwargs):
+    """as_strided addresses the storage, not its input: record it on the base's
+    value, which is the storage in order when the base is contiguous, and
+    the base permuted to its memory order when it is dense (channels_last)."""
+    self = args[0]
+    s = self._lz_storage
+    chain = ()
+    if not s.meta.is_contiguous():
+        perm = dense_perm(s.meta.shape, s.meta.stride())
+        if perm is None or s.meta.storage_offset():
+            return _eager(func, args, kwargs)
+        pmeta = _intern_like(aten.permute.default(s.meta, list(perm)))
+        chain = (ViewStep(aten.permute.default, (list(perm),), {}, pmeta, signature(aten.permute.default, (perm,), {})),)
+    rest = tuple(args[1:])
+    if (rest[2] if len(rest) > 2 else kwargs.get("storage_offset")) is None:
+        # No storage_offset: as_strided keeps the input's own, which recorded
+        # on the base would read from the storage's start.
+        kwargs = {k: v for k, v in kwargs.items() if k != "storage_offset"}
+        rest = (rest[0], rest[1], self.storage_offset())
+    meta = _intern_like(func(self._lz_meta, *rest, **kwargs))
+    chain += (ViewStep(func, rest, kwargs, meta, signature(func, rest, kwargs)),)
+    value = s.base
+    for step in chain:
+        value = _view_node(step, value)
+    return _wrap(meta, s, chain, value)
+
+
+def _inplace_view(view):
+    """x.transpose_(...) and friends change x's own sizes and strides: x becomes
+    the view ``view(x, ...)`` (same storage), as ``x.data = view`` would make it."""
+
+    def handler(func, args, kwargs):
+        self = args[0]
+        if type(self) is not LazyTensor:
+            return _eager(func, args, kwargs)
+        v = _view(view, args, kwargs)
+        if type(v) is not LazyTensor or v._lz_storage is not self._lz_storage:
+            raise NotImplementedError(f"lazymlir: {func} on this tensor is not supported yet")
+        _TENSOR_DATA.__set__(self, v)  # swaps the TensorImpl metadata, keeps autograd state
+        self._lz_meta, self._lz_chain = v._lz_meta, v._lz_chain
+        self._lz_value, self._lz_version = v._lz_value, v._lz_version
+        return self
+
+    return handler
+
+
+def _alias(func, args, kwargs):
+    """detach/alias: same storage, same value, new tensor (autograd sees a new one)."""
+    self = args[0]
+    return _wrap(self._lz_meta, self._lz_storage, self._lz_chain, _value(self))
+
+
+def _split(func, args, kwargs):
+    """split/unbind as slices/selects: single-output views the write path knows."""
+    self = args[0]
+    if type(self) is not LazyTensor:
+        return _eager(func, args, kwargs)
+    try:
+        metas = func(self._lz_meta, *args[1:], **kwargs)
+    except Exception:
+        return _eager(func, args, kwargs)
+    if func is aten.unbind.int:
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        return tuple(_view(aten.select.int, (self, dim, i), {}) for i in range(len(metas)))
+    dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
+    dim %= max(self.dim(), 1)
+    outs, start = [], 0
+    for m in metas:
+        n = m.shape[dim]
+        outs.append(_view(aten.slice.Tensor, (self, dim, start, start + n, 1), {}))
+        start += n
+    return outs
+
+
+def _cast(node: Node, dtype) -> Node:
+    args, kwargs = (node,), {"dtype": dtype}
+    sig = (_oid(aten._to_copy.default), (BLANK,), (("dtype", dtype),))
+    meta = _infer((sig, (id(node.meta), node.meta)), aten._to_copy.default, (node.meta,), kwargs)[0]
+    return Node(aten._to_copy.default, args, kwargs, (node,), sig, meta)
+
+
+def _inplace(functional):
+    """x.op_(...) records op(x, ...) and writes the result back into x's storage."""
+
+    def handler(func, args, kwargs):
+        self = args[0]
+        if type(self) is not LazyTensor:
+            return _eager(func, args, kwargs)
+        meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen, keys = _convert_all(args, kwargs)
+        sig = (_oid(functional),) + frozen
+        msig = _meta_sig(sig)
+        key = ("inplace", msig, keys)
+        hit = _meta_cache.get(key)
+        if hit is None:
+            hit = _infer((msig, keys), functional, meta_args, meta_kwargs)
+            if hit is not _FAILED:
+                meta, ok, _ = hit
+                target = self._lz_meta
+                ok = ok and (
+                    isinstance(meta, torch.Tensor)
+                    and meta.shape == target.shape
+                    and (meta.dtype == target.dtype or torch.can_cast(meta.dtype, target.dtype))
+                    and torch._debug_has_internal_overlap(target) != 1
+                )
+                hit = (meta, ok)
+            _meta_cache[key] = hit
+        if hit is _FAILED or not hit[1]:
+            return _eager(func, args, kwargs)  # eager raises its own error, or copes
+        node = Node(functional, node_args, node_kwargs, inputs, sig, hit[0])
+        if node.meta.dtype != self.dtype:
+            node = _cast(node, self.dtype)
+        _write(self, node)
+        return self
+
+    return handler
+
+
+def _out_variant(func):
+    """add.out -> (add.Tensor, extra kwarg names): the functional overload taking the
+    same arguments minus ``out`` (plus optional keywords such as dtype/device)."""
+    schema = func._schema
+    outs = [a for a in schema.arguments if a.is_out]
+    if len(outs) != 1:
+        return None
+    base = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+    packet = getattr(aten, schema.name.split("::")[1], None)
+    for name in packet.overloads() if packet is not None else ():
+        f = getattr(packet, name)
+        args = f._schema.arguments
+        if f._schema.is_mutable or [(a.name, str(a.type)) for a in args[: len(base)]] != base:
+            continue
+        extra = args[len(base):]
+        if all(a.kwarg_only and a.has_default_value() for a in extra):
+            return f, {a.name for a in extra}
+    return None
+
+
+def _out(functional, extra):
+    """f(..., out=o) records f(...) and writes the result into o."""
+
+    def handler(func, args, kwargs):
+        out = kwargs.get("out")
+        if type(out) is not LazyTensor:
+            return _eager(func, args, kwargs)
+        fkwargs = {k: v for k, v in kwargs.items() if k != "out"}
+        if "dtype" in extra:
+            fkwargs["dtype"] = out.dtype
+        if "device" in extra:
+            fkwargs["device"] = LAZY
+        result = _functional(functional, args, fkwargs)
+        if type(result) is not LazyTensor:
+            return _eager(func, args, kwargs)
+        if result.shape != out.shape:  # eager resizes out= tensors
+            if result.dtype != out.dtype:
+                node = _cast(_value(result), out.dtype)
+                result = _fresh(node, node.meta)
+            _rebind(out, result)
+            return out
+        node = _value(result)
+        if node.meta.dtype != out.dtype:
+            node = _cast(node, out.dtype)
+        _write(out, node)
+        return out
+
+    return handler
+
+
+def _copy_(func, args, kwargs):
+    dst, src = args[0], args[1]
+    if type(dst) is not LazyTensor:  # lazy -> cpu (or another device)
+        return dst.copy_(_cpu_alias(src), *args[2:])
+    if type(src) is LazyTensor:
+        v = _value(src)
+    else:
+        v = Node.leaf(src.detach().to(_CPU, copy=True))
+    if dst.dtype not in SUPPORTED_DTYPES or v.meta.dtype not in SUPPORTED_DTYPES:
+        if v.meta.shape == dst.shape and v.meta.dtype == dst.dtype:
+            _write(dst, v)  # a plain move needs no compute
+            return dst
+        return _eager(func, args, kwargs)
+    if tuple(v.meta.shape) != tuple(dst.shape):
+        meta = _intern_like(aten.copy.default(dst._lz_meta, v.meta))
+        v = _op_node(aten.copy.default, (_value(dst), v), {}, meta)
+    elif v.meta.dtype != dst.dtype:
+        v = _cast(v, dst.dtype)
+    _write(dst, v)
+    return dst
+
+
+def _to_copy(func, args, kwargs):
+    target = kwargs.get("device")
+    if target is not None and target.type != "lazy":
+        cpu_kwargs = dict(kwargs)
+        cpu_kwargs["device"] = _CPU
+        out = aten._to_copy.default(_cpu_alias(args[0]), **cpu_kwargs)
+        return out if target.type == "cpu" else out.to(target)
+    return _functional(func, args, kwargs)
+
+
+def _batch_norm(func, args, kwargs):
+    """native_batch_norm updates the running statistics in training mode although
+    its schema does not say so: record the functional form and write them back."""
+    names = ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps")
+    a = dict(zip(names, args))
+    a.update(kwargs)
+    rm, rv = a["running_mean"], a["running_var"]
+    if rm is None or rv is None:
+        return _functional(func, args, kwargs)
+    common = (a["input"], a["weight"], a["bias"], rm, rv)
+    if not a["training"]:
+        outs = _functional(aten._native_batch_norm_legit_no_training.default, common + (a["momentum"], a["eps"]), {})
+        if not isinstance(outs, (tuple, list)):
+            return outs
+        # Eager CPU returns empty saved statistics in evaluation mode (the meta
+        # kernel says [C], and so would the graph).
+        empty = torch.empty(0, dtype=outs[1].dtype)
+        return outs[0], _from_cpu(empty), _from_cpu(empty.clone())
+    if type(rm) is not LazyTensor or type(rv) is not LazyTensor:
+        return _eager(func, args, kwargs)
+    outs = _functional(aten._native_batch_norm_legit_functional.default, common + (True, a["momentum"], a["eps"]), {})
+    out, save_mean, save_invstd, new_rm, new_rv = outs
+    _write(rm, _value(new_rm))
+    _write(rv, _value(new_rv))
+    return out, save_mean, save_invstd
+
+
+def _native_dropout(func, args, kwargs):
+    """Training-mode dropout without cutting the trace: only the random mask is
+    drawn now, on the CPU generator, exactly as eager CPU dropout draws it
+    (empty_like(input).bernoulli_(1 - p).div_(1 - p)), so results and the random
+    stream match eager; the multiply is recorded."""
+    a = dict(zip(("input", "p", "train"), args))
+    a.update(kwargs)
+    x, p, train = a["input"], a["p"], a.get("train")
+    if type(x) is not LazyTensor or train is False or not 0.0 < p < 1.0 or x.numel() == 0:
+        return _functional(func, args, kwargs)
+    # empty_like: eager draws the mask in the memory order of the input (NHWC too)
+    noise = torch.empty_like(x._lz_meta, device=_CPU).bernoulli_(1 - p).div_(1 - p)
+    out = _functional(aten.mul.Tensor, (x, _from_cpu(noise)), {})
+    return out, _from_cpu(noise != 0)
+
+
+def _foreach(func):
+    """_foreach_<op>[_] as a loop of per-tensor ops, like eager's slow path
+    (foreach_tensor_*_slow): each element is recorded by its own handler, so
+    optimizer steps with foreach=True trace into the same graph as a for-loop.
+    ``None`` when there is no per-tensor op to map to (the op then runs eagerly)."""
+    schema = func._schema
+    name = schema.name.split("::")[1][len("_foreach_"):]
+    inplace = name.endswith("_")
+    base = name[:-1] if inplace else name
+    if base == "norm":
+        per = aten.linalg_vector_norm
+    else:
+        per = getattr(aten, base + "_", None) if inplace else None
+        per = per or getattr(aten, base, None)
+    if per is None or func._overloadname == "Tensor" and base in ("addcdiv", "addcmul"):
+        return None  # scalars given as a tensor (capturable): no per-tensor form
+    writes_back = inplace and not per.__name__.endswith("_")  # e.g. maximum: no maximum_
+    listed = [isinstance(a.type, torch.ListType) for a in schema.arguments]
+    # Positional foreach arguments past the per-tensor op's positional ones are
+    # its keyword-only ones (addcdiv's scalars -> value).
+    per_schemas = [getattr(per, o)._schema for o in per.overloads()]
+    n_pos = max(sum(not a.kwarg_only for a in s.arguments) for s in per_schemas)
+    kw_only = next([a.name for a in s.arguments if a.kwarg_only] for s in per_schemas
+                   if sum(not a.kwarg_only for a in s.arguments) == n_pos)
+    names = {a.name: i for i, a in enumerate(schema.arguments)}
+
+    def handler(_, args, kwargs):
+        n = next(len(a) for a, is_list in zip(args, listed) if is_list)
+        results = []
+        for i in range(n):
+            pos = [a[i] if is_list else a for a, is_list in zip(args, listed)]
+            kw = {k: (v[i] if listed[names[k]] else v) for k, v in kwargs.items()}
+            if len(pos) > n_pos:
+                kw.update(zip(kw_only, pos[n_pos:]))
+                pos = pos[:n_pos]
+            if base == "norm" and len(pos) > 1:
+                kw["dtype"] = kw.get("dtype", pos[2] if len(pos) > 2 else None)
+                pos = pos[:2]
+            r = per(*pos, **kw)
+            if writes_back:
+                args[0][i].copy_(r)
+            results.append(r)
+        return None if inplace else results
+
+    return handler
+
+
+def _threshold_backward(func, args, kwargs):
+    """Eager CPU promotes mixed dtypes (an int64 gradient and a float32 input
+    give float32); the meta kernel, and the graph, keep the gradient's."""
+    grad, x = args[0], args[1]
+    if isinstance(grad, torch.Tensor) and isinstance(x, torch.Tensor) and grad.dtype != x.dtype:
+        return _eager(func, args, kwargs)
+    return _functional(func, args, kwargs)
+
+
+def _scalar(func, args, kwargs):
+    """.item(), bool(): a barrier that returns a Python value."""
+    return func(_cpu_alias(args[0]))
+
+
+def _rebind(t: LazyTensor, new: LazyTensor) -> None:
+    """``t`` takes ``new``'s size, strides and value, with a storage of its own
+    (what resizing to a new size does in eager; autograd state is kept)."""
+    _TENSOR_DATA.__set__(t, new)  # swaps the TensorImpl metadata
+    t._lz_meta, t._lz_storage, t._lz_chain = new._lz_meta, new._lz_storage, new._lz_chain
+    t._lz_value, t._lz_version = new._lz_value, new._lz_version
+
+
+def _resize_(func, args, kwargs):
+    """Eager keeps a resized tensor's elements in storage order and leaves the
+    ones past its old size uninitialized (here: zeros).  Aliases of the old
+    storage do not follow a resize to a new size."""
+    self, size = args[0], list(args[1])
+    if tuple(self.shape) == tuple(size):
+        return self
+    if type(self) is not LazyTensor or not self.is_contiguous() or self.storage_offset():
+        raise NotImplementedError("lazymlir: resizing a lazy view or a non-contiguous lazy tensor is not supported")
+    n, old = math.prod(size), self.numel()
+    flat = _functional(aten.reshape.default, (self, [old]), {})
+    if n <= old:
+        flat = _functional(aten.slice.Tensor, (flat, 0, 0, n), {})
+    else:
+        flat = _functional(aten.cat.default, ([flat, _empty([n - old], dtype=self.dtype)],), {})
+    _rebind(self, _functional(aten.reshape.default, (flat, size), {}))
+    return self
+
+
+def _unsupported(func, args, kwargs):
+    raise NotImplementedError(f"lazymlir: {func} (changes a tensor's metadata in place) is not supported yet")
+
+
+_RNG_NAMES = ("rand", "normal", "bernoulli", "uniform", "dropout", "multinomial", "exponential",
+              "geometric", "cauchy", "log_normal", "random", "poisson")
+
+# In-place RNG fills that never read the tensor they fill.
+_OVERWRITES = {"normal_", "uniform_", "random_", "exponential_", "geometric_", "cauchy_", "log_normal_"}
+
+_SPECIAL = {
+    aten.copy_.default: _copy_,
+    aten._to_copy.default: _to_copy,
+    aten.detach.default: _alias,
+    aten.alias.default: _alias,
+    aten.lift_fresh.default: _alias,
+    aten._local_scalar_dense.default: _scalar,
+    aten.is_nonzero.default: _scalar,
+    aten.split.Tensor: _split,
+    aten.split_with_sizes.default: _split,
+    aten.unbind.int: _split,
+    aten.resize_.default: _resize_,
+    aten.native_batch_norm.default: _batch_norm,
+    aten.native_dropout.default: _native_dropout,
+    aten.set_.source_Tensor: _unsupported,
+    aten.threshold_backward.default: _threshold_backward,
+}
+
+
+
+def _tensor_dtypes(a, out: list) -> list:
+    """The dtypes of the tensors in ``a``, in the order _convert_all makes
+    them node inputs."""
+    if isinstance(a, torch.Tensor):
+        out.append(a.dtype)
+    elif type(a) is list or type(a) is tuple:
+        for x in a:
+            _tensor_dtypes(x, out)
+    return out
+
+
+# The ops whose handler is cached on them (``op._lz_handler``).
+_cached_handlers = set()
+
+
+def _handler_for(op):
+    """Classify ``op`` (honouring the eager marks of _eager_dtypes and
+    config.force_fallback as they are now) and cache the handler on it."""
+    handler = _classify(op)
+    bad = _eager_dtypes.get(op)
+    if bad is not None:
+        recorded = handler
+
+        def handler(func, args, kwargs):
+            found = _tensor_dtypes(list(args) + list(kwargs.values()), [])
+            if tuple(found) in bad:
+                return _eager(func, args, kwargs)
+            return recorded(func, args, kwargs)
+
+    op._lz_handler = handler
+    _cached_handlers.add(op)
+    return handler
+
+
+def _forget_handlers() -> None:
+    """Drop every cached handler: the next dispatch of each op classifies it
+    again (after config.force_fallback changed)."""
+    for op in _cached_handlers:
+        if hasattr(op, "_lz_handler"):
+            del op._lz_handler
+    _cached_handlers.clear()
+
+
+def _run_eagerly_from_now_on(key) -> None:
+    op, dtypes = key
+    _eager_dtypes.setdefault(op, set()).add(dtypes)
+    if hasattr(op, "_lz_handler"):
+        del op._lz_handler  # rebuilt with the mark at the next dispatch
+
+
+def _forget_eager(op) -> None:
+    """Undo :func:`_run_eagerly_from_now_on` for ``op`` (tests)."""
+    _eager_dtypes.pop(op, None)
+    if hasattr(op, "_lz_handler"):
+        del op._lz_handler
+
+
+compilation.unsupported_op_listeners.append(_run_eagerly_from_now_on)
+config.on_change("force_fallback", _forget_handlers)
+
+
+def _functional_variant(func):
+    """add_.Tensor -> add.Tensor; None when there is none."""
+    name = func._schema.name.split("::")[1]
+    packet = getattr(aten, name[:-1], None)
+    if packet is None:
+        return None
+    variant = getattr(packet, func._overloadname, None)
+    if variant is None or variant._schema.is_mutable:
+        return None
+    return variant
+
+
+def _classify(func):
+    if func in _SPECIAL:
+        return _SPECIAL[func]
+    schema = func._schema
+    name = schema.name.split("::")[-1]
+    if schema.name in {s.strip() for s in config.force_fallback.split(",") if s.strip()}:
+        return _make_eager(True)
+    if name.startswith("_foreach_"):
+        handler = _foreach(func)
+        if handler is not None:
+            return handler
+    if "sparse" in name:  # their results cannot be device data (trace.device_data raises)
+        return _make_eager(True)
+    if any(r in name for r in _RNG_NAMES) and "backward" not in name:  # the CPU generator keeps eager's random stream
+        return _make_eager(True, overwrites=name in _OVERWRITES)
+    if any(not isinstance(r.type, torch.TensorType) and "Tensor" not in str(r.type) for r in schema.returns):
+        return _make_eager(False)  # returns a Python value: a barrier
+    if schema.is_mutable:
+        first = schema.arguments[0] if schema.arguments else None
+        if name.endswith("_") and first is not None and first.alias_info is not None and first.alias_info.is_write:
+            if func.is_view or name in ("transpose_", "t_", "squeeze_", "unsqueeze_", "as_strided_", "swapdims_", "swapaxes_"):
+                packet = getattr(aten, name[:-1], None)
+                view = getattr(packet, func._overloadname, None) if packet is not None else None
+                if view is None and name == "transpose_":
+                    view = aten.transpose.int
+                return _inplace_view(view) if view is not None and view.is_view else _unsupported
+            variant = _functional_variant(func)
+            if variant is not None:
+                return _inplace(variant)
+        variant = _out_variant(func)
+        if variant is not None:
+            return _out(*variant)
+        return _make_eager(True)  # other mutating ops (e.g. batch norm's running stats)
+    if func.is_view:
+        if len(schema.returns) == 1 and isinstance(schema.returns[0].type, torch.TensorType):
+            return _view
+        return _make_eager(True)
+    return _functional
+
+
+# Factories the handlers use too (registered for the Lazy key in registration).
+
+
+def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    dtype = dtype or torch.get_default_dtype()
+    meta = _intern_like(torch.empty(size, dtype=dtype, device=_META, memory_format=memory_format or torch.contiguous_format))
+    if meta.numel() == 0:  # no value to compute
+        return _from_cpu(torch.empty_strided(meta.shape, meta.stride(), dtype=dtype))
+    # The contents are undefined; zeros keep graphs deterministic.
+    node = _op_node(aten.zeros.default, (list(size),), {"dtype": dtype, "device": _CPU}, meta)
+    return _fresh(node, meta)
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = dtype or torch.get_default_dtype()
+    meta = _intern(size, stride, dtype)
+    if meta.numel() == 0:  # no value to compute
+        return _from_cpu(torch.empty_strided(size, stride, dtype=dtype))
+    node = _op_node(aten.zeros.default, (list(size),), {"dtype": dtype, "device": _CPU}, meta)
+    return _fresh(node, meta)
+
+
+set_classifier(_handler_for)

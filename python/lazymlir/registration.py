@@ -1,0 +1,98 @@
+"""Registration with PyTorch: factory kernels for the ``Lazy`` dispatch key
+(``empty``, ``empty_strided``, ``_copy_from``, ...), and ``Module.to("lazy")``
+keeping tied parameters tied."""
+
+import threading
+
+import torch
+
+from .tensor import LazyTensor
+from .ops import _copy_, _empty, _empty_strided, _functional
+
+aten = torch.ops.aten
+
+# ----------------------------------------------------------------------------
+# Factory functions: with device="lazy" and no tensor argument they reach the
+# Lazy dispatch key; everything else (zeros, ones, full, randn, to) is built
+# from these and in-place ops in core.
+
+
+def _copy_from(self, dst, non_blocking=False):
+    # Reached with the Python key excluded, e.g. by torch.tensor(data, device="lazy").
+    return _copy_(aten.copy_.default, (dst, self), {})
+
+
+def _factory(op):
+    # Recorded as a node (device=cpu in the graph): arange's composite would
+    # otherwise resize an empty out= tensor, which a wrapper cannot do.
+    def kernel(*args, **kwargs):
+        return _functional(op, args, kwargs)
+
+    return kernel
+
+
+_FACTORIES = ["arange.default", "arange.start", "arange.start_step", "linspace.default", "eye.default",
+              "eye.m", "full.default", "zeros.default", "ones.default", "scalar_tensor.default"]
+
+_lib = torch.library.Library("aten", "IMPL")
+_lib.impl("_copy_from", _copy_from, "Lazy")
+for _name in _FACTORIES:
+    _packet, _overload = _name.split(".")
+    _lib.impl(_packet if _overload == "default" else _name, _factory(getattr(getattr(aten, _packet), _overload)), "Lazy")
+_lib.impl("empty.memory_format", _empty, "Lazy")
+_lib.impl("empty_strided", _empty_strided, "Lazy")
+
+
+def _tensor_split(self, tensor_indices_or_sections, dim=0):
+    # The composite kernel insists on a CPU tensor of split points; a lazy one
+    # is read (a barrier, as eager reads it) and the int overloads are used.
+    points = tensor_indices_or_sections.cpu()
+    if points.dim() > 1 or points.dtype != torch.long:
+        return aten.tensor_split.tensor_indices_or_sections(self.cpu(), points, dim)  # eager's error
+    if points.dim() == 0:
+        return aten.tensor_split.sections(self, int(points), dim)
+    return aten.tensor_split.indices(self, points.tolist(), dim)
+
+
+_lib.impl("tensor_split.tensor_indices_or_sections", _tensor_split, "AutogradLazy")
+
+
+# Module.to("lazy") and tied parameters.  For a device whose tensors share the
+# CPU tensor's TensorImpl type, Module._apply moves a parameter in place
+# (param.data = moved), so a Parameter shared by two modules (GPT-2's token
+# embedding and LM head, any tied embedding) stays one Parameter.  A lazy
+# tensor is a Python wrapper subclass: _apply makes a new Parameter for every
+# place the old one is registered, and the tie silently breaks (each copy
+# gets only its own module's gradient); so does .to("cpu") back.  The
+# outermost _apply of a module tree re-ties them: every place that held one
+# Parameter gets the first Parameter made from it.
+_module_apply = torch.nn.Module._apply
+_applying = threading.local()
+
+
+def _apply_keeping_ties(self, fn, recurse=True):
+    if getattr(_applying, "active", False) or not recurse:
+        return _module_apply(self, fn, recurse)
+    places = {}
+    for module in self.modules():
+        for kind in ("_parameters", "_buffers"):
+            for name, t in getattr(module, kind).items():
+                if t is not None:
+                    places.setdefault(id(t), [isinstance(t, LazyTensor)]).append((module, kind, name))
+    _applying.active = True
+    try:
+        result = _module_apply(self, fn, recurse)
+    finally:
+        _applying.active = False
+    for was_lazy, *shared in places.values():
+        if len(shared) < 2:
+            continue
+        module, kind, name = shared[0]
+        first = getattr(module, kind)[name]
+        if was_lazy or isinstance(first, LazyTensor):  # to or from the lazy device
+            for module, kind, name in shared[1:]:
+                getattr(module, kind)[name] = first
+    return result
+
+
+torch.nn.Module._apply = _apply_keeping_ties

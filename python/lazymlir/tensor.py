@@ -1,0 +1,430 @@
+"""The ``lazy`` device's tensors: LazyTensor, storages and aliasing, values,
+views and writes, barriers.
+
+A LazyTensor is a wrapper subclass (no storage of its own) whose
+``__torch_dispatch__`` records every aten op into the functional trace
+(``trace.Node``), with output metadata from running the op on ``meta`` tensors
+(``meta``); the handler for each op comes from ``ops`` (installed as a hook, so
+this module does not import it).
+
+Aliasing.  Tensors that share memory in eager share a :class:`Storage` here: the
+current functional value of the whole base tensor plus a version number.  A view
+remembers the chain of view ops from the base, and recomputes its value from the
+base when the version moved.  An in-place op computes the new value functionally
+and writes it back through the chain with scatter ops (slice_scatter, ...), so
+every alias sees the mutation, as in eager, while the graph stays functional.
+
+Barriers (``.item()``, ``.cpu()``, ``print``, ``bool()``, ``mark_step()``) execute
+the graph their tensors need; computed nodes become device data (plain CPU
+tensors), so nothing is computed twice.
+"""
+
+import weakref
+from typing import Any, List, NamedTuple
+
+import torch
+
+from . import metrics, runtime
+from .trace import AS_RESHAPE, freeze, Node, QUANTIZED_REPR
+
+aten = torch.ops.aten
+
+
+if torch._C._dispatch_has_kernel_for_dispatch_key("aten::add.Tensor", "Lazy"):
+    raise RuntimeError(
+        "lazymlir: torch._lazy's TorchScript backend already owns the 'lazy' device "
+        "(torch._lazy.ts_backend.init() was called in this process). The two cannot "
+        "share it: import lazymlir in a process that does not initialize torch._lazy."
+    )
+
+# Meta tensors are interned (one object per size/stride/dtype/offset/view
+# bits) and never mutated, so cache keys can hold them by identity.
+_interned = {}
+def _intern(shape, stride, dtype, offset=0, bits=0) -> torch.Tensor:
+    key = (tuple(shape), tuple(stride), dtype, offset, bits)
+    m = _interned.get(key)
+    if m is None:
+        m = torch.empty_strided(shape, stride, dtype=QUANTIZED_REPR.get(dtype, dtype), device=_META)
+        if offset:
+            m = m.as_strided(shape, stride, offset)
+        if bits & 1:
+            m = m._conj()
+        if bits & 2:
+            m = m._neg_view()
+        if dtype in QUANTIZED_REPR:  # the wrapper shows the quantized dtype
+            m._lz_layout = (m.size(), m.stride(), offset, dtype, 0)
+        _interned[key] = m
+    return m
+
+
+def _view_bits(m: torch.Tensor) -> int:
+    """The conjugate (1) and negative (2) view bits of a complex meta tensor."""
+    return (m.is_conj() | m.is_neg() << 1) if m.dtype.is_complex else 0
+
+
+def _intern_like(m: torch.Tensor) -> torch.Tensor:
+    return _intern(m.shape, m.stride(), m.dtype, m.storage_offset(), _view_bits(m))
+
+
+LAZY = torch.device("lazy", 0)
+_CPU = torch.device("cpu")
+_META = torch.device("meta")
+
+
+def device(index: int = 0) -> torch.device:
+    """The lazy device, like torch_xla's xla_device()."""
+    if index != 0:
+        raise ValueError("lazymlir has a single lazy device, index 0")
+    return LAZY
+
+
+class Storage:
+    """What aliases share: the value of the base tensor and a version number."""
+
+    __slots__ = ("base", "version", "meta", "step", "__weakref__")
+
+    def __init__(self, base: Node, meta: torch.Tensor):
+        self.base = base
+        self.version = 0
+        self.meta = meta  # layout of the base tensor, as eager would have it
+        self.step = -1  # the mark_step epoch in which it was last registered pending
+        if base.data is None:
+            _register(self)
+
+
+# Storages whose value may not be computed yet, in the order they became pending:
+# what mark_step() executes.  The order is the program's, so the same program
+# gives the same graph (and cache key) at every step.  Weak references without
+# callbacks: cheaper than a WeakSet, dead ones are dropped at mark_step.
+_pending: List["weakref.ref[Storage]"] = []
+_epoch = 0
+
+
+_prune_at = 4096
+
+
+def _register(s: Storage) -> None:
+    global _prune_at
+    if s.step != _epoch:
+        s.step = _epoch
+        _pending.append(weakref.ref(s))
+        if len(_pending) > _prune_at:  # a program that never calls mark_step()
+            keep = []
+            for r in _pending:
+                x = r()
+                if x is not None:
+                    if x.base.data is None:
+                        keep.append(r)
+                    else:
+                        x.step = -1  # computed: a later write registers it again
+            _pending[:] = keep
+            _prune_at = max(4096, 2 * len(keep))
+
+
+def _no_classifier(func):
+    raise RuntimeError("lazymlir: no op handlers installed (import lazymlir, not lazymlir.tensor alone)")
+
+
+# Picks and caches the handler of an op (ops._handler_for, installed by
+# set_classifier: this module does not import the op handlers).
+_classifier = _no_classifier
+
+
+def set_classifier(classify) -> None:
+    global _classifier
+    _classifier = classify
+
+
+class LazyTensor(torch.Tensor):
+    """A tensor on the lazy device: metadata is real, values are a trace."""
+
+    # Outputs are made by __torch_dispatch__; the Python-level torch function
+    # layer would only add overhead.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        # The handler hangs off the OpOverload itself: OpOverload.__hash__ is
+        # Python code, an attribute lookup is not.
+        handler = getattr(func, "_lz_handler", None)
+        if handler is None:
+            handler = _classifier(func)
+        return handler(func, args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents=None):
+        text = repr(_to_cpu(self).detach())
+        suffix = f", device='{LAZY}'"
+        if self.grad_fn is not None:
+            suffix += f", grad_fn=<{type(self.grad_fn).__name__}>"
+        elif self.requires_grad:
+            suffix += ", requires_grad=True"
+        return text[:-1] + suffix + ")"
+
+    def tolist(self):
+        return _to_cpu(self).tolist()
+
+    def numpy(self, *, force: bool = False):
+        if self.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return _to_cpu(self).detach().numpy()
+
+    def __reduce_ex__(self, proto):
+        # Saved (torch.save, pickle) as the CPU tensor of its value.
+        return _to_cpu(self).detach().__reduce_ex__(proto)
+
+    @property
+    def data(self):
+        return _TENSOR_DATA.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        # `t.data = new` swaps t's TensorImpl metadata in C++; the trace state lives
+        # in Python attributes, which must follow (t now aliases new).
+        _TENSOR_DATA.__set__(self, new)
+        if type(new) is LazyTensor:
+            self._lz_meta, self._lz_storage, self._lz_chain = new._lz_meta, new._lz_storage, new._lz_chain
+            self._lz_value, self._lz_version = new._lz_value, new._lz_version
+
+
+_TENSOR_DATA = torch.Tensor.data
+_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+
+
+def _wrap(meta: torch.Tensor, storage: Storage, chain: tuple, value: Node) -> LazyTensor:
+    try:
+        size, stride, offset, dtype, bits = meta._lz_layout  # interned metas keep theirs
+    except AttributeError:
+        size, stride, offset, dtype, bits = meta._lz_layout = (meta.size(), meta.stride(), meta.storage_offset(),
+                                                               meta.dtype, _view_bits(meta))
+    t = _make_wrapper_subclass(LazyTensor, size, strides=stride, storage_offset=offset, dtype=dtype, device=LAZY)
+    if bits:  # a conjugate or negative view (complex): eager fallbacks read the bits
+        torch._C._set_conj(t, bool(bits & 1))
+        torch._C._set_neg(t, bool(bits & 2))
+    t._lz_meta = meta
+    t._lz_storage = storage
+    t._lz_chain = chain  # ViewSteps from the base
+    t._lz_value = value
+    t._lz_version = storage.version
+    return t
+
+
+def _fresh(node: Node, meta: torch.Tensor) -> LazyTensor:
+    """A new tensor owning a new storage."""
+    return _wrap(meta, Storage(node, meta), (), node)
+
+
+def _from_cpu(tensor: torch.Tensor) -> LazyTensor:
+    """Device data from a CPU tensor that nobody else will write to."""
+    return _fresh(Node.leaf(tensor), _intern(tensor.shape, tensor.stride(), tensor.dtype))
+
+
+# ----------------------------------------------------------------------------
+# Values, views and writes.
+
+
+def _view_node(step, v: Node) -> Node:
+    op, rest, kwargs, meta, sig = step
+    return Node(op, (v,) + rest, kwargs, (v,), sig, meta)
+
+
+def _value(t: LazyTensor) -> Node:
+    """The current functional value of ``t``."""
+    s = t._lz_storage
+    if t._lz_version == s.version:
+        return t._lz_value
+    v = s.base
+    for step in t._lz_chain:
+        v = _view_node(step, v)
+    t._lz_value = v
+    t._lz_version = s.version
+    return v
+
+
+def _oid(op) -> str:
+    """The op's name for signatures and keys ("aten.add.Tensor"): hashing the
+    OpOverload itself runs Python code, a string hashes once."""
+    try:
+        return op._lz_id
+    except AttributeError:
+        op._lz_id = str(op)
+        return op._lz_id
+
+
+class ViewStep(NamedTuple):
+    """One view op of a chain from the base (``LazyTensor._lz_chain``): the
+    view's value is ``op(base value, *rest, **kwargs)``, with metadata ``meta``."""
+
+    op: Any
+    rest: tuple
+    kwargs: dict
+    meta: torch.Tensor
+    sig: tuple
+
+
+def signature(op, args, kwargs) -> tuple:
+    """An op's signature in nodes and cache keys: its name and its constants
+    (``freeze``: tensors blanked, 1 / 1.0 / True and -0.0 / 0.0 kept apart)."""
+    return (_oid(op), freeze(args), freeze(tuple(kwargs.items())))
+
+
+def _op_node(op, args, kwargs, meta) -> Node:
+    """A node on existing values (internal rewrites: scatters, casts)."""
+    inputs = tuple(a for a in args if isinstance(a, Node))
+    node = Node(op, args, kwargs, inputs, signature(op, args, kwargs), meta)
+    bad = _eager_dtypes.get(op)
+    if bad is not None and tuple(i.meta.dtype for i in inputs) in bad:  # found not to lower
+        return _eager_node(node)
+    return node
+
+
+def _eager_node(node: Node) -> Node:
+    return Node.leaf(runtime.eager_value(node))
+
+
+def _scatter(step, base: Node, src: Node) -> Node:
+    """The value of ``base`` after writing ``src`` into its view ``step``."""
+    op, rest, kwargs, meta, sig = step
+    out_meta = base.meta
+    if op in _RESHAPE_LIKE:
+        return _op_node(aten.reshape.default, (src, list(base.meta.shape)), {}, out_meta)
+    if op is aten.slice.Tensor:
+        dim, start, end, stp = (list(rest) + [0, None, None, 1][len(rest):])[:4]
+        return _op_node(aten.slice_scatter.default, (base, src, dim, start, end, stp), {}, out_meta)
+    if op is aten.select.int:
+        return _op_node(aten.select_scatter.default, (base, src) + rest, {}, out_meta)
+    if op is aten.diagonal.default:
+        return _op_node(aten.diagonal_scatter.default, (base, src) + rest, {}, out_meta)
+    if op is aten.transpose.int:
+        return _op_node(aten.transpose.int, (src,) + rest, {}, out_meta)
+    if op is aten.t.default:
+        return _op_node(aten.t.default, (src,), {}, out_meta)
+    if op is aten.permute.default:
+        dims = [d % len(rest[0]) for d in rest[0]]
+        inverse = [dims.index(i) for i in range(len(dims))]
+        return _op_node(aten.permute.default, (src, inverse), {}, out_meta)
+    if op is aten.as_strided.default:
+        return _op_node(aten.as_strided_scatter.default, (base, src) + rest, {}, out_meta)
+    raise NotImplementedError(f"lazymlir: writing through a view made by {op} is not supported yet")
+
+
+# Views that only regroup dimensions: writing back is a reshape to the base shape
+# (trace.AS_RESHAPE: the views the FX graph records as reshapes).
+_RESHAPE_LIKE = AS_RESHAPE | {
+    aten.reshape.default,
+    aten.unsqueeze.default,
+    aten.squeeze.default,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    aten.expand.default,  # only reachable for writes eager allows (size-1 dims)
+}
+
+
+def _write(t: LazyTensor, new: Node) -> None:
+    """``t`` now holds ``new`` (same shape and dtype): update its storage so that
+    every alias sees it."""
+    s = t._lz_storage
+    chain = t._lz_chain
+    if not chain:
+        s.base = new
+    else:
+        values = [s.base]
+        for step in chain[:-1]:
+            values.append(_view_node(step, values[-1]))
+        cur = new
+        for step, base in zip(reversed(chain), reversed(values)):
+            cur = _scatter(step, base, cur)
+        s.base = cur
+    s.version += 1
+    t._lz_value = new
+    t._lz_version = s.version
+    if s.base.data is None:
+        _register(s)
+
+
+# ----------------------------------------------------------------------------
+# Barriers.
+
+
+def _sync(storages) -> None:
+    """Compute the pending base values of ``storages`` in one graph."""
+    todo = []
+    seen = set()
+    for s in storages:
+        b = s.base
+        if b.data is None and id(b) not in seen:
+            seen.add(id(b))
+            todo.append(b)
+    if not todo:
+        return
+    metrics.counter("Sync")
+    results, job, kernels = runtime.execute(todo)
+    for node, value in zip(todo, results):
+        node.set_data(value, job, kernels)
+
+
+def _cpu_alias(t: LazyTensor) -> torch.Tensor:
+    """A CPU tensor with ``t``'s exact size, stride and offset, sharing device data.
+    Read-only: device data is immutable."""
+    if t.numel() == 0:  # no data to compute: nothing is synced
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+    s = t._lz_storage
+    _sync((s,))
+    runtime.wait(s.base)
+    base = s.base.data
+    m = s.meta
+    stride = m.stride()
+    if base.stride() != stride:
+        # Device data is dense in the memory format eager gives the value, which
+        # is normally the storage's (channels_last stays NHWC); the view chain
+        # needs the storage's exact strides.
+        if all(a == b or n == 1 for n, a, b in zip(m.shape, base.stride(), stride)):
+            base = base.as_strided(m.shape, stride)  # differs in size-1 dimensions only
+        else:
+            base = torch.empty_strided(m.shape, stride, dtype=m.dtype).copy_(base)
+    for op, rest, kwargs, _, _ in t._lz_chain:
+        base = op(base, *rest, **kwargs)
+    return base
+
+
+def _to_cpu(t: LazyTensor) -> torch.Tensor:
+    """A private CPU copy of ``t`` (what ``t.cpu()`` returns), autograd-free."""
+    return aten._to_copy.default(_cpu_alias(t))
+
+
+def mark_step() -> None:
+    """Cut the trace: start executing everything live tensors still need (on the
+    worker: this returns at once on a cache hit), so they hold device data, and
+    start the next trace empty."""
+    metrics.counter("MarkStep")
+    global _epoch
+    live = [s for s in map(weakref.ref.__call__, _pending) if s is not None]
+    _pending.clear()
+    _epoch += 1
+    _sync(live)
+
+
+def kernel_count(tensor: torch.Tensor = None):
+    """Kernels (loop nests after fusion and tiling) of a compiled graph: of the
+    one that computed ``tensor`` (computing it first if it is pending), or
+    without an argument, of the last graph run (compiled or from the cache).
+    None when that graph ran eagerly, or the tensor's value did not come from a
+    graph (user data, an op run eagerly).  Every compilation also records its
+    count as the sample metric ``KernelsPerGraph``."""
+    if tensor is None:
+        return runtime.last_kernels
+    if type(tensor) is not LazyTensor:
+        raise TypeError("kernel_count: not a lazy tensor")
+    s = tensor._lz_storage
+    _sync((s,))
+    return s.base.kernels
+
+
+def sync(tensors: List[torch.Tensor]) -> None:
+    """Compute the given lazy tensors now, in one graph."""
+    _sync([t._lz_storage for t in tensors if isinstance(t, LazyTensor)])
+
+
+# Ops found not to lower (runtime's probe), with the input dtypes they were
+# found with: run eagerly when dispatched with those, and when the tracer
+# itself emits them (scatters for writes through views).
+_eager_dtypes = {}
