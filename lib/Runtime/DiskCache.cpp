@@ -71,8 +71,11 @@ std::optional<std::string> DiskCache::read(const std::string &key) {
       return std::nullopt;
     path = dir + "/" + key + kSuffix;
   }
+  // Read, not mapped (IsVolatile): a file changed in place by someone else
+  // must give a checksum mismatch, not a SIGBUS.
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
+                                            /*RequiresNullTerminator=*/false,
+                                            /*IsVolatile=*/true);
   if (!buffer) {
     std::lock_guard<std::mutex> lock(mutex);
     ++counts.misses;
