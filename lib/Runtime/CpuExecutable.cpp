@@ -291,6 +291,20 @@ void addTimes(CompileStats &stats, const ObjectTimes &times) {
 /// Runs of a graph after which its Fast-tier kernels are recompiled Full.
 constexpr uint64_t kHotRuns = 4;
 
+/// Compiles kernel `name` from its MLIR `text` at `tier` and stores the
+/// object in the disk cache, with the source at the Fast tier (for the Full
+/// recompile of a later process).
+std::string compileAndStore(const std::string &text, const std::string &name,
+                            const CompileOptions &options,
+                            const std::string &optionsKey, Tier tier,
+                            ObjectTimes &times) {
+  std::string object = compileKernel(text, name, options, tier, times);
+  DiskCache::get().write(kernelCacheKey(optionsKey, tier, name), object);
+  if (tier == Tier::Fast)
+    DiskCache::get().write(sourceCacheKey(optionsKey, name), text);
+  return object;
+}
+
 /// A kernel at its best tier available: the Full tier, loaded or on disk;
 /// else the Fast tier, loaded, on disk, or compiled now (from `text`; none:
 /// throws NotOnDisk). Returns where it came from and its tier.
@@ -322,11 +336,9 @@ Acquired acquireKernel(const std::string &name, const std::string *text,
         return std::make_pair(std::move(*object), KernelJit::Origin::Disk);
     if (!text)
       throw NotOnDisk();
-    std::string object = compileKernel(*text, name, options, tier, times);
-    DiskCache::get().write(kernelCacheKey(optionsKey, tier, name), object);
-    if (tier == Tier::Fast)
-      DiskCache::get().write(sourceCacheKey(optionsKey, name), *text);
-    return std::make_pair(std::move(object), KernelJit::Origin::Compiled);
+    return std::make_pair(
+        compileAndStore(*text, name, options, optionsKey, tier, times),
+        KernelJit::Origin::Compiled);
   });
   if (tier == Tier::Fast && text)
     jit.keepSource(optionsKey, name, *text);
@@ -515,8 +527,8 @@ private:
         return;
       try {
         auto origin = jit.ensure(full, name, [&] {
-          std::string key = kernelCacheKey(linkage.optionsKey, Tier::Full, name);
-          if (std::optional<std::string> object = DiskCache::get().read(key))
+          if (std::optional<std::string> object = DiskCache::get().read(
+                  kernelCacheKey(linkage.optionsKey, Tier::Full, name)))
             return std::make_pair(std::move(*object), KernelJit::Origin::Disk);
           std::optional<std::string> text = jit.source(linkage.optionsKey, name);
           if (!text)
@@ -524,10 +536,10 @@ private:
           if (!text)
             throw NotOnDisk();
           ObjectTimes times;
-          std::string object =
-              compileKernel(*text, name, linkage.options, Tier::Full, times);
-          DiskCache::get().write(key, object);
-          return std::make_pair(std::move(object), KernelJit::Origin::Compiled);
+          return std::make_pair(compileAndStore(*text, name, linkage.options,
+                                                linkage.optionsKey, Tier::Full,
+                                                times),
+                                KernelJit::Origin::Compiled);
         });
         if (origin == KernelJit::Origin::Compiled)
           ++kernelsUpgraded;

@@ -178,32 +178,19 @@ def _zero_size(graph: trace.Graph) -> bool:
     return any(isinstance(m, torch.Tensor) and m.numel() == 0 for m in metas)
 
 
-# The native compile's phases: (compile_stats key, label); each is recorded as
-# the timing Compile<Label>Time.
-_PHASES = (("parse", "Parse"), ("tensor_stage", "TensorStage"), ("bufferize_stage", "BufferizeStage"),
-           ("llvm_stage", "LLVMStage"), ("translate", "Translate"), ("optimize", "Optimize"),
-           ("codegen", "Codegen"), ("link", "Link"))
-
-# Sizes of each native compile, recorded as samples.
-_SIZES = (("input_ops", "LinalgOpsPerGraph"), ("loop_nests", "LoopNestsPerGraph"),
-          ("distinct_kernels", "DistinctKernelsPerGraph"), ("kernels_compiled", "KernelsCompiled"),
-          ("kernels_reused", "KernelsReused"), ("kernels_from_disk", "KernelsFromDisk"),
-          ("llvm_instructions", "LLVMInstructionsPerGraph"), ("object_bytes", "ObjectBytesPerGraph"))
-
-
 def _note_compile(stats: dict, disk: bool) -> None:
     """Metrics of one native compile (or disk cache load)."""
     if stats["from_disk"]:
         metrics.counter("DiskCacheHit")
         metrics.timing("DiskCacheLoadTime", stats["total"])
         for key in ("distinct_kernels", "kernels_reused", "kernels_from_disk"):
-            metrics.sample(dict(_SIZES)[key], stats[key])
+            metrics.sample(metrics.COMPILE_SIZES[key], stats[key])
     else:
         if disk:
             metrics.counter("DiskCacheMiss")
-        for key, label in _PHASES:
-            metrics.timing(f"Compile{label}Time", stats[key])
-        for key, name in _SIZES:
+        for key, name in metrics.COMPILE_PHASES.items():
+            metrics.timing(name, stats[key])
+        for key, name in metrics.COMPILE_SIZES.items():
             metrics.sample(name, stats[key])
     if disk:
         cache.note_disk(stats["from_disk"])
@@ -322,7 +309,8 @@ def _compile(graph: trace.Graph):
             if st["from_disk"]:
                 detail = f" [from the disk cache: {st['distinct_kernels']} kernels, link {st['link'] * 1e3:.0f} ms]"
             else:
-                phases = ", ".join(f"{label} {st[k] * 1e3:.0f}" for k, label in _PHASES)
+                phases = ", ".join(f"{name[len('Compile'):-len('Time')]} {st[k] * 1e3:.0f}"
+                                   for k, name in metrics.COMPILE_PHASES.items())
                 detail = (f" [{st['input_ops']} linalg ops, {st['loop_nests']} loop nests, {st['distinct_kernels']} "
                           f"distinct kernels: {st['kernels_compiled']} compiled, {st['kernels_reused']} reused, "
                           f"{st['kernels_from_disk']} from disk; {st['llvm_instructions']} LLVM instructions, "

@@ -110,6 +110,19 @@ def _total(series_map, name) -> float:
     return series.total if series is not None else 0.0
 
 
+# The native compile's phases (compile_stats key -> timing recorded per graph).
+COMPILE_PHASES = {"parse": "CompileParseTime", "tensor_stage": "CompileTensorStageTime",
+                  "bufferize_stage": "CompileBufferizeStageTime", "llvm_stage": "CompileLLVMStageTime",
+                  "translate": "CompileTranslateTime", "optimize": "CompileOptimizeTime",
+                  "codegen": "CompileCodegenTime", "link": "CompileLinkTime"}
+
+# Sizes of each native compile (compile_stats key -> sample recorded per graph).
+COMPILE_SIZES = {"input_ops": "LinalgOpsPerGraph", "loop_nests": "LoopNestsPerGraph",
+                 "distinct_kernels": "DistinctKernelsPerGraph", "kernels_compiled": "KernelsCompiled",
+                 "kernels_reused": "KernelsReused", "kernels_from_disk": "KernelsFromDisk",
+                 "llvm_instructions": "LLVMInstructionsPerGraph", "object_bytes": "ObjectBytesPerGraph"}
+
+
 def compile_report() -> dict:
     """Where compile time went, summed over the graphs compiled since the
     last reset(): ``graphs`` (compiled, not from the disk cache),
@@ -121,11 +134,8 @@ def compile_report() -> dict:
     nests run), ``kernels_compiled``, ``kernels_reused`` (already compiled
     in this process), ``kernels_from_disk``."""
     phases = {"lowering": _total(_timings, "LoweringTime")}
-    for key, label in (("parse", "Parse"), ("tensor_stage", "TensorStage"),
-                       ("bufferize_stage", "BufferizeStage"), ("llvm_stage", "LLVMStage"),
-                       ("translate", "Translate"), ("optimize", "Optimize"), ("codegen", "Codegen"),
-                       ("link", "Link")):
-        phases[key] = _total(_timings, f"Compile{label}Time")
+    for key, name in COMPILE_PHASES.items():
+        phases[key] = _total(_timings, name)
     phases["native"] = _total(_timings, "CompileTime")
     return {
         "graphs": _samples["LoopNestsPerGraph"].count if "LoopNestsPerGraph" in _samples else 0,
