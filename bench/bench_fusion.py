@@ -107,7 +107,7 @@ def kernel_only_step(exe, args, expected):
     inputs, outs = list(args), [torch.empty_like(expected)]
     exe.run(inputs, outs)
     torch.testing.assert_close(outs[0], expected, rtol=1e-4, atol=1e-4)
-    return lambda: exe.run_allocated(inputs, outs)
+    return lambda: compiler.run_allocated(exe, inputs, outs)
 
 
 def lazy_step(fn, args, pipelined=1):

@@ -93,7 +93,7 @@ def main():
 
             def run(exe=exe, inputs=inputs, outs=outs):
                 for _ in range(opts.inner):
-                    exe.run_allocated(inputs, outs)
+                    compiler.run_allocated(exe, inputs, outs)
 
             variants[checks] = run
         t = interleaved_median_seconds(variants, opts.repeats)

@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import types
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import torch
 
@@ -182,17 +182,16 @@ def record_key(native, graph_key: tuple) -> Optional[str]:
     return hashlib.sha256((_frontend_identity(native) + "\0record\0" + text).encode()).hexdigest()
 
 
-def read_record(native, key: str) -> Optional[Tuple[str, List[int]]]:
-    """(compiled graph's cache key, output map) recorded for a trace, or None."""
+def read_record(native, key: str) -> Optional[str]:
+    """The compiled graph's cache key recorded for a trace, or None."""
     payload = native.disk_cache_read(key)
     if payload is None:
         return None
     try:
-        record = json.loads(payload.decode())
-        return str(record["graph"]), [int(i) for i in record["output_map"]]
+        return str(json.loads(payload.decode())["graph"])
     except (ValueError, KeyError, TypeError):
         return None
 
 
-def write_record(native, key: str, graph: str, output_map) -> None:
-    native.disk_cache_write(key, json.dumps({"graph": graph, "output_map": list(output_map)}).encode())
+def write_record(native, key: str, graph: str) -> None:
+    native.disk_cache_write(key, json.dumps({"graph": graph}).encode())

@@ -59,12 +59,14 @@ if not config.force_eager:
 
 
 class _Compiled:
-    __slots__ = ("executable", "out_specs", "output_map", "checked", "gm")
+    """A graph compiled by the native compiler: its executable (a
+    ``lazymlir._native.CpuExecutable``) and the buffers its results go in."""
 
-    def __init__(self, executable, out_specs, output_map, gm):
+    __slots__ = ("executable", "out_specs", "checked", "gm")
+
+    def __init__(self, executable, out_specs, gm):
         self.executable = executable
-        self.out_specs = out_specs  # one per result of the executable
-        self.output_map = output_map  # graph output -> result (results are deduplicated)
+        self.out_specs = out_specs  # (shape, dtype) of each result
         # The first run checks every buffer's dtype, shape and layout; the
         # cache key fixes them for the runs after it, which check sizes only.
         self.checked = False
@@ -79,11 +81,12 @@ class _Compiled:
     def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
         """The native run releases the GIL; ``background``: on the worker."""
         t0 = time.perf_counter()
+        exe = self.executable
         try:
             if self.checked:
-                self.executable.run_allocated(inputs, outs, background=background)
+                _compiler.run_allocated(exe, inputs, outs, background=background)
             else:
-                self.executable.run(inputs, outs, background=background)
+                exe.run(inputs, outs, background=background)
                 self.checked = True
             check_failed = False
         except _compiler.CheckFailed:
@@ -95,7 +98,7 @@ class _Compiled:
             # self", ...), which becomes the job's; if it does not (a check
             # that failed needlessly), its outputs are the result.
             metrics.counter("RuntimeCheckEagerRerun")
-            _run_fx(self.gm, inputs, [outs[i] for i in self.output_map])
+            _run_fx(self.gm, inputs, outs)
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
 
 
@@ -112,14 +115,13 @@ def _run_fx(gm, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
 class _Eager:
     """A graph run op by op on CPU; ``counter`` says why (for the metrics)."""
 
-    __slots__ = ("gm", "counter", "out_specs", "output_map")
+    __slots__ = ("gm", "counter", "out_specs")
     num_kernels = None
 
     def __init__(self, gm, counter, out_specs):
         self.gm = gm
         self.counter = counter
         self.out_specs = out_specs
-        self.output_map = tuple(range(len(out_specs)))
 
     def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
         t0 = time.perf_counter()
@@ -244,37 +246,32 @@ def _compile(graph: trace.Graph):
             if record is not None:
                 found = cache.read_record(native, record)
                 if found is not None:
-                    executable = native.load_cached(found[0], **options)
-                    output_map = found[1]
+                    executable = native.load_cached(found, **options)
             if executable is None:
                 t1 = time.perf_counter()
                 lowered = lowering.lower(gm, graph.input_values())
                 metrics.timing("LoweringTime", time.perf_counter() - t1)
                 t1 = time.perf_counter()
                 try:
-                    executable = native.compile_linalg(lowered.linalg, keep_llvm_ir=bool(config.dump_dir), **options)
+                    executable = native.compile_linalg(lowered.linalg, keep_llvm_dialect=bool(config.dump_dir), **options)
                 except Exception:
                     # The IR that failed, for the bug report.
                     debug.dump(name, "torch", lowered.torch_mlir)
                     debug.dump(name, "linalg", lowered.linalg)
                     raise
                 metrics.timing("CompileTime", time.perf_counter() - t1)
-                output_map = lowered.output_map
                 if record is not None:
-                    cache.write_record(native, record, executable.cache_key, output_map)
+                    cache.write_record(native, record, executable.cache_key)
                 if config.dump_dir:
                     kernels = executable.num_kernels
                     debug.dump(name, "torch", lowered.torch_mlir, kernels)
                     debug.dump(name, "linalg", lowered.linalg, kernels)
-                    debug.dump(name, "llvm", executable.llvm_ir, kernels)
+                    debug.dump(name, "llvm", executable.llvm_dialect, kernels)
             _note_compile(executable.compile_stats, disk)
             for message in native.take_disk_cache_warnings():
                 warnings.warn(message, RuntimeWarning, stacklevel=3)
             metrics.sample("KernelsPerGraph", executable.num_kernels)
-            results = {}
-            for spec, i in zip(specs, output_map):
-                results.setdefault(i, spec)
-            entry = _Compiled(executable, [results[i] for i in range(len(results))], output_map, gm)
+            entry = _Compiled(executable, specs, gm)
             metrics.counter("UncachedCompile")
         except Exception as e:  # never fail the user: run it eagerly instead
             if isinstance(e, lowering.LoweringError):

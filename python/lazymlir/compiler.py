@@ -2,11 +2,35 @@
 
 The boundary between the Python lazy device and the C++ backend (MLIR 22): the
 frontend hands over textual linalg-on-tensors IR (DESIGN.md, decision 1), and
-gets back an :class:`Executable` that runs on torch CPU tensors in place.
+gets back a ``_native.CpuExecutable`` that runs on torch CPU tensors in place:
+
+- ``inputs`` / ``outputs``: [(element type, shape)] of the arguments and results;
+- ``num_kernels``: loop nests left after fusion, one per kernel the graph runs;
+- ``has_runtime_checks``: whether runs check the flag the compiled code sets
+  when an index is out of range or an integer divisor is zero;
+- ``llvm_dialect``: LLVM-dialect text after the CPU pipeline ("" unless kept);
+- ``compile_stats``: where the compile's time went, in seconds (parse,
+  tensor_stage, bufferize_stage, llvm_stage, translate, optimize, codegen, link,
+  total; the per-kernel phases are summed over kernels compiled in parallel),
+  and its sizes (input_ops, loop_nests, distinct_kernels, kernels_compiled /
+  _reused (already in this process) / _from_disk, llvm_instructions,
+  object_bytes); from_disk: nothing was compiled;
+- ``cache_key``: the graph's key in the disk cache (see :func:`load_cached`);
+- ``fully_optimized``: no kernel is waiting for its background recompile;
+- ``run(inputs, outputs, background=False)``: runs on contiguous CPU tensors
+  that do not require grad, writing the results into ``outputs`` (destination
+  passing) with the GIL released. Raises ValueError on a mismatch in count,
+  dtype, shape or layout, :data:`CheckFailed` (after the run, outputs garbage)
+  when a runtime check failed. ``background``: called on a worker while the
+  thread that submitted the run may be busy; the run's parallel loops then
+  keep one thread asleep (leaving that thread a core) until it blocks in
+  :func:`host_wait`;
+- ``run_raw(input_addresses, input_bytes, output_addresses, output_bytes,
+  background=False)``: ``run`` on raw buffers (see :func:`run_allocated`).
 """
 
 import contextlib
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence
 
 import torch
 
@@ -21,60 +45,14 @@ CompileError = _native.CompileError
 #: trapped on nothing, but its outputs are garbage. A subclass of RuntimeError.
 CheckFailed = _native.CheckFailed
 
-class Executable:
-    """A compiled graph. ``run`` writes the results into caller-allocated
-    outputs (destination passing) with the GIL released."""
-
-    __slots__ = ("_native", "inputs", "outputs", "num_kernels", "has_runtime_checks", "llvm_ir",
-                 "compile_stats", "cache_key")
-
-    @property
-    def fully_optimized(self) -> bool:
-        """Whether runs use full-effort code only: no kernel of this graph is
-        waiting for its background recompile (see ``tiered``)."""
-        return self._native.fully_optimized
-
-    def __init__(self, native, llvm_ir: str):
-        self._native = native
-        #: [(element type, shape)] of the arguments and results, in order.
-        self.inputs: List[Tuple[str, Tuple[int, ...]]] = native.inputs
-        self.outputs: List[Tuple[str, Tuple[int, ...]]] = native.outputs
-        #: Loop nests left after fusion: one per kernel the graph runs.
-        self.num_kernels: int = native.num_kernels
-        #: Whether runs check a flag the compiled code sets when an index is
-        #: out of range or an integer divisor is zero (and raise CheckFailed).
-        self.has_runtime_checks: bool = native.has_runtime_checks
-        #: LLVM-dialect text after the CPU pipeline ("" unless kept).
-        self.llvm_ir = llvm_ir
-        #: Where the compile's time went, in seconds (parse, tensor_stage,
-        #: bufferize_stage, llvm_stage, translate, optimize, codegen, link,
-        #: total; the per-kernel phases are summed over kernels compiled in
-        #: parallel), and its sizes (input_ops, loop_nests, distinct_kernels,
-        #: kernels_compiled / _reused (already in this process) / _from_disk,
-        #: llvm_instructions, object_bytes); from_disk: nothing was compiled.
-        self.compile_stats: dict = native.compile_stats
-        #: The graph's key in the disk cache (see :func:`load_cached`).
-        self.cache_key: str = native.cache_key
-
-    def run(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], *,
-            background: bool = False) -> None:
-        """Run on contiguous CPU tensors that do not require grad; ``outputs``
-        must match the result signature and are overwritten. Raises ValueError
-        on a mismatch in count, dtype, shape or layout, :data:`CheckFailed`
-        (after the run, outputs garbage) when a runtime check failed. ``background``: called
-        on a worker while the thread that submitted the run may be busy; the
-        run's parallel loops then keep one thread asleep (leaving that thread
-        a core) until it blocks in :func:`host_wait`."""
-        self._native.run(inputs, outputs, background)
-
-    def run_allocated(self, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], *,
-                      background: bool = False) -> None:
-        """:meth:`run` for a caller that made every buffer contiguous with its
-        signature's dtype and shape (the lazy runtime, whose cache key fixes
-        them): only counts and byte sizes are checked, which skips DLPack's
-        few microseconds per buffer. Raises :data:`CheckFailed` like :meth:`run`."""
-        self._native.run_raw([t.data_ptr() for t in inputs], [t.nbytes for t in inputs],
-                             [t.data_ptr() for t in outputs], [t.nbytes for t in outputs], background)
+def run_allocated(executable, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], *,
+                  background: bool = False) -> None:
+    """``executable.run`` for a caller that made every buffer contiguous with
+    its signature's dtype and shape (the lazy runtime, whose cache key fixes
+    them): only counts and byte sizes are checked, which skips DLPack's few
+    microseconds per buffer. Raises :data:`CheckFailed` like ``run``."""
+    executable.run_raw([t.data_ptr() for t in inputs], [t.nbytes for t in inputs],
+                       [t.data_ptr() for t in outputs], [t.nbytes for t in outputs], background)
 
 
 def pooled_tensor(shape, dtype_code: int, bits: int) -> torch.Tensor:
@@ -136,14 +114,14 @@ def code_identity() -> str:
 
 
 def load_cached(cache_key: str, *, fusion: bool = True, channels_last: bool = True, threads: int = 0,
-                opt_level: int = 3, runtime_checks: bool = True, tiered: bool = True) -> Optional[Executable]:
-    """The graph compiled before under ``cache_key`` (:attr:`Executable.cache_key`)
+                opt_level: int = 3, runtime_checks: bool = True, tiered: bool = True):
+    """The graph compiled before under ``cache_key`` (an executable's ``cache_key``)
     with these options, loaded from the disk cache without any MLIR work; None
     when it is not there whole."""
     native = _native.load_cpu(cache_key, entry="main", opt_level=opt_level, fusion=fusion,
                               channels_last=channels_last, threads=threads, runtime_checks=runtime_checks,
                               tiered=tiered)
-    return None if native is None else Executable(native, "")
+    return native
 
 
 def wait_background_compiles() -> None:
@@ -163,14 +141,14 @@ def background_compile_counts() -> dict:
 
 
 def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool = True,
-                   threads: int = 0, keep_llvm_ir: bool = False, opt_level: int = 3,
-                   runtime_checks: bool = True, tiered: bool = True) -> Executable:
+                   threads: int = 0, keep_llvm_dialect: bool = False, opt_level: int = 3,
+                   runtime_checks: bool = True, tiered: bool = True):
     """Compile linalg-on-tensors text whose entry is ``func.func @main``.
 
     ``fusion`` fuses elementwise ops with each other and into contractions;
     ``channels_last`` runs convolutions and pooling in NHWC; ``threads``
     splits large kernels' outer loops across that many threads (0: all
-    hardware threads; 1: none); ``keep_llvm_ir``
+    hardware threads; 1: none); ``keep_llvm_dialect``
     keeps the LLVM-dialect text (for dumps); ``runtime_checks=False`` drops
     the bounds and divisor checks (a bad index then reads foreign memory or
     aborts: only to measure what they cost); ``tiered`` compiles kernels with
@@ -186,8 +164,7 @@ def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool
     (:func:`configure_disk_cache`) once per machine: the graph itself is
     looked up there first.
     """
-    native = _native.compile_cpu(linalg_text, entry="main", opt_level=opt_level, fusion=fusion,
-                                 channels_last=channels_last, threads=threads,
-                                 keep_llvm_dialect=keep_llvm_ir, runtime_checks=runtime_checks,
-                                 tiered=tiered)
-    return Executable(native, native.llvm_dialect)
+    return _native.compile_cpu(linalg_text, entry="main", opt_level=opt_level, fusion=fusion,
+                               channels_last=channels_last, threads=threads,
+                               keep_llvm_dialect=keep_llvm_dialect, runtime_checks=runtime_checks,
+                               tiered=tiered)

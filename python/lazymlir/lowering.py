@@ -19,10 +19,10 @@ from .decompositions import LoweringError, decomposition_table
 
 class Lowered(NamedTuple):
     torch_mlir: str  # torch backend IR (lowers further with torch-mlir-opt)
-    linalg: str  # linalg-on-tensors: what the native compiler takes
-    # For each output of the FX graph, the index of the result of @main that holds
-    # it: outputs that lowered to the same SSA value are returned once.
-    output_map: tuple
+    # linalg-on-tensors: what the native compiler takes. Outputs that lowered
+    # to one SSA value are returned twice; the native pipeline gives each its
+    # own copy (lazymlir-distinct-results).
+    linalg: str
 
 
 # The TMTensor ops the native compiler lowers (lazymlir-lower-tm-tensor).
@@ -63,7 +63,6 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lower
         module = tm_fx.stateless_fx_import(decomposed, output_type=OutputType.TORCH, model_name="main")
         torch_text = str(module)
         lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
-        output_map = _return_each_value_once(module)
         linalg = str(module)
         if "tm_tensor." in linalg:
             unsupported = set(re.findall(r"tm_tensor\.(\w+)", linalg)) - _NATIVE_TM_TENSOR_OPS
@@ -81,7 +80,7 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lower
             linalg = module.operation.get_asm(print_generic_op_form=True)
     except Exception as e:  # torch-mlir raises many kinds; all mean "cannot compile"
         raise LoweringError(f"{type(e).__name__}: {e}") from e
-    return Lowered(torch_text, linalg, output_map)
+    return Lowered(torch_text, linalg)
 
 
 def _integer_input(node) -> bool:
@@ -111,40 +110,6 @@ def _refuse_frontend_failures(gm: torch.fx.GraphModule) -> None:
         refused = _REFUSED.get(node.target)
         if refused is not None and refused(node):
             raise LoweringError(f"{node.target} on these inputs: torch-mlir's lowering crashes or is wrong")
-
-
-def _return_each_value_once(module) -> tuple:
-    """Make @main return each SSA value once; returns the output -> result map.
-
-    Distinct trace outputs often lower to one value (``buf = grad.clone()``:
-    torch-mlir folds the clone).  Returned once, the value is written once and
-    the outputs share the tensor (device data is immutable).  (Returning a value
-    twice also used to crash buffer-results-to-out-params; the native pipeline
-    now handles it too, lazymlir-distinct-results.)"""
-    from torch_mlir import ir
-
-    with module.context, ir.Location.unknown():
-        main = next(op for op in module.body.operations
-                    if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main")
-        block = main.regions[0].blocks[0]
-        ret = list(block.operations)[-1]
-        values = list(ret.operands)
-        unique, output_map = [], []
-        for v in values:
-            for i, u in enumerate(unique):
-                if u == v:
-                    output_map.append(i)
-                    break
-            else:
-                output_map.append(len(unique))
-                unique.append(v)
-        if len(unique) < len(values):
-            ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
-            main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(ftype.inputs, [v.type for v in unique]))
-            with ir.InsertionPoint(ret):
-                ir.Operation.create("func.return", operands=unique)
-            ret.erase()
-    return tuple(output_map)
 
 
 def unsupported_key(n) -> tuple:

@@ -68,8 +68,7 @@ def execute(outputs: Sequence[trace.Node]):
                 deps.append(job)
     job = _submit(entry, inputs, outs, deps)
     last_kernels = entry.num_kernels
-    # Outputs that are one value share its tensor: device data is immutable.
-    return graph.output_values([outs[i] for i in entry.output_map]), job, last_kernels
+    return graph.output_values(outs), job, last_kernels
 
 
 def _run_in_place(graph: trace.Graph, ops) -> None:

@@ -186,10 +186,10 @@ func.func @main(%arg0: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4
         assert torch.equal(out, expected)
 
 
-def test_keep_llvm_ir():
-    exe = compiler.compile_linalg(export(MatmulBiasRelu(), torch.randn(2, 64)), keep_llvm_ir=True)
-    assert "llvm.func @main" in exe.llvm_ir
-    assert compiler.compile_linalg(export(MatmulBiasRelu(), torch.randn(2, 64))).llvm_ir == ""
+def test_keep_llvm_dialect():
+    exe = compiler.compile_linalg(export(MatmulBiasRelu(), torch.randn(2, 64)), keep_llvm_dialect=True)
+    assert "llvm.func @main" in exe.llvm_dialect
+    assert compiler.compile_linalg(export(MatmulBiasRelu(), torch.randn(2, 64))).llvm_dialect == ""
 
 
 def test_malformed_input_raises_with_diagnostics():
@@ -235,15 +235,15 @@ def test_run_allocated_matches_run_and_checks_sizes():
     exe = compiler.compile_linalg(export(module, x))
     checked, raw = torch.empty(4, 48), torch.full((4, 48), float("nan"))
     exe.run([x], [checked])
-    exe.run_allocated([x], [raw])
+    compiler.run_allocated(exe, [x], [raw])
     assert torch.equal(raw, checked)
     torch.testing.assert_close(raw, module(x).detach())
     with pytest.raises(ValueError, match="input #0: 1280 bytes, expected 1024 \\(f32 \\[4, 64\\]\\)"):
-        exe.run_allocated([torch.randn(5, 64)], [raw])
+        compiler.run_allocated(exe, [torch.randn(5, 64)], [raw])
     with pytest.raises(ValueError, match="output #0: 4 bytes"):
-        exe.run_allocated([x], [torch.empty(1)])
+        compiler.run_allocated(exe, [x], [torch.empty(1)])
     with pytest.raises(ValueError, match="expected 1 inputs and 1 outputs"):
-        exe.run_allocated([x, x], [raw])
+        compiler.run_allocated(exe, [x, x], [raw])
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float64])
@@ -337,8 +337,8 @@ def test_large_softmax_row_tiles_stream_when_aligned():
     aligned; a misaligned output takes the ordinary loops: eager's values
     either way."""
     x = torch.randn(4096, 1024)
-    exe = compiler.compile_linalg(export(Fn(lambda m, a: torch.softmax(a, -1)), x), keep_llvm_ir=True)
-    assert "nontemporal" in exe.llvm_ir and exe.num_kernels == 1
+    exe = compiler.compile_linalg(export(Fn(lambda m, a: torch.softmax(a, -1)), x), keep_llvm_dialect=True)
+    assert "nontemporal" in exe.llvm_dialect and exe.num_kernels == 1
     expected = torch.softmax(x, -1)
     aligned = torch.full((4096, 1024), float("nan"))
     assert aligned.data_ptr() % 64 == 0
@@ -356,8 +356,8 @@ def test_large_elementwise_outputs_stream_when_aligned():
     n = 4 << 20
     x, y = torch.randn(n), torch.randn(n)
     fn = Fn(lambda m, a, b: torch.sqrt((a * b).abs() + 1.0) - b)
-    exe = compiler.compile_linalg(export(fn, x, y), keep_llvm_ir=True)
-    assert "nontemporal" in exe.llvm_ir
+    exe = compiler.compile_linalg(export(fn, x, y), keep_llvm_dialect=True)
+    assert "nontemporal" in exe.llvm_dialect
     expected = torch.sqrt((x * y).abs() + 1.0) - y
     aligned = torch.full((n,), float("nan"))
     assert aligned.data_ptr() % 64 == 0

@@ -8,6 +8,7 @@ Every case is compared with eager PyTorch. The cases that aborted the process
 (cf.assert), trapped (idiv) or read foreign memory before the guard run in a
 child process: a regression fails these tests instead of killing pytest."""
 
+import functools
 import json
 import os
 import subprocess
@@ -329,7 +330,7 @@ func.func @main(%arg0: tensor<3x4xf32>, %arg1: tensor<2xi64>) -> tensor<2x4xf32>
     assert exe.has_runtime_checks
     w = _w()
     out = torch.empty(2, 4)
-    for run in (exe.run, exe.run_allocated):
+    for run in (exe.run, functools.partial(compiler.run_allocated, exe)):
         run([w, torch.tensor([2, 0])], [out])
         torch.testing.assert_close(out, w[[2, 0]])
         for bad in ([3, 0], [0, -1], [1 << 62, 1]):
