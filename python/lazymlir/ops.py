@@ -12,7 +12,8 @@ from .dtypes import SUPPORTED as SUPPORTED_DTYPES
 from .tensor import (
     signature, ViewStep,
     _CPU, _cpu_alias, _eager_dtypes, _fresh, _from_cpu, _intern, _intern_like, LAZY, LazyTensor,
-    _META, _oid, _op_node, set_classifier, Storage, _TENSOR_DATA, _value, _view_node, _wrap, _write,
+    _META, _oid, _op_node, forget_handler, set_classifier, set_handler, Storage, _TENSOR_DATA, _value, _view_node,
+    _wrap, _write,
 )
 from .meta import _convert_all, _FAILED, _infer, _meta_cache, _meta_sig
 from .fallback import _eager, _make_eager, _zero_size
@@ -473,10 +474,6 @@ def _tensor_dtypes(a, out: list) -> list:
     return out
 
 
-# The ops whose handler is cached on them (``op._lz_handler``).
-_cached_handlers = set()
-
-
 def _handler_for(op):
     """Classify ``op`` (honouring the eager marks of _eager_dtypes and
     config.force_fallback as they are now) and cache the handler on it."""
@@ -491,32 +488,26 @@ def _handler_for(op):
                 return _eager(func, args, kwargs)
             return recorded(func, args, kwargs)
 
-    op._lz_handler = handler
-    _cached_handlers.add(op)
+    set_handler(op, handler)
     return handler
 
 
 def _forget_handlers() -> None:
     """Drop every cached handler: the next dispatch of each op classifies it
     again (after config.force_fallback changed)."""
-    for op in _cached_handlers:
-        if hasattr(op, "_lz_handler"):
-            del op._lz_handler
-    _cached_handlers.clear()
+    forget_handler()
 
 
 def _run_eagerly_from_now_on(key) -> None:
     op, dtypes = key
     _eager_dtypes.setdefault(op, set()).add(dtypes)
-    if hasattr(op, "_lz_handler"):
-        del op._lz_handler  # rebuilt with the mark at the next dispatch
+    forget_handler(op)  # rebuilt with the mark at the next dispatch
 
 
 def _forget_eager(op) -> None:
     """Undo :func:`_run_eagerly_from_now_on` for ``op`` (tests)."""
     _eager_dtypes.pop(op, None)
-    if hasattr(op, "_lz_handler"):
-        del op._lz_handler
+    forget_handler(op)
 
 
 compilation.unsupported_op_listeners.append(_run_eagerly_from_now_on)

@@ -38,8 +38,13 @@ if torch._C._dispatch_has_kernel_for_dispatch_key("aten::add.Tensor", "Lazy"):
     )
 
 # Meta tensors are interned (one object per size/stride/dtype/offset/view
-# bits) and never mutated, so cache keys can hold them by identity.
+# bits) and never mutated, so cache keys can hold them by identity. Each has
+# its layout (size, stride, offset, dtype, view bits) for _wrap in _layouts,
+# by id (interned metas live for ever).
 _interned = {}
+_layouts = {}
+
+
 def _intern(shape, stride, dtype, offset=0, bits=0) -> torch.Tensor:
     key = (tuple(shape), tuple(stride), dtype, offset, bits)
     m = _interned.get(key)
@@ -51,8 +56,8 @@ def _intern(shape, stride, dtype, offset=0, bits=0) -> torch.Tensor:
             m = m._conj()
         if bits & 2:
             m = m._neg_view()
-        if dtype in QUANTIZED_REPR:  # the wrapper shows the quantized dtype
-            m._lz_layout = (m.size(), m.stride(), offset, dtype, 0)
+        # The wrapper shows the quantized dtype, not its representation.
+        _layouts[id(m)] = (m.size(), m.stride(), offset, dtype, bits)
         _interned[key] = m
     return m
 
@@ -125,14 +130,32 @@ def _no_classifier(func):
     raise RuntimeError("lazymlir: no op handlers installed (import lazymlir, not lazymlir.tensor alone)")
 
 
-# Picks and caches the handler of an op (ops._handler_for, installed by
-# set_classifier: this module does not import the op handlers).
+# Picks the handler of an op and caches it with set_handler (ops._handler_for,
+# installed by set_classifier: this module does not import the op handlers).
 _classifier = _no_classifier
+# Handlers by id(op) (hashing an OpOverload runs Python code, id() does not);
+# _handler_ops keeps those ops alive so that their ids stay theirs.
+_handlers = {}
+_handler_ops = {}
+_handler_of = _handlers.get
 
 
 def set_classifier(classify) -> None:
     global _classifier
     _classifier = classify
+
+
+def set_handler(op, handler) -> None:
+    _handlers[id(op)] = handler
+    _handler_ops[id(op)] = op
+
+
+def forget_handler(op=None) -> None:
+    """The next dispatch of ``op`` (None: of every op) classifies it again."""
+    if op is None:
+        _handlers.clear()
+    else:
+        _handlers.pop(id(op), None)
 
 
 class LazyTensor(torch.Tensor):
@@ -144,9 +167,7 @@ class LazyTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        # The handler hangs off the OpOverload itself: OpOverload.__hash__ is
-        # Python code, an attribute lookup is not.
-        handler = getattr(func, "_lz_handler", None)
+        handler = _handler_of(id(func))
         if handler is None:
             handler = _classifier(func)
         return handler(func, args, kwargs or {})
@@ -191,11 +212,10 @@ _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 
 
 def _wrap(meta: torch.Tensor, storage: Storage, chain: tuple, value: Node) -> LazyTensor:
-    try:
-        size, stride, offset, dtype, bits = meta._lz_layout  # interned metas keep theirs
-    except AttributeError:
-        size, stride, offset, dtype, bits = meta._lz_layout = (meta.size(), meta.stride(), meta.storage_offset(),
-                                                               meta.dtype, _view_bits(meta))
+    layout = _layouts.get(id(meta))  # interned metas never die: their ids stay theirs
+    if layout is None:
+        layout = (meta.size(), meta.stride(), meta.storage_offset(), meta.dtype, _view_bits(meta))
+    size, stride, offset, dtype, bits = layout
     t = _make_wrapper_subclass(LazyTensor, size, strides=stride, storage_offset=offset, dtype=dtype, device=LAZY)
     if bits:  # a conjugate or negative view (complex): eager fallbacks read the bits
         torch._C._set_conj(t, bool(bits & 1))
@@ -240,14 +260,19 @@ def _value(t: LazyTensor) -> Node:
     return v
 
 
+# Op names by id(op), their ops kept alive in _handler_ops' manner.
+_op_names = {}
+_named_ops = []
+
+
 def _oid(op) -> str:
     """The op's name for signatures and keys ("aten.add.Tensor"): hashing the
     OpOverload itself runs Python code, a string hashes once."""
-    try:
-        return op._lz_id
-    except AttributeError:
-        op._lz_id = str(op)
-        return op._lz_id
+    name = _op_names.get(id(op))
+    if name is None:
+        name = _op_names[id(op)] = str(op)
+        _named_ops.append(op)
+    return name
 
 
 class ViewStep(NamedTuple):
