@@ -144,13 +144,10 @@ class _Split:
         self.ops = ops
 
 
-# Recompiling one graph structure for new input shapes is the recompilation storm
-# users of lazy systems dread: it is counted, and reported when it repeats.
-STORM_WARNING_AT = 8
-
-
 def _note_shapes(graph: trace.Graph, name: str) -> None:
-    """Best effort: a graph whose ops carry sizes (view, zeros) looks new, not
+    """Recompiling one graph structure for new input shapes is the recompilation
+    storm users of lazy systems dread: it is counted, and reported when it
+    repeats (config.recompile_warning_at). Best effort: a graph whose ops carry sizes (view, zeros) looks new, not
     recompiled, when those sizes change."""
     n_inputs = len(graph.inputs)
     entries = graph.key[0]
@@ -163,10 +160,10 @@ def _note_shapes(graph: trace.Graph, name: str) -> None:
         if config.verbose:
             print(f"lazymlir: recompiling graph {name}: input shapes changed at {changed}: "
                   f"{[seen[-1][i] for i in changed]} -> {[shapes[i] for i in changed]}")
-        if len(seen) + 1 == STORM_WARNING_AT:
+        if len(seen) + 1 == config.recompile_warning_at:
             warnings.warn(
                 f"lazymlir: one graph ({len(graph.nodes)} ops, now {name}) has been compiled for "
-                f"{STORM_WARNING_AT} different input shapes; pad or bucket the shapes to stop recompiling",
+                f"{config.recompile_warning_at} different input shapes; pad or bucket the shapes to stop recompiling",
                 RuntimeWarning,
                 stacklevel=4,
             )

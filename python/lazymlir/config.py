@@ -99,11 +99,16 @@ cache_max_bytes: int = int(_env_str("LAZYMLIR_CACHE_MAX_MB", "2048")) << 20
 # 0: full effort at once (longer first steps).
 tiered: bool = _env_bool("LAZYMLIR_TIERED", True)
 
+# A graph structure compiled for this many different input shapes gets a
+# RuntimeWarning (the recompilation storm: pad or bucket the shapes);
+# LAZYMLIR_RECOMPILE_WARNING_AT, a count of shapes, default 8; 0: never warn.
+recompile_warning_at: int = int(_env_str("LAZYMLIR_RECOMPILE_WARNING_AT", "8"))
+
 # Print one line per compilation (graph hash, node count, why it was new).
 verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 
-_NAMES = ("dump_dir", "cache_dir", "cache_max_bytes", "tiered", "device", "fusion", "channels_last", "threads", "force_eager", "force_fallback", "async_execution",
-          "max_in_flight", "verbose")
+_NAMES = ("dump_dir", "cache_dir", "cache_max_bytes", "tiered", "device", "fusion", "channels_last", "threads",
+          "force_eager", "force_fallback", "async_execution", "max_in_flight", "recompile_warning_at", "verbose")
 
 
 def options_key() -> tuple:

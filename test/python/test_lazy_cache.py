@@ -43,6 +43,26 @@ def test_shape_and_dtype_changes_recompile(native, fresh_cache):
     assert_compiled()
 
 
+def test_recompile_storm_warning(fresh_cache):
+    """One graph structure compiled for config.recompile_warning_at shapes
+    warns once, naming the count; 0 never warns."""
+    import warnings
+
+    w = torch.randn(4, 3).to("lazy")
+    with lazymlir.config.patch(force_eager=True, recompile_warning_at=3), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for rows in (1, 2, 3, 4):
+            step(torch.randn(rows, 4).to("lazy"), w)
+    storms = [str(c.message) for c in caught if "different input shapes" in str(c.message)]
+    assert len(storms) == 1 and "compiled for 3 different input shapes" in storms[0], storms
+    assert metrics.counter_value("RecompileShapeChange") == 3
+    with lazymlir.config.patch(force_eager=True, recompile_warning_at=0), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for rows in (5, 6, 7, 8, 9):
+            step(torch.randn(rows, 4).to("lazy"), w)
+    assert not [c for c in caught if "different input shapes" in str(c.message)]
+
+
 def test_clear(fresh_cache):
     with lazymlir.config.patch(force_eager=True):
         step(torch.randn(2, 4).to("lazy"), torch.randn(4, 3).to("lazy"))
