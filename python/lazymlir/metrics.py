@@ -158,24 +158,17 @@ def reset() -> None:
 def metrics_report() -> str:
     """A human-readable report of every counter and timing."""
     lines = []
-    for name in sorted(_timings):
-        series = _timings[name]
-        if not series.count:
-            continue
-        samples = sorted(series.values)
-        lines.append(
-            f"Metric: {name}\n  TotalSamples: {series.count}\n"
-            f"  Accumulator: {series.total * 1e3:.3f}ms\n  Median: {samples[len(samples) // 2] * 1e3:.3f}ms"
-        )
-    for name in sorted(_samples):
-        series = _samples[name]
-        if not series.count:
-            continue
-        values = sorted(series.values)
-        lines.append(
-            f"Metric: {name}\n  TotalSamples: {series.count}\n  Accumulator: {series.total:g}\n"
-            f"  Median: {values[len(values) // 2]:g}\n  Max: {values[-1]:g}"
-        )
+    for table, fmt in ((_timings, lambda v: f"{v * 1e3:.3f}ms"), (_samples, lambda v: f"{v:g}")):
+        for name in sorted(table):
+            series = table[name]
+            if not series.count:
+                continue
+            values = sorted(series.values)
+            text = (f"Metric: {name}\n  TotalSamples: {series.count}\n  Accumulator: {fmt(series.total)}\n"
+                    f"  Median: {fmt(values[len(values) // 2])}")
+            if table is _samples:
+                text += f"\n  Max: {fmt(values[-1])}"
+            lines.append(text)
     for name in sorted(_counters):
         if _counters[name]:
             lines.append(f"Counter: {name}\n  Value: {_counters[name]}")
