@@ -23,7 +23,7 @@
 // CHECK: vector.transfer_write
 // CHECK: tensor.insert_slice {{.*}}[%[[I]], %[[J]]] [8, 32] [1, 1] : tensor<8x32xf32> into tensor<16x64xf32>
 // The tile loops (not the K loop) carry the matmul's size for
-// lazymlir-lower-to-loops, which may run them in parallel.
+// lazymlir-parallelize-tiles, which may run them in parallel.
 // CHECK: } {lazymlir.parallel_tiles = 65536 : i64}
 // CHECK: } {lazymlir.parallel_tiles = 65536 : i64}
 // CHECK-NOT: linalg.generic
