@@ -92,17 +92,30 @@ void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
       bufferization::createPromoteBuffersToStackPass(toStack));
   bufferization::buildBufferDeallocationPipeline(pm);
 
+  // Copies between strided layouts become linalg.copy, lowered like the
+  // other linalg ops instead of by MLIR's element-by-element runtime copy.
+  pm.addNestedPass<func::FuncOp>(createStridedCopiesToLinalgPass());
   // The outer loops of large kernels and of large contractions' tile nests
-  // become scf.parallel (lower-to-loops keeps sequential any tile nest that
-  // uses a temporary hoisted out of it above), and each of those one OpenMP
-  // parallel loop with a guided schedule: the body is outlined once (LLVM's
-  // OpenMPIRBuilder) and runs on the process's libgomp threads through the
-  // runtime's __kmpc_* entry points (lib/Runtime/OpenMP.cpp).
+  // become scf.parallel (parallelize-tiles keeps sequential any tile nest
+  // that uses a temporary hoisted out of it above), and each of those one
+  // OpenMP parallel loop with a guided schedule: the body is outlined once
+  // (LLVM's OpenMPIRBuilder) and runs on the process's libgomp threads
+  // through the runtime's __kmpc_* entry points (lib/Runtime/OpenMP.cpp).
+  // Large elementwise outputs are written with non-temporal vector stores
+  // first: streaming-stores reads the tile loops' marks, which
+  // parallelize-tiles removes.
+  int64_t parallelThreshold =
+      options.threads > 1 ? int64_t(options.parallelThreshold) : 0;
+  StreamingStoresPassOptions streaming;
+  streaming.minBytes = options.streamingStoreBytes;
+  streaming.parallelThreshold = parallelThreshold;
+  pm.addNestedPass<func::FuncOp>(createStreamingStoresPass(streaming));
   LowerToLoopsPassOptions toLoops;
-  if (options.threads > 1)
-    toLoops.parallelThreshold = options.parallelThreshold;
-  toLoops.streamingStoreBytes = options.streamingStoreBytes;
+  toLoops.parallelThreshold = parallelThreshold;
   pm.addNestedPass<func::FuncOp>(createLowerToLoopsPass(toLoops));
+  ParallelizeTilesPassOptions tiles;
+  tiles.parallelThreshold = parallelThreshold;
+  pm.addNestedPass<func::FuncOp>(createParallelizeTilesPass(tiles));
   // Each loop nest becomes a function named by its content: the runtime
   // lowers and compiles each distinct kernel once, in parallel.
   OutlineKernelsPassOptions outline;

@@ -2,6 +2,11 @@
 
 #include "lazymlir/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/BuiltinOps.h"
+
 namespace lazymlir {
 #define GEN_PASS_DEF_COUNTKERNELSPASS
 #include "lazymlir/Transforms/Passes.h.inc"

@@ -16,6 +16,7 @@
 #include "lazymlir/Transforms/Passes.h"
 #include "lazymlir/Transforms/ParallelTiling.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 

@@ -3,6 +3,8 @@
 #include "lazymlir/Transforms/Passes.h"
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
 
 namespace lazymlir {
 #define GEN_PASS_DEF_READONLYARGUMENTSPASS

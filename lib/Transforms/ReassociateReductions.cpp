@@ -3,6 +3,8 @@
 #include "lazymlir/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 
 namespace lazymlir {
 #define GEN_PASS_DEF_REASSOCIATEREDUCTIONSPASS

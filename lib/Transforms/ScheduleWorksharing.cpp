@@ -2,6 +2,7 @@
 
 #include "lazymlir/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/OpenMP/OpenMPDialect.h"
 
 namespace lazymlir {

@@ -9,10 +9,17 @@
 #include "lazymlir/Transforms/Passes.h"
 #include "lazymlir/Transforms/ParallelTiling.h"
 
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/Linalg/Utils/Utils.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Tensor/Transforms/Transforms.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/Vector/Transforms/LoweringPatterns.h"
 #include "mlir/Dialect/Vector/Transforms/VectorRewritePatterns.h"
 #include "mlir/Interfaces/TilingInterface.h"
@@ -188,7 +195,7 @@ struct TileContractionsPass
     if (failed(result))
       return nullptr;
     // Tiles of parallel loops write disjoint parts of the result: marked
-    // (with the contraction's size) for lazymlir-lower-to-loops, which may
+    // (with the contraction's size) for lazymlir-parallelize-tiles, which may
     // run them in parallel once buffers show what they share.
     lazymlir::finishParallelTiling(rewriter, root, *result, contraction);
 

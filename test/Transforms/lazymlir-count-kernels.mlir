@@ -1,12 +1,15 @@
 // RUN: lazymlir-opt %s --lazymlir-count-kernels | FileCheck %s
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline | FileCheck %s --check-prefix=PIPELINE
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="fusion=0" | FileCheck %s --check-prefix=UNFUSED
+// RUN: lazymlir-opt %s --lazymlir-count-kernels=entry=other | FileCheck %s --check-prefix=OTHER
 
 // Three elementwise ops: three kernels as written, one after fusion; the
 // count survives the lowering to the LLVM dialect.
 // CHECK: module attributes {lazymlir.kernels = 3 : i64}
 // PIPELINE: module attributes {lazymlir.kernels = 1 : i64}
 // UNFUSED: module attributes {lazymlir.kernels = 3 : i64}
+// An entry that does not exist: nothing counted.
+// OTHER-NOT: lazymlir.kernels
 // PIPELINE: llvm.func @main
 #map = affine_map<(d0) -> (d0)>
 func.func @main(%arg0: tensor<64xf32>) -> tensor<64xf32> {

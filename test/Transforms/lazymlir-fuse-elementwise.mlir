@@ -1,5 +1,6 @@
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-elementwise))" | FileCheck %s
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-elementwise{max-recompute-ops=0}))" | FileCheck %s --check-prefix=NORECOMPUTE
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-elementwise{propagate-reshapes=0}))" | FileCheck %s --check-prefix=NORESHAPE
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 // A chain through a named broadcast: one loop nest reading the 1-D operand
@@ -42,13 +43,20 @@ func.func @chain_with_broadcast(%arg0: tensor<4x8xf32>, %arg1: tensor<8xf32>) ->
 #map1 = affine_map<(d0) -> (d0)>
 #map2 = affine_map<(d0, d1) -> (d0, d1)>
 // A reshape between two elementwise ops does not split the chain: it is
-// propagated to the function input.
+// propagated to the function input. Without propagate-reshapes it stays
+// between the two ops, which are not fused.
 // CHECK-LABEL: func.func @reshape_in_the_middle
 // CHECK: tensor.expand_shape
 // CHECK: linalg.generic
 // CHECK: arith.addf
 // CHECK: arith.mulf
 // CHECK-NOT: linalg.generic
+// NORESHAPE-LABEL: func.func @reshape_in_the_middle
+// NORESHAPE: linalg.generic
+// NORESHAPE: arith.addf
+// NORESHAPE: tensor.expand_shape
+// NORESHAPE: linalg.generic
+// NORESHAPE: arith.mulf
 func.func @reshape_in_the_middle(%arg0: tensor<32xf32>) -> tensor<4x8xf32> {
   %cst = arith.constant 2.0 : f32
   %e = tensor.empty() : tensor<32xf32>

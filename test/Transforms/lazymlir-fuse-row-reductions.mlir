@@ -1,4 +1,5 @@
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-row-reductions,canonicalize,cse))" | FileCheck %s
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-row-reductions{tile-bytes=4096},canonicalize,cse))" | FileCheck %s --check-prefix=TILE4K
 
 // Softmax after lazymlir-fuse-elementwise: the row maxima, the row sums of
 // exp(x - max) and the normalizing pass become one loop over tiles of 64 rows
@@ -18,6 +19,11 @@
 // CHECK: } {lazymlir.parallel_tiles = 131072 : i64}
 // CHECK-NOT: linalg.
 // CHECK: return
+// With 4 KiB of input per tile: tiles of 4 rows.
+// TILE4K-LABEL: func.func @softmax
+// TILE4K: scf.for %[[ROW:.+]] = %{{.+}} to %{{.+}} step %c4
+// TILE4K: tensor.extract_slice %{{.+}}[%[[ROW]], 0] [4, 256] [1, 1]
+// TILE4K: } {lazymlir.parallel_tiles = 131072 : i64}
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d0)>
 func.func @softmax(%x: tensor<512x256xf32>) -> tensor<512x256xf32> {

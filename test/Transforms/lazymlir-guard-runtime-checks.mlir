@@ -1,6 +1,10 @@
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-guard-runtime-checks | FileCheck %s
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-cpu-pipeline | FileCheck %s --check-prefix=LOWERED
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-cpu-pipeline="threads=2" | FileCheck %s --check-prefix=PARALLEL
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-cpu-pipeline="runtime-checks=false" | FileCheck %s --check-prefix=UNCHECKED
+
+// Without runtime-checks, the pipeline adds no check (measuring their cost).
+// UNCHECKED-NOT: __lazymlir_check_failed
 
 // Embedding as torch-mlir emits it: the asserts become checks, the
 // data-dependent row index is replaced by 0 when outside [0, 10); the

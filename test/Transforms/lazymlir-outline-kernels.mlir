@@ -1,5 +1,6 @@
 // RUN: lazymlir-opt %s --lazymlir-outline-kernels | FileCheck %s
 // RUN: lazymlir-opt %s --lazymlir-outline-kernels --lazymlir-outline-kernels | FileCheck %s --check-prefix=TWICE
+// RUN: lazymlir-opt %s --lazymlir-outline-kernels=entry=other | FileCheck %s --check-prefix=OTHER
 
 // Two identical loop nests (over different buffers) become one kernel
 // called twice; a third, different one, a kernel of its own. Constants are
@@ -33,6 +34,10 @@ memref.global "private" constant @weights : memref<4xf32> = dense<[1.0, 2.0, 3.0
 // Outlining again finds no loop nest left in the entry.
 // TWICE-COUNT-2: func.func private @__lazymlir_k_
 // TWICE-NOT:     func.func private
+
+// Only the entry's loop nests are outlined: none for an entry that does not
+// exist.
+// OTHER-NOT:     __lazymlir_k_
 
 func.func @main(%a: memref<4xf32>, %b: memref<4xf32>, %c: memref<4xf32>) {
   %c0 = arith.constant 0 : index

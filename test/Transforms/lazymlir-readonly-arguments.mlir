@@ -1,5 +1,6 @@
 // RUN: lazymlir-opt %s --lazymlir-readonly-arguments | FileCheck %s
 // RUN: lazymlir-opt %s --lazymlir-readonly-arguments --one-shot-bufferize="bufferize-function-boundaries" | FileCheck %s --check-prefix=BUF
+// RUN: lazymlir-opt %s --lazymlir-readonly-arguments=entry=helper | FileCheck %s --check-prefix=HELPER
 
 // The entry's tensor arguments are the caller's tensors: marked not
 // writable, one-shot bufferization writes into a copy instead of updating
@@ -22,6 +23,11 @@ func.func @main(%arg0: tensor<8xf32>, %arg1: tensor<2xf32>) -> tensor<8xf32> {
 // Other functions are not the runtime's entry: untouched.
 // CHECK-LABEL: func.func @helper
 // CHECK-SAME: (%arg0: tensor<8xf32>)
+// With entry=helper, the other way round.
+// HELPER-LABEL: func.func @main
+// HELPER-SAME: (%arg0: tensor<8xf32>, %arg1: tensor<2xf32>)
+// HELPER-LABEL: func.func @helper
+// HELPER-SAME: %arg0: tensor<8xf32> {bufferization.writable = false}
 func.func @helper(%arg0: tensor<8xf32>) -> tensor<8xf32> {
   return %arg0 : tensor<8xf32>
 }

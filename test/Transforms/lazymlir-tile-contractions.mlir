@@ -1,5 +1,8 @@
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions),canonicalize,cse)" | FileCheck %s
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions{fuse-epilogue=0}),canonicalize,cse)" | FileCheck %s --check-prefix=NOEPI
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions{tile-m=4 tile-n=16 tile-k=4}),canonicalize,cse)" | FileCheck %s --check-prefix=SMALL
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions{im2col=0}),canonicalize,cse)" | FileCheck %s --check-prefix=NOIM2COL
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions{vectorize=0}),canonicalize,cse)" | FileCheck %s --check-prefix=NOVEC
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d1)>
@@ -23,11 +26,23 @@
 // CHECK: vector.transfer_write
 // CHECK: tensor.insert_slice {{.*}}[%[[I]], %[[J]]] [8, 32] [1, 1] : tensor<8x32xf32> into tensor<16x64xf32>
 // The tile loops (not the K loop) carry the matmul's size for
-// lazymlir-lower-to-loops, which may run them in parallel.
+// lazymlir-parallelize-tiles, which may run them in parallel.
 // CHECK: } {lazymlir.parallel_tiles = 65536 : i64}
 // CHECK: } {lazymlir.parallel_tiles = 65536 : i64}
 // CHECK-NOT: linalg.generic
 // CHECK: return %[[R]]
+// Smaller tile options give smaller tiles and vectors; without vectorize
+// the tiles stay linalg ops.
+// SMALL-LABEL: func.func @matmul_epilogue
+// SMALL: scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c4
+// SMALL: scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c16
+// SMALL: scf.for {{.*}} step %c4 iter_args({{.*}}) -> (vector<4x16xf32>)
+// SMALL: vector.contract {{.*}} : vector<4x4xf32>, vector<4x16xf32> into vector<4x16xf32>
+// NOVEC-LABEL: func.func @matmul_epilogue
+// NOVEC-NOT: vector.
+// NOVEC: linalg.matmul ins(%{{.+}}, %{{.+}} : tensor<8x8xf32>, tensor<8x32xf32>)
+// NOVEC-NOT: vector.
+// NOVEC: return
 // NOEPI-LABEL: func.func @matmul_epilogue
 // NOEPI: scf.for
 // NOEPI: vector.contract
@@ -85,6 +100,10 @@ func.func @batch_matmul(%arg0: tensor<2x8x16xf32>, %arg1: tensor<2x16x32xf32>) -
 // CHECK-SAME: iterator_types = ["parallel", "parallel", "parallel"]
 // CHECK: scf.for
 // CHECK: vector.contract
+// Without im2col it is left alone.
+// NOIM2COL-LABEL: func.func @conv
+// NOIM2COL: linalg.conv_2d_nchw_fchw
+// NOIM2COL-NEXT: return
 func.func @conv(%arg0: tensor<2x4x10x10xf32>, %arg1: tensor<8x4x3x3xf32>) -> tensor<2x8x8x8xf32> {
   %cst = arith.constant 0.000000e+00 : f32
   %0 = tensor.empty() : tensor<2x8x8x8xf32>

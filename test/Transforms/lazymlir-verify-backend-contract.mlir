@@ -1,4 +1,8 @@
 // RUN: lazymlir-opt %s --allow-unregistered-dialect --split-input-file --verify-diagnostics --lazymlir-verify-backend-contract | FileCheck %s
+// RUN: not lazymlir-opt %s --allow-unregistered-dialect --split-input-file --lazymlir-verify-backend-contract=entry=forward 2>&1 | FileCheck %s --check-prefix=ENTRY
+
+// The entry is looked up by the option's name.
+// ENTRY: error: entry function 'forward' not found
 
 // CHECK-LABEL: func.func @main
 // CHECK-SAME: tensor<2x3xbf16>

@@ -50,7 +50,7 @@ struct CpuPipelineOptions
       *this, "streaming-store-bytes",
       llvm::cl::desc("Elementwise kernels writing at least this many bytes "
                      "store them with aligned non-temporal vector stores "
-                     "(lazymlir-lower-to-loops); 0: never"),
+                     "(lazymlir-streaming-stores); 0: never"),
       llvm::cl::init(16 << 20)};
 };
 

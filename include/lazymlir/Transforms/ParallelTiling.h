@@ -1,8 +1,8 @@
-//===- ParallelTiling.h - the tiling passes' contract with lower-to-loops -===//
+//===- ParallelTiling.h - tiling passes' contract with parallelize-tiles -===//
 //
 // lazymlir-tile-contractions and lazymlir-fuse-row-reductions tile over
-// parallel dimensions and mark the tile loops; lazymlir-lower-to-loops runs
-// marked loops in parallel when they are large and safe.
+// parallel dimensions and mark the tile loops; lazymlir-parallelize-tiles
+// runs marked loops in parallel when they are large and safe.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,7 +18,7 @@ namespace lazymlir {
 /// On the scf.for loops of tiles over parallel dimensions (of a contraction,
 /// lazymlir-tile-contractions; of a row-reduced pass,
 /// lazymlir-fuse-row-reductions): the tiled op's iteration points (i64).
-/// lazymlir-lower-to-loops runs such loops in parallel when large and safe,
+/// lazymlir-parallelize-tiles runs such loops in parallel when large and safe,
 /// and removes the attribute.
 inline constexpr llvm::StringLiteral kParallelTilesAttr =
     "lazymlir.parallel_tiles";

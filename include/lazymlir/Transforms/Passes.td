@@ -176,7 +176,7 @@ def TileContractionsPass
        instead and fusing the contraction into it: each output tile is
        computed, finished and written once; the tile loops are marked
        `lazymlir.parallel_tiles` (with the contraction's iteration points)
-       for lazymlir-lower-to-loops, which may run them in parallel;
+       for lazymlir-parallelize-tiles, which may run them in parallel;
     3. tiles the reduction loops by `tile-k` and vectorizes every tile
        (`vectorize`), leaving vector.contract on small static shapes for the
        vector lowering (outer products, i.e. FMAs on registers).
@@ -226,7 +226,7 @@ def FuseRowReductionsPass
     first. At least one fused op must be a reduction. A tile has the fewest
     rows (a divisor of the first loop's size) whose input slice reaches
     `tile-bytes`, so that it stays in the core's cache; the tile loop is
-    marked `lazymlir.parallel_tiles` for lazymlir-lower-to-loops.
+    marked `lazymlir.parallel_tiles` for lazymlir-parallelize-tiles.
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
@@ -400,6 +400,74 @@ def CountKernelsPass
   ];
 }
 
+def StridedCopiesToLinalgPass
+    : Pass<"lazymlir-strided-copies-to-linalg", "mlir::func::FuncOp"> {
+  let summary = "Rewrite memref.copy between non-contiguous layouts as "
+                "linalg.copy";
+  let description = [{
+    A memref.copy between layouts that are not both contiguous (a pad's
+    interior, a tile written back) would be lowered to a call of MLIR's
+    runtime memrefCopy, which copies element by element on one thread (a
+    third of a conv input gradient's time in the MNIST network). This pass
+    rewrites each such copy of static shape as a linalg.copy, which
+    lazymlir-lower-to-loops (run after it) lowers like any other linalg op:
+    vectorizable loops, parallel when large. Copies between two identity
+    layouts stay memref.copy (a memcpy).
+  }];
+  let dependentDialects = ["mlir::linalg::LinalgDialect"];
+}
+
+def StreamingStoresPass
+    : Pass<"lazymlir-streaming-stores", "mlir::func::FuncOp"> {
+  let summary = "Vectorize elementwise kernels with large outputs with "
+                "aligned non-temporal (streaming) stores";
+  let description = [{
+    Elementwise kernels (bufferized linalg.generic) whose output has at
+    least `min-bytes` bytes are vectorized here, 64 bytes per store, with
+    non-temporal (streaming) stores: such an output is evicted before
+    anything reads it again, and a regular store first reads every line it
+    writes (read for ownership), a third more memory traffic for a
+    two-input kernel. Non-temporal vector stores must be aligned, so the
+    vector nest runs only when the output's address is a multiple of 64
+    (the runtime's buffers are), under an scf.if whose else branch holds the
+    linalg op itself, left for lazymlir-lower-to-loops (run after this
+    pass). The vector nest's outer loops become one scf.parallel when the
+    op has at least `parallel-threshold` iteration points, chosen like
+    lazymlir-lower-to-loops chooses them for the scalar nest.
+
+    The same holds for an elementwise op in a tile loop writing a tile (a
+    subview) of such an output, like softmax's normalizing pass: its tiles
+    stream when the tile starts 64-byte aligned and its rows lie a multiple
+    of 64 bytes apart (4096x1024 softmax: 5-10% faster on 2 threads). A
+    tile loop is recognized by its `lazymlir.parallel_tiles` mark (set by
+    lazymlir-tile-contractions and lazymlir-fuse-row-reductions), so this
+    pass must run before lazymlir-parallelize-tiles, which removes it.
+
+    Eligible: one output, written through the identity map, unit stride
+    along the innermost loop, with an innermost size that 64 bytes' worth
+    of elements divides; every input read either contiguously (unit stride)
+    along the innermost loop or not depending on it (a scalar, broadcast);
+    a body of elementwise ops only (no linalg.index, no read of the output;
+    the scalar llvm.intr.ldexp of lazymlir-approximate-math becomes a call
+    of the overloaded intrinsic on vectors); no i1 memory (vectors of i1 are
+    bit-packed, memory holds bytes).
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect", "mlir::memref::MemRefDialect",
+    "mlir::scf::SCFDialect", "mlir::vector::VectorDialect",
+  ];
+  let options = [
+    Option<"minBytes", "min-bytes", "int64_t", /*default=*/"16777216",
+           "Smallest output (bytes; of the whole buffer for a tile) of an "
+           "elementwise kernel written with non-temporal vector stores; "
+           "0: never">,
+    Option<"parallelThreshold", "parallel-threshold", "int64_t",
+           /*default=*/"0",
+           "Smallest iteration space (points) whose vector nest runs its "
+           "outer loops in parallel; 0: none">,
+  ];
+}
+
 def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
   let summary = "Lower bufferized linalg ops to loops, parallel ones for "
                 "large kernels";
@@ -414,57 +482,59 @@ def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
     whose iterations number 64 (a static schedule then balances), each
     writing disjoint output elements (a parallel dimension indexing every
     output), and never the innermost of several loops, which LLVM
-    vectorizes.
+    vectorizes. A threshold of 0 makes no loop parallel.
 
-    A memref.copy between layouts that are not both contiguous (a pad's
-    interior, a tile written back) is lowered the same way, as a
-    linalg.copy, instead of calling MLIR's runtime memrefCopy, which copies
-    element by element on one thread (a third of a conv input gradient's
-    time in the MNIST network).
-
-    Tile loops (scf.for marked `lazymlir.parallel_tiles` by
-    lazymlir-tile-contractions or lazymlir-fuse-row-reductions with the
-    tiled op's size) become parallel the same way when that size reaches
-    the threshold. Per-tile temporaries that buffer-loop-hoisting moved out
-    of the tile loops (and promote-buffers-to-stack made allocas) would be
-    shared by the threads: each iteration of the parallel loop allocates
-    its own instead (on the heap: allocas would keep the OpenMP lowering's
-    per-iteration alloca scope, which must stay one block). Nests that
-    allocate inside, or use heap scratch allocated outside, stay
-    sequential. The mark is removed either way. A threshold of 0 makes no
-    loop parallel.
-
-    Elementwise kernels whose output has at least `streaming-store-bytes`
-    bytes are vectorized here, 64 bytes per store, with non-temporal
-    (streaming) stores: such an output is evicted before anything reads it
-    again, and a regular store first reads every line it writes (read for
-    ownership), a third more memory traffic for a two-input kernel.
-    Non-temporal vector stores must be aligned, so the vector nest runs only
-    when the output's address is a multiple of 64 (the runtime's buffers
-    are), under an scf.if whose else branch is the ordinary loop nest.
-    The same holds for an elementwise op in a tile loop writing a tile (a
-    subview) of such an output, like softmax's normalizing pass: its tiles
-    stream when the tile starts 64-byte aligned and its rows lie a multiple
-    of 64 bytes apart (4096x1024 softmax: 5-10% faster on 2 threads).
-    Eligible: one output, written through the identity map, unit stride
-    along the innermost loop, with an innermost size that 64 bytes' worth
-    of elements divides; every input read either contiguously (unit stride)
-    along the innermost loop or not depending on it (a scalar, broadcast);
-    a body of elementwise ops only (no linalg.index, no read of the output);
-    no i1 memory (vectors of i1 are bit-packed, memory holds bytes).
+    Tile loops (scf.for marked `lazymlir.parallel_tiles`) are left as they
+    are, mark included, for lazymlir-parallelize-tiles. In the CPU pipeline
+    this pass runs after lazymlir-strided-copies-to-linalg and
+    lazymlir-streaming-stores (which leave linalg ops for it to lower) and
+    before lazymlir-parallelize-tiles.
   }];
   let dependentDialects = ["mlir::scf::SCFDialect",
-                           "mlir::vector::VectorDialect",
                            "mlir::linalg::LinalgDialect"];
   let options = [
     Option<"parallelThreshold", "parallel-threshold", "int64_t",
            /*default=*/"0",
            "Smallest iteration space (points) lowered to parallel loops; "
            "0: none">,
-    Option<"streamingStoreBytes", "streaming-store-bytes", "int64_t",
+  ];
+}
+
+def ParallelizeTilesPass
+    : Pass<"lazymlir-parallelize-tiles", "mlir::func::FuncOp"> {
+  let summary = "Run the outer loops of large tile nests as one parallel "
+                "loop; drop the lazymlir.parallel_tiles marks";
+  let description = [{
+    lazymlir-tile-contractions and lazymlir-fuse-row-reductions mark the
+    scf.for loops of tiles over parallel dimensions `lazymlir.parallel_tiles`
+    with the tiled op's iteration points (i64; ParallelTiling.h): different
+    iterations write disjoint tiles. After bufferization, this pass turns
+    the outer loops of each marked nest whose tiled op has at least
+    `parallel-threshold` points into one scf.parallel (the fewest whose
+    iterations number 64, like lazymlir-lower-to-loops), which the CPU
+    pipeline then turns into an OpenMP parallel loop.
+
+    A nest qualifies from its outermost marked loop down through marked
+    loops without loop-carried values, each the only effectful op of its
+    parent's body. Per-tile temporaries that buffer-loop-hoisting moved out
+    of the tile loops (and promote-buffers-to-stack made allocas) would be
+    shared by the threads: each iteration of the parallel loop allocates
+    its own instead (on the heap: allocas would keep the OpenMP lowering's
+    per-iteration alloca scope, which must stay one block). Nests that
+    allocate inside, or use dynamically sized scratch allocated outside for
+    their use only, stay sequential. The mark is removed from every loop
+    either way (a threshold of 0 makes no loop parallel), so passes that
+    read it (lazymlir-privatize-tile-scratch, lazymlir-streaming-stores)
+    must run before this one. In the CPU pipeline it runs after
+    lazymlir-lower-to-loops.
+  }];
+  let dependentDialects = ["mlir::memref::MemRefDialect",
+                           "mlir::scf::SCFDialect"];
+  let options = [
+    Option<"parallelThreshold", "parallel-threshold", "int64_t",
            /*default=*/"0",
-           "Smallest output (bytes) of an elementwise kernel written with "
-           "non-temporal vector stores; 0: never">,
+           "Smallest tiled op (iteration points) whose tile loops run in "
+           "parallel; 0: none">,
   ];
 }
 
@@ -493,10 +563,10 @@ def OutlineKernelsPass : Pass<"lazymlir-outline-kernels", "mlir::ModuleOp"> {
   let summary = "Outline each loop nest of the entry into a kernel function "
                 "named by its content";
   let description = [{
-    After bufferization and lower-to-loops, the entry function is a
-    sequence of loop nests (kernels) between allocations. Each top-level op
-    of the entry that holds a loop becomes a private function, called in its
-    place: the values it reads from above become arguments (memrefs,
+    After bufferization, lower-to-loops and parallelize-tiles, the entry
+    function is a sequence of loop nests (kernels) between allocations.
+    Each top-level op of the entry that holds a loop becomes a private
+    function, called in its place: the values it reads from above become arguments (memrefs,
     scalars; constants are cloned in, and memref.get_global ops are left in
     the entry and passed, so a kernel references no global). Each kernel is
     named `__lazymlir_k_<hash>`, the SHA-256 of its printed IR (under a

@@ -1,10 +1,14 @@
-// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-lower-to-loops{parallel-threshold=4096 streaming-store-bytes=65536}))" | FileCheck %s
-// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-lower-to-loops{parallel-threshold=4096}))" | FileCheck %s --check-prefix=OFF
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-streaming-stores{min-bytes=65536 parallel-threshold=4096}))" | FileCheck %s
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-streaming-stores{min-bytes=65536}))" | FileCheck %s --check-prefix=SEQ
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-streaming-stores{parallel-threshold=4096}))" | FileCheck %s --check-prefix=OFF
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-streaming-stores{min-bytes=65536 parallel-threshold=4096},lazymlir-lower-to-loops{parallel-threshold=4096}))" | FileCheck %s --check-prefix=LOWERED
 
 // A large elementwise kernel: when the output is 64-byte aligned, a vector
 // nest (16 x f32 per iteration, rows in parallel) with aligned non-temporal
 // stores; the row-broadcast input is a scalar load, broadcast; otherwise the
-// scalar nest. Without the option, only the scalar nest.
+// linalg op, which lazymlir-lower-to-loops lowers as usual. Without a
+// parallel threshold the vector nest is sequential; with the default
+// min-bytes (16 MiB) nothing here streams.
 // CHECK-LABEL: func.func @row_bias_sqrt
 // CHECK: %[[ADDRESS:.+]] = memref.extract_aligned_pointer_as_index %[[OUT:.+]] :
 // CHECK: %[[REM:.+]] = arith.remui %[[ADDRESS]], %{{.+}} : index
@@ -18,8 +22,21 @@
 // CHECK: math.sqrt %{{.+}} : vector<16xf32>
 // CHECK: vector.store %{{.+}}, %[[OUT]][%[[ROW]], %[[COL]]] {alignment = 64 : i64, nontemporal = true} : memref<256x1024xf32>, vector<16xf32>
 // CHECK: } else {
-// CHECK: scf.parallel
-// CHECK: memref.store %{{.+}}, %[[OUT]]
+// CHECK-NEXT: linalg.generic
+// CHECK-SAME: outs(%[[OUT]] : memref<256x1024xf32>)
+// SEQ-LABEL: func.func @row_bias_sqrt
+// SEQ: scf.if
+// SEQ-NOT: scf.parallel
+// SEQ: vector.store {{.*}}nontemporal = true
+// SEQ: } else {
+// LOWERED-LABEL: func.func @row_bias_sqrt
+// LOWERED: scf.if
+// LOWERED: scf.parallel
+// LOWERED: vector.store {{.*}}nontemporal = true
+// LOWERED: } else {
+// LOWERED: scf.parallel
+// LOWERED: memref.store
+// LOWERED-NOT: linalg.generic
 // OFF-LABEL: func.func @row_bias_sqrt
 // OFF-NOT: scf.if
 // OFF-NOT: nontemporal
@@ -108,7 +125,7 @@ func.func @not_streamed(%a: memref<128x1000xf32>, %o1: memref<128x1000xf32>,
 // when it starts 64-byte aligned (the buffer's aligned pointer plus the
 // tile's offset in bytes); its input is a strided tile too.
 // CHECK-LABEL: func.func @row_tiles
-// CHECK: scf.parallel (%[[TILE:.+]]) =
+// CHECK: scf.for %[[TILE:.+]] =
 // CHECK: memref.subview %{{.+}}[%[[TILE]], 0] [16, 1024] [1, 1]
 // CHECK: %[[TILE_OUT:.+]] = memref.subview %{{.+}}[%[[TILE]], 0] [16, 1024] [1, 1]
 // CHECK: %[[BASE:.+]] = memref.extract_aligned_pointer_as_index %[[TILE_OUT]]
@@ -120,6 +137,8 @@ func.func @not_streamed(%a: memref<128x1000xf32>, %o1: memref<128x1000xf32>,
 // CHECK: vector.load %{{.+}} : memref<16x1024xf32, strided<[1024, 1], offset: ?>>, vector<16xf32>
 // CHECK: vector.store %{{.+}}, %[[TILE_OUT]][%{{.+}}, %{{.+}}] {alignment = 64 : i64, nontemporal = true} : memref<16x1024xf32, strided<[1024, 1], offset: ?>>, vector<16xf32>
 // CHECK: } else {
+// CHECK-NEXT: linalg.generic
+// CHECK: } {lazymlir.parallel_tiles = 262144 : i64}
 // OFF-LABEL: func.func @row_tiles
 // OFF-NOT: nontemporal
 #map = affine_map<(d0, d1) -> (d0, d1)>

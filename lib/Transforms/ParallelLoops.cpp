@@ -1,0 +1,86 @@
+//===- ParallelLoops.cpp - loop nests as scf.parallel ---------------------===//
+
+#include "ParallelLoops.h"
+
+#include "mlir/IR/AffineExpr.h"
+
+using namespace mlir;
+
+namespace {
+
+/// Whether iterations of loop `dim` write disjoint output elements: the dim
+/// is parallel and indexes every output directly.
+bool writesDisjointly(linalg::LinalgOp op, unsigned dim) {
+  if (op.getIteratorTypesArray()[dim] != utils::IteratorType::parallel)
+    return false;
+  for (OpOperand &init : op.getDpsInitsMutable()) {
+    AffineMap map = op.getMatchingIndexingMap(&init);
+    if (!llvm::any_of(map.getResults(), [&](AffineExpr e) {
+          return e == getAffineDimExpr(dim, op.getContext());
+        }))
+      return false;
+  }
+  return true;
+}
+
+} // namespace
+
+unsigned lazymlir::leadingParallelDepth(ArrayRef<int64_t> trips) {
+  int64_t iterations = 1;
+  for (auto [depth, trip] : llvm::enumerate(trips)) {
+    iterations *= trip;
+    if (iterations >= kMinParallelIterations)
+      return depth + 1;
+  }
+  return iterations >= 2 ? trips.size() : 0;
+}
+
+bool lazymlir::isLargeKernel(linalg::LinalgOp op, int64_t parallelThreshold) {
+  if (parallelThreshold <= 0 || op.hasDynamicShape())
+    return false;
+  int64_t points = 1;
+  for (int64_t bound : op.getStaticLoopRanges())
+    points *= bound;
+  return points >= parallelThreshold;
+}
+
+unsigned lazymlir::kernelParallelDepth(linalg::LinalgOp op) {
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  unsigned limit = ranges.size() == 1 ? 1 : ranges.size() - 1;
+  unsigned allowed = 0;
+  while (allowed < limit && writesDisjointly(op, allowed))
+    ++allowed;
+  return leadingParallelDepth(ArrayRef(ranges).take_front(allowed));
+}
+
+scf::ParallelOp lazymlir::parallelizeLoopNest(RewriterBase &rewriter,
+                                              ArrayRef<Operation *> loops,
+                                              unsigned depth) {
+  SmallVector<Value> lbs, ubs, steps;
+  for (Operation *loop : loops.take_front(depth)) {
+    auto forOp = cast<scf::ForOp>(loop);
+    lbs.push_back(forOp.getLowerBound());
+    ubs.push_back(forOp.getUpperBound());
+    steps.push_back(forOp.getStep());
+  }
+  auto outer = cast<scf::ForOp>(loops.front());
+  rewriter.setInsertionPoint(outer);
+  auto parallel =
+      scf::ParallelOp::create(rewriter, outer.getLoc(), lbs, ubs, steps);
+  // Each level's ops (index computations, inner bounds) go into the
+  // parallel body in order, the innermost level's whole body last.
+  Operation *insertPoint = parallel.getBody()->getTerminator();
+  for (unsigned level = 0; level < depth; ++level) {
+    auto forOp = cast<scf::ForOp>(loops[level]);
+    rewriter.replaceAllUsesWith(forOp.getInductionVar(),
+                                parallel.getInductionVars()[level]);
+    for (Operation &op : llvm::make_early_inc_range(*forOp.getBody())) {
+      if (&op == forOp.getBody()->getTerminator() ||
+          (level + 1 < depth && &op == loops[level + 1]))
+        continue;
+      rewriter.moveOpBefore(&op, insertPoint);
+    }
+  }
+  rewriter.eraseOp(outer);
+  return parallel;
+}
