@@ -125,8 +125,12 @@ struct OutlineKernelsPass
       symbols.insert(func);
     }
 
+    // The call carries the locations of the whole nest (the frontend's
+    // "aten.<op>" file locations when it kept them: the profiler's origins).
+    SmallVector<Location> locations;
+    nest->walk([&](Operation *op) { locations.push_back(op->getLoc()); });
     b.setInsertionPoint(nest);
-    auto call = func::CallOp::create(b, nest->getLoc(), name,
+    auto call = func::CallOp::create(b, FusedLoc::get(ctx, locations), name,
                                      nest->getResultTypes(), arguments);
     nest->replaceAllUsesWith(call.getResults());
     nest->erase();

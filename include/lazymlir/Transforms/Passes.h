@@ -15,6 +15,11 @@ inline constexpr llvm::StringLiteral kKernelCountAttr = "lazymlir.kernels";
 /// compiles it apart, once per process, under its content-hash name.
 inline constexpr llvm::StringLiteral kOutlinedKernelAttr = "lazymlir.kernel";
 
+/// On the module, from lazymlir-instrument-kernels: one dictionary per timed
+/// kernel call site (kernel, ops, shapes, bytes, flops), by site number.
+inline constexpr llvm::StringLiteral kProfileSitesAttr =
+    "lazymlir.profile_sites";
+
 #define GEN_PASS_DECL
 #include "lazymlir/Transforms/Passes.h.inc"
 

@@ -583,4 +583,32 @@ def OutlineKernelsPass : Pass<"lazymlir-outline-kernels", "mlir::ModuleOp"> {
   ];
 }
 
+def InstrumentKernelsPass
+    : Pass<"lazymlir-instrument-kernels", "mlir::ModuleOp"> {
+  let summary = "Time each kernel call of the entry (the profiler's compile "
+                "mode)";
+  let description = [{
+    Runs after lazymlir-outline-kernels. Each call of the entry to a function
+    with the `lazymlir.kernel` attribute becomes call site number i: it is
+    bracketed by calls to `__lazymlir_profile_begin(i)` and
+    `__lazymlir_profile_end(i)` (i64; declared here, defined by the runtime,
+    which reads a clock in each), and the module gets the attribute
+    `lazymlir.profile_sites`, an array whose i-th dictionary describes site
+    i: `kernel` (the callee), `ops` (the ops named by the call's location: each
+    FileLineColLoc whose file name is `op:<name>`; the Python frontend gives
+    every op it emits the location of the aten op it came from in that form,
+    and lazymlir-outline-kernels gives the call the fused locations of the
+    nest), `shapes` (the operand types),
+    `bytes` (the sizes of the static memref operands) and `flops` (an
+    estimate: each floating-point arith/math op of the callee, times the
+    trip counts of the loops around it that have constant bounds, times its
+    vector lanes; two for an FMA). Kernels themselves are not changed, so
+    they stay the same compiled code as without the profiler.
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"main\"",
+           "Function whose kernel calls are timed">,
+  ];
+}
+
 #endif // LAZYMLIR_TRANSFORMS_PASSES
