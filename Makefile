@@ -13,12 +13,18 @@ STAMPS := .stamps
 pip_install = set -o pipefail; $(VPY) -m pip install -q $(1) 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
 NATIVE_SOURCES := $(shell find CMakeLists.txt include lib tools python test -name '*.cpp' -o -name '*.h' -o -name '*.td' -o -name 'CMakeLists.txt' -o -name '*.in' 2>/dev/null) pyproject.toml
 
-.PHONY: all demo test check-lit check-python conformance deps build clean
+.PHONY: all demo bench test check-lit check-python conformance deps build clean
 
 all: build
 
 demo: build
 	$(VPY) examples/mnist.py
+
+# The benchmark suite: lazymlir against eager, torch.compile and torch._lazy,
+# one table on stdout, build/bench/latest.json and latest.png (bench/suite.py;
+# BENCH_ARGS=--no-compile skips torch.compile's slow gcc builds).
+bench: build
+	$(VPY) bench/suite.py $(BENCH_ARGS)
 
 test: build
 	@set -o pipefail; status=0; \

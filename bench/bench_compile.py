@@ -36,77 +36,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # Models (built in the child process)
 
 def _lm(layers):
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
+    from lazymlir.testing import transformer_lm
 
-    class Block(nn.Module):
-        def __init__(self, d, heads):
-            super().__init__()
-            self.heads = heads
-            self.ln1 = nn.LayerNorm(d)
-            self.qkv = nn.Linear(d, 3 * d)
-            self.proj = nn.Linear(d, d)
-            self.ln2 = nn.LayerNorm(d)
-            self.fc1 = nn.Linear(d, 4 * d)
-            self.fc2 = nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            b, t, d = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-            q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
-    class LM(nn.Module):
-        def __init__(self, vocab=1000, d=128, heads=4, seq=64):
-            super().__init__()
-            self.tok = nn.Embedding(vocab, d)
-            self.pos = nn.Embedding(seq, d)
-            self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
-            self.ln = nn.LayerNorm(d)
-            self.head = nn.Linear(d, vocab)
-
-        def forward(self, ids, labels):
-            t = ids.shape[1]
-            x = self.tok(ids) + self.pos(torch.arange(t, device=ids.device))
-            for block in self.blocks:
-                x = block(x)
-            logits = self.head(self.ln(x))
-            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
-
-    model = LM()
-
-    def batch(device):
-        ids = torch.randint(0, 1000, (4, 64))
-        return (ids.to(device), ids.to(device))
-
-    return model, batch, lambda m, b: m(*b), "adamw"
+    return (*transformer_lm(layers), "adamw")
 
 
 def _hf(kind):
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, T5Config, T5ForConditionalGeneration
+    from lazymlir.testing import hf_model
 
-    if kind == "bert":
-        cfg = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         intermediate_size=512, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                         attention_probs_dropout_prob=0.0)
-        model = BertForSequenceClassification(cfg)
-
-        def batch(device):
-            return (torch.randint(0, 1000, (4, 64)).to(device), torch.randint(0, 2, (4,)).to(device))
-
-        return model, batch, lambda m, b: m(input_ids=b[0], labels=b[1]).loss, "adamw"
-    cfg = T5Config(vocab_size=1000, d_model=128, d_kv=32, d_ff=512, num_layers=2, num_decoder_layers=2,
-                   num_heads=4, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
-    model = T5ForConditionalGeneration(cfg)
-
-    def batch(device):
-        return (torch.randint(1, 1000, (4, 64)).to(device), torch.randint(1, 1000, (4, 64)).to(device))
-
-    return model, batch, lambda m, b: m(input_ids=b[0], labels=b[1]).loss, "adamw"
+    return (*hf_model(kind), "adamw")
 
 
 def _mnist():

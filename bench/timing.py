@@ -32,13 +32,20 @@ def median_seconds(fn, repeats):
     return statistics.median(samples)
 
 
-def interleaved_median_seconds(fns, repeats):
-    """Median wall time of each of `fns` (a dict name -> callable) over
-    `repeats` rounds, each round calling every fn once in turn, after two
-    warm-up rounds. On a shared machine whose load drifts, interleaving gives
-    every variant the same conditions, so their ratios are fair. Timed after
-    WARMUP warm-up rounds and settle()."""
-    for _ in range(WARMUP):
+class Elapsed(float):
+    """Seconds a benchmarked callable measured itself (e.g. the tracing part
+    of a step only): when a callable timed by :func:`interleaved_samples`
+    returns one, it is the sample instead of the call's wall time."""
+
+
+def interleaved_samples(fns, repeats, warmup=WARMUP):
+    """Wall times (seconds) of each of `fns` (a dict name -> callable) over
+    `repeats` rounds, each round calling every fn once in turn, after
+    `warmup` warm-up rounds and settle(): a dict name -> list of samples. On
+    a shared machine whose load drifts, interleaving gives every variant the
+    same conditions, so their ratios are fair. A callable that returns an
+    :class:`Elapsed` reports its own sample."""
+    for _ in range(warmup):
         for fn in fns.values():
             fn()
     settle()
@@ -46,6 +53,14 @@ def interleaved_median_seconds(fns, repeats):
     for _ in range(repeats):
         for name, fn in fns.items():
             t0 = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(s) for name, s in samples.items()}
+            result = fn()
+            elapsed = time.perf_counter() - t0
+            samples[name].append(float(result) if isinstance(result, Elapsed) else elapsed)
+    return samples
+
+
+def interleaved_median_seconds(fns, repeats):
+    """Median wall time of each of `fns` (a dict name -> callable) over
+    `repeats` rounds, each round calling every fn once in turn (see
+    :func:`interleaved_samples`), after WARMUP warm-up rounds and settle()."""
+    return {name: statistics.median(s) for name, s in interleaved_samples(fns, repeats).items()}

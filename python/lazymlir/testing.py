@@ -66,3 +66,97 @@ def train_step(model, optimizer, x, y, device, loss_fn=F.nll_loss):
     if device == "lazy":
         mark_step()
     return loss
+
+
+def transformer_lm(layers, vocab=1000, d=128, heads=4, seq=64, batch=4):
+    """A GPT-style torch.nn language model: token and position embeddings,
+    ``layers`` pre-norm blocks (causal SDPA attention, GELU MLP of width
+    4*d), a final layer norm and an LM head, cross-entropy loss. Returns
+    ``(model, batch, loss)``: ``batch(device)`` draws ``(ids, labels)`` of
+    shape (batch, seq) on ``device``; ``loss(model, batch)`` is the scalar
+    training loss."""
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(d)
+            self.qkv = nn.Linear(d, 3 * d)
+            self.proj = nn.Linear(d, d)
+            self.ln2 = nn.LayerNorm(d)
+            self.fc1 = nn.Linear(d, 4 * d)
+            self.fc2 = nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d)
+            self.pos = nn.Embedding(seq, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln = nn.LayerNorm(d)
+            self.head = nn.Linear(d, vocab)
+
+        def forward(self, ids, labels):
+            t = ids.shape[1]
+            x = self.tok(ids) + self.pos(torch.arange(t, device=ids.device))
+            for block in self.blocks:
+                x = block(x)
+            logits = self.head(self.ln(x))
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+    def make_batch(device):
+        ids = torch.randint(0, vocab, (batch, seq))
+        return (ids.to(device), ids.to(device))
+
+    return LM(), make_batch, lambda m, b: m(*b)
+
+
+def hf_model(kind, vocab=1000, hidden=128, layers=2, heads=4, intermediate=512, seq=64, batch=4):
+    """A Hugging Face ``transformers`` model built from a config with random
+    weights (no download), dropout off: ``kind`` "bert"
+    (BertForSequenceClassification, an encoder), "gpt2" (GPT2LMHeadModel, a
+    causal decoder; its MLP is 4*hidden wide) or "t5"
+    (T5ForConditionalGeneration, ``layers`` encoder and decoder layers).
+    Returns ``(model, batch, loss)`` like :func:`transformer_lm`."""
+    import transformers
+
+    if kind == "bert":
+        cfg = transformers.BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                                      num_attention_heads=heads, intermediate_size=intermediate,
+                                      max_position_embeddings=max(128, seq), hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=0.0)
+        model = transformers.BertForSequenceClassification(cfg)
+
+        def make_batch(device):
+            return (torch.randint(0, vocab, (batch, seq)).to(device), torch.randint(0, 2, (batch,)).to(device))
+
+        return model, make_batch, lambda m, b: m(input_ids=b[0], labels=b[1]).loss
+    if kind == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads,
+                                      n_positions=max(128, seq), resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                      use_cache=False)
+        model = transformers.GPT2LMHeadModel(cfg)
+
+        def make_batch(device):
+            ids = torch.randint(0, vocab, (batch, seq))
+            return (ids.to(device),)
+
+        return model, make_batch, lambda m, b: m(input_ids=b[0], labels=b[0]).loss
+    if kind == "t5":
+        cfg = transformers.T5Config(vocab_size=vocab, d_model=hidden, d_kv=hidden // heads, d_ff=intermediate,
+                                    num_layers=layers, num_decoder_layers=layers, num_heads=heads, dropout_rate=0.0,
+                                    decoder_start_token_id=0, pad_token_id=0)
+        model = transformers.T5ForConditionalGeneration(cfg)
+
+        def make_batch(device):
+            return (torch.randint(1, vocab, (batch, seq)).to(device), torch.randint(1, vocab, (batch, seq)).to(device))
+
+        return model, make_batch, lambda m, b: m(input_ids=b[0], labels=b[1]).loss
+    raise ValueError(f"unknown Hugging Face model kind {kind!r}: bert, gpt2 or t5")

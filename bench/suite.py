@@ -1,0 +1,813 @@
+"""The benchmark suite (`make bench`): lazymlir against eager PyTorch,
+torch.compile (inductor) and torch._lazy (TorchScript backend), measured in
+the same run, per workload; one table on stdout, JSON and a PNG chart.
+
+    python bench/suite.py [--smoke] [--no-compile] [--no-ltc] [--only NAMES] [--out DIR]
+
+Workloads (float32; --smoke: tiny sizes, 3 rounds, no torch.compile nor
+torch._lazy, for `make test`):
+  bert, gpt2, lm2   training steps (AdamW) of a 2-layer BERT encoder
+                    (BertForSequenceClassification), a 2-layer GPT-2
+                    (GPT2LMHeadModel), both from configs with random weights,
+                    hidden 128, 4 heads, MLP 512, vocab 1000, and a 2-layer
+                    torch.nn LM (causal SDPA, GELU MLP): batch 4 x 64 tokens
+  mnist, mlp        training steps (Adadelta, batch 64) of the tutorial's
+                    MNIST CNN and of an MLP 784-256-10
+  chain, softmax, layernorm, matmul_512/1024/2048, resnet_block
+                    one forward graph each: 10 elementwise ops on 4M
+                    elements, softmax and layer norm over 4096x1024, N x N
+                    matmuls, a ResNet BasicBlock (64 channels, 8x64x56x56,
+                    eval, no_grad)
+  trace_overhead    us per recorded op (x * c + d on 16 elements); eager: us
+                    per executed op
+  compile_{cold,warm}_{mnist,lm2}
+                    wall time of the first 2 training steps in a fresh
+                    process: cold with empty disk caches (LAZYMLIR_CACHE_DIR,
+                    TORCHINDUCTOR_CACHE_DIR), warm in a second process on the
+                    caches the cold one filled; the eager cell is the same 2
+                    steps run eagerly in the lazymlir process after its own
+
+How it measures: per workload, eager, torch.compile and lazymlir run in this
+process and are timed interleaved, round by round (bench/timing.py: warm-up
+rounds, settle() for lazymlir's background recompiles, then the median over
+rounds); a training call is 2 steps and one wait, reported per step. A
+lazymlir step is what a user pays on a cache hit: trace, hash, run, wait.
+torch._lazy claims the "lazy" device as lazymlir does, so it runs in a child
+process per workload (timed there after the same warm-up; its cell says
+"crash", "error" or "timeout" where it does). torch.compile compiles the
+forward and the loss (AOTAutograd gives it the backward); the optimizer step
+runs eagerly. Every peer's outputs (forward) or losses (the first 2 training
+steps, with dropout off: MNIST is checked in eval mode) are compared with
+eager's once; a peer whose result differs shows "wrong" instead of a time.
+Each lazymlir row says whether its graphs compiled (lazymlir.metrics: a
+compile or cache hit, no CompileFallback, EagerGraph or eager aten:: op).
+
+Targets (issue 18): transformer steps <= 1.0x eager and <= 1.2x
+torch.compile; MNIST <= 0.8x eager and torch.compile; microbenchmarks
+(chain, softmax, layer norm, matmul 512/2048) <= 1.5x eager; matmul 1024 at
+>= 70% of eager's GFLOP/s; lm2's first 2 steps <= 5 s cold and <= 1 s warm
+(issue 16).
+"""
+
+import argparse
+import datetime
+import fnmatch
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import timing  # noqa: E402
+
+PEERS = ("eager", "torch.compile", "torch._lazy", "lazymlir")
+IN_PROCESS = ("eager", "torch.compile", "lazymlir")
+TRAIN_STEPS_PER_CALL = 2
+LTC_TIMEOUT_S = 300
+COMPILE_TIMEOUT_S = 600
+
+
+# ---------------------------------------------------------------------------
+# Peers
+
+_TESTING = None
+
+
+def testing():
+    """lazymlir.testing (the shared models). In a torch._lazy child it is
+    loaded from its file without importing the lazymlir package, whose import
+    registers lazymlir's own "lazy" device."""
+    global _TESTING
+    if _TESTING is None:
+        if os.environ.get("_LAZYMLIR_SUITE_LTC"):
+            path = os.path.join(importlib.util.find_spec("lazymlir").submodule_search_locations[0], "testing.py")
+            pkg = types.ModuleType("_suite_shim")
+            pkg.__path__ = []
+            tensor = types.ModuleType("_suite_shim.tensor")
+            tensor.mark_step = lambda: None
+            sys.modules.update({"_suite_shim": pkg, "_suite_shim.tensor": tensor})
+            spec = importlib.util.spec_from_file_location("_suite_shim.testing", path)
+            _TESTING = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(_TESTING)
+        else:
+            _TESTING = importlib.import_module("lazymlir.testing")
+    return _TESTING
+
+
+class Peer:
+    """Where a workload runs: the device its tensors live on, how a step ends
+    (mark_step) and how to wait for it, and how its functions are wrapped."""
+
+    def __init__(self, name):
+        self.name = name
+        self.device = "cpu"
+        self.mark = self.wait = lambda: None
+        if name == "lazymlir":
+            import lazymlir
+
+            self.device, self.mark, self.wait = "lazy", lazymlir.mark_step, lazymlir.wait_device_ops
+        elif name == "torch._lazy":
+            ltc = importlib.import_module("torch._lazy")
+            importlib.import_module("torch._lazy.ts_backend").init()
+            self.device, self.mark, self.wait = "lazy", ltc.mark_step, ltc.wait_device_ops
+
+    def wrap(self, fn):
+        return torch.compile(fn) if self.name == "torch.compile" else fn
+
+
+# ---------------------------------------------------------------------------
+# Workloads. setup(peer) builds the workload on the peer, runs it once (the
+# check: outputs or losses, as CPU tensors) and returns (run, outputs); run()
+# is one timed call.
+
+class Workload:
+    def __init__(self, name, label, unit, setup, kind="step", per_call=1, scale=1e3, target=None,
+                 flops=None, peers=PEERS):
+        self.name, self.label, self.unit, self.setup, self.kind = name, label, unit, setup, kind
+        self.per_call, self.scale, self.target, self.flops, self.peers = per_call, scale, target, flops, peers
+
+
+def train_setup(make, optimizer, eval_check=False):
+    """A training step: ``make()`` -> (model, batch(device), loss(model, batch))."""
+
+    def setup(peer):
+        torch.manual_seed(0)
+        model, batch, loss_fn = make()
+        torch.manual_seed(1)
+        batches = [batch("cpu") for _ in range(2)]
+        model = model.to(peer.device)
+        batches = [tuple(t.to(peer.device) for t in b) for b in batches]
+        opt = OPTIMIZERS[optimizer](model.parameters())
+        loss_of = peer.wrap(loss_fn)
+
+        def step(b):
+            opt.zero_grad(set_to_none=True)
+            loss = loss_of(model, b)
+            loss.backward()
+            opt.step()
+            peer.mark()
+            return loss
+
+        if eval_check:  # dropout off: the same losses on every peer
+            model.eval()
+        losses = [step(b) for b in batches]
+        peer.wait()
+        losses = Losses(torch.tensor(float(l.detach())) for l in losses)
+        model.train()
+        count = [0]
+
+        def run():
+            for _ in range(TRAIN_STEPS_PER_CALL):
+                loss = step(batches[count[0] % 2])
+                count[0] += 1
+            peer.wait()
+            return loss
+
+        return run, losses
+
+    return setup
+
+
+class Losses(list):
+    """The losses of consecutive training steps (checked with a looser
+    tolerance after the first)."""
+
+    after_step = True
+
+
+OPTIMIZERS = {"adamw": lambda p: torch.optim.AdamW(p, lr=1e-3), "adadelta": lambda p: torch.optim.Adadelta(p, lr=1.0)}
+
+
+def forward_setup(make, no_grad=False):
+    """One forward graph: ``make(device)`` -> (fn, args on device)."""
+
+    def setup(peer):
+        torch.manual_seed(0)
+        fn, args = make(peer.device)
+        fn = peer.wrap(fn)
+
+        def run():
+            if no_grad:
+                with torch.no_grad():
+                    out = fn(*args)
+            else:
+                out = fn(*args)
+            peer.mark()
+            peer.wait()
+            return out
+
+        return run, [run().cpu()]
+
+    return setup
+
+
+def trace_setup(n_ops):
+    def setup(peer):
+        torch.manual_seed(0)
+        x = torch.randn(16).to(peer.device)
+        peer.mark()
+
+        def chain():
+            y = x
+            for _ in range(n_ops):
+                y = y * 1.0001 + 0.5
+            return y
+
+        def run():
+            t0 = time.perf_counter()
+            y = chain()
+            elapsed = time.perf_counter() - t0
+            peer.mark()
+            peer.wait()
+            run.out = y
+            return timing.Elapsed(elapsed / (2 * n_ops))
+
+        run()
+        return run, [run.out.cpu()]
+
+    return setup
+
+
+def _classifier(model_fn, batch, in_shape):
+    def make():
+        model = model_fn()
+
+        def make_batch(device):
+            return (torch.randn(batch, *in_shape).to(device), torch.randint(0, 10, (batch,)).to(device))
+
+        return model, make_batch, lambda m, b: F.nll_loss(m(b[0]), b[1])
+
+    return make
+
+
+def mlp_model():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10), nn.LogSoftmax(1))
+
+
+def chain_fn(x, y):
+    # 10 ops: mul, add, relu, mul, sub, abs, add, sqrt, mul, sigmoid (bench_fusion.py's chain)
+    return torch.sigmoid((((x * 2.0 + 1.0).relu() * y - 0.5).abs() + 1.0).sqrt() * 3.0)
+
+
+def _tensors(*shapes):
+    return lambda device: [torch.randn(*s).to(device) for s in shapes]
+
+
+def _fn_args(fn, *shapes):
+    return lambda device: (fn, _tensors(*shapes)(device))
+
+
+def _layernorm(d):
+    def make(device):
+        w, b = torch.randn(d), torch.randn(d)
+        x = torch.randn(SIZES["rows"], d)
+        w, b, x = w.to(device), b.to(device), x.to(device)
+        return (lambda x, w, b: F.layer_norm(x, (d,), w, b)), [x, w, b]
+
+    return make
+
+
+def _resnet(c, shape):
+    def make(device):
+        block = testing().BasicBlock(c).eval()
+        with torch.no_grad():
+            for bn in (block.bn1, block.bn2):
+                bn.running_mean.uniform_(-0.5, 0.5)
+                bn.running_var.uniform_(0.5, 1.5)
+        x = torch.randn(*shape)
+        return block.to(device), [x.to(device)]
+
+    return make
+
+
+SIZES = {}
+
+TRANSFORMER_TARGET = (("eager", 1.0), ("torch.compile", 1.2))
+MNIST_TARGET = (("eager", 0.8), ("torch.compile", 0.8))
+MICRO_TARGET = (("eager", 1.5),)
+
+
+def workloads(smoke):
+    if smoke:
+        tf = dict(vocab=100, hidden=32, layers=2, heads=2, intermediate=64, seq=16, batch=2)
+        lm = dict(vocab=100, d=32, heads=2, seq=16, batch=2)
+        batch, n, rows, d, mm, res, ops = 8, 64 * 1024, 64, 256, (32, 64, 128), (8, (2, 8, 16, 16)), 100
+    else:
+        tf = dict(vocab=1000, hidden=128, layers=2, heads=4, intermediate=512, seq=64, batch=4)
+        lm = dict(vocab=1000, d=128, heads=4, seq=64, batch=4)
+        batch, n, rows, d, mm, res, ops = 64, 4 * 1024 * 1024, 4096, 1024, (512, 1024, 2048), (64, (8, 64, 56, 56)), 1000
+    SIZES["rows"] = rows
+    T = testing
+    ms = "ms/step"
+    w = [
+        Workload("bert", f"BERT train step (h{tf['hidden']})", ms,
+                 train_setup(lambda: T().hf_model("bert", **tf), "adamw"), per_call=TRAIN_STEPS_PER_CALL,
+                 target=TRANSFORMER_TARGET),
+        Workload("gpt2", f"GPT-2 train step (h{tf['hidden']})", ms,
+                 train_setup(lambda: T().hf_model("gpt2", **tf), "adamw"), per_call=TRAIN_STEPS_PER_CALL,
+                 target=TRANSFORMER_TARGET),
+        Workload("lm2", f"2-layer LM train step (d{lm['d']})", ms,
+                 train_setup(lambda: T().transformer_lm(2, **lm), "adamw"), per_call=TRAIN_STEPS_PER_CALL,
+                 target=TRANSFORMER_TARGET),
+        Workload("mnist", f"MNIST CNN train step (b{batch})", ms,
+                 train_setup(_classifier(lambda: T().MnistNet(), batch, (1, 28, 28)), "adadelta", eval_check=True),
+                 per_call=TRAIN_STEPS_PER_CALL, target=MNIST_TARGET),
+        Workload("mlp", f"MLP 784-256-10 train step (b{batch})", ms,
+                 train_setup(_classifier(mlp_model, batch, (1, 28, 28)), "adadelta"), per_call=TRAIN_STEPS_PER_CALL),
+        Workload("chain", f"elementwise chain (10 ops, {n // 1024}K)", "ms",
+                 forward_setup(_fn_args(chain_fn, (n,), (n,))), target=MICRO_TARGET),
+        Workload("softmax", f"softmax {rows}x{d}", "ms",
+                 forward_setup(_fn_args(lambda x: torch.softmax(x, dim=-1), (rows, d))), target=MICRO_TARGET),
+        Workload("layernorm", f"layer norm {rows}x{d}", "ms", forward_setup(_layernorm(d)), target=MICRO_TARGET),
+    ]
+    for name, size in zip(("matmul_512", "matmul_1024", "matmul_2048"), mm):
+        target = (("eager", 1 / 0.7),) if name == "matmul_1024" else MICRO_TARGET
+        w.append(Workload(name, f"matmul {size}x{size}", "ms",
+                          forward_setup(_fn_args(lambda a, b: a @ b, (size, size), (size, size))),
+                          target=target, flops=2 * size ** 3))
+    w.append(Workload("resnet_block", f"ResNet block {'x'.join(map(str, res[1]))}", "ms",
+                      forward_setup(_resnet(*res), no_grad=True)))
+    w.append(Workload("trace_overhead", f"trace overhead ({2 * ops} ops)", "us/op", trace_setup(ops), kind="trace",
+                      scale=1e6, peers=("eager", "torch._lazy", "lazymlir")))
+    for model in ("mnist", "lm2"):
+        for phase in ("cold", "warm"):
+            target = None
+            if model == "lm2" and not smoke:
+                target = (("abs", 5.0 if phase == "cold" else 1.0),)
+            w.append(Workload(f"compile_{phase}_{model}", f"{phase} compile: {model}, first 2 steps", "s",
+                              None, kind="compile", scale=1.0, target=target))
+    return w
+
+
+def compile_model(name, smoke):
+    """(make, optimizer, dropout) of a model the compile rows measure."""
+    if name == "mnist":
+        return _classifier(lambda: testing().MnistNet(), 8 if smoke else 64, (1, 28, 28)), "adadelta", True
+    lm = dict(vocab=100, d=32, heads=2, seq=16, batch=2) if smoke else {}
+    return (lambda: testing().transformer_lm(2, **lm)), "adamw", False
+
+
+# ---------------------------------------------------------------------------
+# Checks
+
+def check(outputs, expected):
+    """None if ``outputs`` match eager's ``expected``, else what differs.
+    Tolerance: 1e-3 of the largest magnitude; a training step's second loss
+    (after a backward and an optimizer step, which amplify rounding
+    differences: Adadelta at lr 1 moves inductor's MNIST loss by 0.6%) 2e-2."""
+    if len(outputs) != len(expected):
+        return "wrong number of outputs"
+    for i, (out, ref) in enumerate(zip(outputs, expected)):
+        rtol = 2e-2 if getattr(expected, "after_step", False) and i > 0 else 1e-3
+        out, ref = out.detach().float(), ref.detach().float()
+        if out.shape != ref.shape:
+            return f"shape {tuple(out.shape)} != {tuple(ref.shape)}"
+        if not torch.isfinite(out).all() and torch.isfinite(ref).all():
+            return "non-finite values"
+        diff = (out - ref).abs().max().item() if out.numel() else 0.0
+        if not diff <= rtol * max(1.0, ref.abs().max().item()):
+            return f"max abs diff {diff:.3g}"
+    return None
+
+
+def lazymlir_compiled():
+    """'compiled', or why not, from lazymlir.metrics since the last reset."""
+    from lazymlir import metrics
+
+    fallen = [c for c in ("CompileFallback", "EagerGraph") if metrics.counter_value(c)]
+    fallen += metrics.executed_fallback_ops()
+    if fallen:
+        return "fell back: " + ",".join(fallen)
+    if not metrics.counter_value("UncachedCompile") + metrics.counter_value("CachedCompile"):
+        return "fell back: nothing compiled"
+    return "compiled"
+
+
+# ---------------------------------------------------------------------------
+# Children: torch._lazy per workload, and first steps in fresh processes.
+
+def _child(args, timeout, env=None):
+    """Run this script with ``args``; its result is the JSON after 'RESULT '."""
+    cmd = [sys.executable, os.path.abspath(__file__)] + args
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": "timeout"}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    if proc.returncode < 0:
+        return {"error": f"crash (signal {-proc.returncode})", "log": proc.stderr[-2000:]}
+    last = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    return {"error": "crash" if not last else "error: " + last[-1][:60], "log": proc.stderr[-2000:]}
+
+
+def ltc_child(name, smoke, repeats):
+    """In a child process: the workload on torch._lazy, checked against eager."""
+    w = {x.name: x for x in workloads(smoke)}[name]
+    _, expected = w.setup(Peer("eager"))
+    run, outputs = w.setup(Peer("torch._lazy"))
+    wrong = check(outputs, expected)
+    samples = []
+    t0 = time.perf_counter()
+    run()
+    warmup = timing.WARMUP
+    if time.perf_counter() - t0 > 0.5:  # slow here (BERT: ~3 s a step): fewer rounds
+        warmup, repeats = 1, min(repeats, 3)
+    for _ in range(warmup):
+        run()
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        r = run()
+        elapsed = time.perf_counter() - t0
+        samples.append((float(r) if isinstance(r, timing.Elapsed) else elapsed) / w.per_call)
+    print("RESULT " + json.dumps({"samples": samples, "wrong": wrong}), flush=True)
+
+
+def first_steps_child(model_name, peer_name, smoke):
+    """In a fresh process: wall time of the first 2 training steps on the peer
+    (trace, compile, run, wait), then the same steps eagerly (the reference
+    and the check)."""
+    make, optimizer, dropout = compile_model(model_name, smoke)
+    if peer_name == "lazymlir":
+        from lazymlir import metrics  # imported before the clock starts, like torch
+
+    def first_steps(peer):
+        torch.manual_seed(0)
+        model, batch, loss_fn = make()
+        torch.manual_seed(1)
+        batches = [batch("cpu") for _ in range(2)]
+        t0 = time.perf_counter()
+        model = model.to(peer.device).train()
+        opt = OPTIMIZERS[optimizer](model.parameters())
+        loss_of = peer.wrap(loss_fn)
+        losses = []
+        for b in batches:
+            b = tuple(t.to(peer.device) for t in b)
+            opt.zero_grad(set_to_none=True)
+            loss = loss_of(model, b)
+            loss.backward()
+            opt.step()
+            peer.mark()
+            losses.append(loss)
+        peer.wait()
+        losses = [float(l.detach()) for l in losses]
+        return time.perf_counter() - t0, losses
+
+    peer = Peer(peer_name)
+    seconds, losses = first_steps(peer)
+    result = {"seconds": seconds, "losses": losses}
+    if peer_name == "lazymlir":
+        result["compiled"] = lazymlir_compiled()
+        result["disk_hits"] = metrics.counter_value("DiskCacheHit")
+        result["graphs_compiled"] = metrics.compile_report()["graphs"]
+    if peer_name != "eager":
+        result["eager_seconds"], eager_losses = first_steps(Peer("eager"))
+        # With dropout the losses cannot match: only a loose sanity check.
+        rtol = 0.25 if dropout else 1e-3
+        bad = [(a, b) for a, b in zip(losses, eager_losses) if not abs(a - b) <= rtol * max(1.0, abs(b))]
+        result["wrong"] = f"losses {losses} vs eager {eager_losses}" if bad else None
+        result["check"] = "loose (dropout on)" if dropout else "losses"
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# ---------------------------------------------------------------------------
+# Measurement
+
+def cell_of(peer_result):
+    return peer_result.get("cell") or "-"
+
+
+def short(error):
+    """A table cell for a child's error: 'crash', 'error' or 'timeout'."""
+    return error.split(":")[0].split(" (")[0]
+
+
+def measure_steps(w, peers, repeats):
+    """In-process peers timed interleaved; torch._lazy in a child."""
+    results = {}
+    runs = {}
+    expected = None
+    for name in [p for p in IN_PROCESS if p in peers]:
+        if name == "lazymlir":
+            from lazymlir import metrics
+
+            metrics.reset()
+        try:
+            run, outputs = w.setup(Peer(name))
+        except Exception as e:  # a peer that cannot run the workload
+            results[name] = {"cell": "error", "error": f"{type(e).__name__}: {str(e)[:500]}"}
+            continue
+        if name == "eager":
+            expected = outputs
+            results[name] = {}
+        else:
+            wrong = check(outputs, expected) if expected is not None else "no eager reference"
+            results[name] = {"wrong": wrong} if wrong else {}
+        runs[name] = run
+    samples = timing.interleaved_samples(runs, repeats, warmup=2 if SMOKE else timing.WARMUP) if runs else {}
+    for name, s in samples.items():
+        s = [x / w.per_call for x in s]
+        results[name].update(samples=s, median=statistics.median(s))
+    if "lazymlir" in results:
+        results["lazymlir"]["compiled"] = lazymlir_compiled()
+    del runs
+    if "torch.compile" in peers:
+        torch._dynamo.reset()
+    if "torch._lazy" in peers:
+        r = _child(["--ltc-child", w.name, "--repeats", str(repeats)] + (["--smoke"] if SMOKE else []), LTC_TIMEOUT_S)
+        if "error" in r:
+            results["torch._lazy"] = {"cell": short(r["error"]), "error": r.get("log", r["error"])}
+        else:
+            results["torch._lazy"] = {"samples": r["samples"], "median": statistics.median(r["samples"])}
+            if r["wrong"]:
+                results["torch._lazy"]["wrong"] = r["wrong"]
+    return results
+
+
+def measure_compile(w, peers, cache_dirs):
+    """One fresh process per peer; cold and warm share cache directories."""
+    _, phase, model = w.name.split("_", 2)
+    results = {}
+    for name in [p for p in PEERS if p in peers and p != "eager"]:
+        cache = cache_dirs.setdefault((model, name), tempfile.mkdtemp(prefix=f"lazymlir-bench-{model}-"))
+        env = dict(os.environ, LAZYMLIR_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"))
+        r = _child(["--first-steps-child", model, name] + (["--smoke"] if SMOKE else []), COMPILE_TIMEOUT_S, env)
+        if "error" in r:
+            results[name] = {"cell": short(r["error"]), "error": r.get("log", r["error"])}
+            continue
+        results[name] = {"samples": [r["seconds"]], "median": r["seconds"], "check": r.get("check")}
+        if r.get("wrong"):
+            results[name]["wrong"] = r["wrong"]
+        if name == "lazymlir":
+            results[name]["compiled"] = r["compiled"] + (f", {r['disk_hits']} disk hits" if phase == "warm" else "")
+            results[name]["disk_hits"] = r["disk_hits"]
+            results["eager"] = {"samples": [r["eager_seconds"]], "median": r["eager_seconds"],
+                                "note": "the same steps run eagerly in the lazymlir process, after its own"}
+    return results
+
+
+def machine_info(smoke):
+    model = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+            flags = open("/proc/cpuinfo").read()
+        isa = [f for f in ("avx512f", "avx2", "fma") if f" {f}" in flags]
+    except OSError:
+        isa = []
+    torch.manual_seed(0)
+    n = (8 if smoke else 64) * 1024 * 1024
+    src, dst = torch.randn(n), torch.empty(n)
+    size = 512 if smoke else 2048
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    samples = timing.interleaved_samples({"copy": lambda: dst.copy_(src), "mm": lambda: a @ b},
+                                         3 if smoke else 10, warmup=2)
+    copy_s, mm_s = statistics.median(samples["copy"]), statistics.median(samples["mm"])
+    return {
+        "cpu": model, "isa": isa, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__, "python": platform.python_version(),
+        "bandwidth_gbs": 2 * n * 4 / copy_s / 1e9,
+        "bandwidth_how": f"eager dst.copy_(src) of {n * 4 >> 20} MB fp32, read + write counted, median",
+        "matmul_gflops": 2 * size ** 3 / mm_s / 1e9,
+        "matmul_how": f"eager torch.matmul fp32 {size}x{size} @ {size}x{size}, {torch.get_num_threads()} threads, median",
+    }
+
+
+def ratios_and_target(w, res):
+    def med(p):
+        r = res.get(p, {})
+        return None if r.get("wrong") or "median" not in r else r["median"]
+
+    lm = med("lazymlir")
+    ratios = {}
+    for p in ("eager", "torch.compile", "torch._lazy"):
+        if p == "eager" and w.kind == "compile":
+            continue  # eager's first steps compile nothing: not a peer there
+        if lm is not None and med(p):
+            ratios[f"lazymlir/{p}"] = lm / med(p)
+    if not w.target:
+        return ratios, None, None
+    parts, ok, missing = [], True, []
+    for peer, limit in w.target:
+        if peer == "abs":
+            parts.append(f"<={limit:g} {w.unit}")
+            if lm is None:
+                missing.append("lazymlir")
+            elif lm > limit:
+                ok = False
+            continue
+        if w.name == "matmul_1024":
+            parts.append(">=70% eager GFLOP/s")
+        else:
+            parts.append(f"<={limit:g}x {'tc' if peer == 'torch.compile' else peer}")
+        ratio = ratios.get(f"lazymlir/{peer}")
+        if ratio is None:
+            missing.append(peer)
+        elif ratio > limit * (1 + 1e-9):
+            ok = False
+    text = ", ".join(parts)
+    if res.get("lazymlir", {}).get("wrong"):
+        status = "missed (wrong)"
+    elif not ok:
+        status = "missed"
+    elif missing:
+        status = "n/a" if len(missing) == len(w.target) else "met (no " + ",".join(
+            "tc" if m == "torch.compile" else m for m in missing) + ")"
+    else:
+        status = "met"
+    return ratios, text, status
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    a = abs(v)
+    return f"{v:.0f}" if a >= 100 else f"{v:.1f}" if a >= 10 else f"{v:.2f}" if a >= 1 else f"{v:.3f}"
+
+
+def display(w, r):
+    if r is None:
+        return "-"
+    if "cell" in r:
+        return r["cell"]
+    if r.get("wrong"):
+        return "wrong"
+    return fmt(r["median"] * w.scale)
+
+
+# ---------------------------------------------------------------------------
+
+SMOKE = False
+
+
+def main():
+    global SMOKE
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, few rounds, no torch.compile/torch._lazy")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (its gcc builds are slow here)")
+    parser.add_argument("--no-ltc", action="store_true", help="skip torch._lazy")
+    parser.add_argument("--only", help="comma-separated workload names (globs), e.g. 'matmul_*,mnist'")
+    parser.add_argument("--repeats", type=int, help="timed rounds per workload (default 10, smoke 3)")
+    parser.add_argument("--out", default=os.path.join(ROOT, "build", "bench"), help="where latest.json/png go")
+    parser.add_argument("--ltc-child", help=argparse.SUPPRESS)
+    parser.add_argument("--first-steps-child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    SMOKE = args.smoke
+    if args.ltc_child:
+        os.environ["_LAZYMLIR_SUITE_LTC"] = "1"  # lazymlir.testing without lazymlir
+        ltc_child(args.ltc_child, args.smoke, args.repeats)
+        return
+    if args.first_steps_child:
+        if args.first_steps_child[1] == "torch._lazy":
+            os.environ["_LAZYMLIR_SUITE_LTC"] = "1"
+        first_steps_child(*args.first_steps_child, args.smoke)
+        return
+
+    t_start = time.perf_counter()
+    repeats = args.repeats or (3 if args.smoke else 10)
+    peers = list(PEERS)
+    if args.smoke or args.no_compile:
+        peers.remove("torch.compile")
+    if args.smoke or args.no_ltc:
+        peers.remove("torch._lazy")
+    import lazymlir  # noqa: F401  (registers the lazy device; children import it themselves)
+
+    all_w = workloads(args.smoke)
+    if args.only:
+        pats = args.only.split(",")
+        all_w = [w for w in all_w if any(fnmatch.fnmatch(w.name, p) for p in pats)]
+    info = machine_info(args.smoke)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip() or None
+    except OSError:
+        commit = None
+    print(f"machine: {info['cpu']} ({','.join(info['isa'])}), {info['cores']} cores, {info['torch_threads']} torch "
+          f"threads; torch {info['torch']}; commit {commit}")
+    print(f"memory bandwidth: {info['bandwidth_gbs']:.1f} GB/s ({info['bandwidth_how']})")
+    print(f"matmul peak: {info['matmul_gflops']:.0f} GFLOP/s ({info['matmul_how']})")
+    print(f"peers: {', '.join(peers)}; {repeats} interleaved rounds per workload"
+          + (" (smoke: tiny sizes)" if args.smoke else ""), flush=True)
+
+    rows = []
+    cache_dirs = {}
+    for w in all_w:
+        t0 = time.perf_counter()
+        wpeers = [p for p in peers if p in w.peers]
+        res = measure_compile(w, wpeers, cache_dirs) if w.kind == "compile" else measure_steps(w, wpeers, repeats)
+        for p in PEERS:
+            if p not in res:
+                reason = ("skipped" if p not in peers else "n/a")
+                if p == "torch.compile" and w.kind == "trace":
+                    reason = "n/a"
+                res[p] = {"cell": reason, "error": {"skipped": "not run (--smoke, --no-compile or --no-ltc)",
+                                                   "n/a": "not applicable to this workload"}[reason]}
+        ratios, target, status = ratios_and_target(w, res)
+        extra = {}
+        if w.flops:
+            extra["gflops"] = {p: w.flops / r["median"] / 1e9 for p, r in res.items() if "median" in r}
+        rows.append({"name": w.name, "label": w.label, "unit": w.unit, "scale": w.scale, "peers": res,
+                     "ratios": ratios, "target": target, "target_status": status,
+                     "lazymlir_compiled": res["lazymlir"].get("compiled"), "extra": extra,
+                     "seconds_spent": time.perf_counter() - t0})
+        print(f"  {w.name}: done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        for p, r in res.items():
+            if r.get("wrong") or (r.get("error") and r.get("cell") not in ("skipped", "n/a")):
+                msg = (r.get("wrong") or r.get("error")).strip().splitlines()[-1]
+                print(f"    {p}: {msg}"[:300], file=sys.stderr, flush=True)
+
+    print_table(rows)
+    for row in rows:
+        if row["extra"].get("gflops"):
+            g = row["extra"]["gflops"]
+            print(f"{row['label']}: GFLOP/s " + ", ".join(f"{p} {v:.0f}" for p, v in g.items())
+                  + f" (peak {info['matmul_gflops']:.0f})")
+    os.makedirs(args.out, exist_ok=True)
+    result = {"timestamp": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "commit": commit,
+              "argv": sys.argv[1:], "smoke": args.smoke, "repeats": repeats, "peers": peers, "machine": info,
+              "workloads": rows, "total_seconds": time.perf_counter() - t_start}
+    json_path = os.path.join(args.out, "latest.json")
+    with open(json_path, "w") as f:
+        json.dump(result, f, indent=1)
+    png_path = os.path.join(args.out, "latest.png")
+    chart(rows, info, commit, png_path)
+    for d in cache_dirs.values():
+        shutil.rmtree(d, ignore_errors=True)
+    print(f"wrote {json_path} and {png_path} ({time.perf_counter() - t_start:.0f} s in all)")
+
+
+COLS = (("workload", 34), ("unit", 7), ("eager", 8), ("t.compile", 9), ("t._lazy", 9), ("lazymlir", 8),
+        ("lm/eager", 8), ("lm/tc", 6), ("target", 25), ("status", 12), ("lazymlir ran", 0))
+
+
+def print_table(rows):
+    def line(values):
+        return " ".join(f"{v:<{n}}" if i < 2 or i >= 8 else f"{v:>{n}}"
+                        for i, ((_, n), v) in enumerate(zip(COLS, values))).rstrip()
+
+    header = line([c for c, _ in COLS])
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        w = types.SimpleNamespace(scale=row["scale"])
+        cells = [display(w, row["peers"].get(p)) for p in PEERS]
+        ratio = lambda k: f"{row['ratios'][k]:.2f}x" if k in row["ratios"] else "-"  # noqa: E731
+        print(line([row["label"], row["unit"], *cells, ratio("lazymlir/eager"), ratio("lazymlir/torch.compile"),
+                    row["target"] or "", row["target_status"] or "", row["lazymlir_compiled"] or ""]))
+
+
+def chart(rows, info, commit, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = (("lazymlir/eager", "tab:blue"), ("lazymlir/torch.compile", "tab:orange"),
+              ("lazymlir/torch._lazy", "tab:green"))
+    labels = [r["label"] for r in rows]
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.8))
+    height = 0.8 / len(series)
+    plotted = []
+    for k, (key, color) in enumerate(series):
+        ys = [i + (k - 1) * height for i in range(len(rows))]
+        # The compile rows' eager cell is a run, not a compile: no ratio to chart.
+        xs = [float("nan") if (key == "lazymlir/eager" and r["name"].startswith("compile_"))
+              else r["ratios"].get(key, float("nan")) for r in rows]
+        plotted += [x for x in xs if x > 0]
+        ax.barh(ys, xs, height=height, color=color, label=key)
+    ax.axvline(1.0, color="black", linewidth=1)
+    if plotted and max(plotted) / min(plotted) > 8:
+        ax.set_xscale("log")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("lazymlir time / peer time (< 1: lazymlir faster)")
+    ax.set_title(f"lazymlir vs peers, commit {commit}: {info['cpu']}, {info['cores']} cores, "
+                 f"{info['bandwidth_gbs']:.0f} GB/s, {info['matmul_gflops']:.0f} GFLOP/s", fontsize=9)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""`make bench`'s suite (bench/suite.py) on tiny sizes: it runs, every
+workload has numeric eager and lazymlir medians (or says why not), every
+lazymlir row compiled and matched eager, and the JSON and the PNG chart are
+written. Runs in a subprocess with this session's environment (its private
+LAZYMLIR_CACHE_DIR, set by conftest.py)."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SUITE = os.path.join(ROOT, "bench", "suite.py")
+
+WORKLOADS = {"bert", "gpt2", "lm2", "mnist", "mlp", "chain", "softmax", "layernorm", "matmul_512", "matmul_1024",
+             "matmul_2048", "resnet_block", "trace_overhead", "compile_cold_mnist", "compile_warm_mnist",
+             "compile_cold_lm2", "compile_warm_lm2"}
+
+
+def test_bench_suite_smoke(native, tmp_path):
+    proc = subprocess.run([sys.executable, SUITE, "--smoke", "--out", str(tmp_path)], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "memory bandwidth:" in proc.stdout and "matmul peak:" in proc.stdout, proc.stdout
+    result = json.loads((tmp_path / "latest.json").read_text())
+    assert result["smoke"] and result["machine"]["bandwidth_gbs"] > 0 and result["machine"]["matmul_gflops"] > 0
+    rows = {row["name"]: row for row in result["workloads"]}
+    assert set(rows) == WORKLOADS, sorted(rows)
+    for name, row in rows.items():
+        for peer in ("eager", "lazymlir"):
+            r = row["peers"][peer]
+            assert isinstance(r.get("median"), float) and r["median"] > 0 and r["samples"], (name, peer, r)
+            assert not r.get("wrong"), (name, peer, r)
+        for peer in ("torch.compile", "torch._lazy"):  # not run in smoke: an explicit reason
+            r = row["peers"][peer]
+            assert "median" in r or r.get("cell") in ("skipped", "n/a"), (name, peer, r)
+        compiled = row["lazymlir_compiled"]
+        assert compiled and compiled.startswith("compiled"), (name, compiled, proc.stderr[-3000:])
+        if name.startswith("compile_warm"):
+            assert row["peers"]["lazymlir"]["disk_hits"] > 0, row  # the second process loaded from disk
+        if name in ("bert", "gpt2", "lm2", "mnist", "chain", "matmul_1024"):
+            assert row["target"] and row["target_status"], row
+    png = tmp_path / "latest.png"
+    assert png.exists() and png.stat().st_size > 1000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
