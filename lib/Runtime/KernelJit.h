@@ -12,7 +12,7 @@
 #ifndef LAZYMLIR_RUNTIME_KERNELJIT_H
 #define LAZYMLIR_RUNTIME_KERNELJIT_H
 
-#include "CodeGen.h"
+#include "KernelCompiler.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -30,6 +30,9 @@ class LLJIT;
 } // namespace llvm::orc
 
 namespace lazymlir {
+
+/// Native target and asm printer, once per process.
+void initializeLLVMOnce();
 
 /// A graph's entry module, linked: its JITDylib and the addresses runs use.
 struct LinkedGraph {
