@@ -118,7 +118,9 @@ std::string graphCacheKey(const std::string &options, const std::string &source)
   return sha256Hex(codeIdentity() + "\ngraph\n" + options + "\n" + source);
 }
 
-void countGraphLookup(bool found) { ++(found ? graphDiskHits : graphDiskMisses); }
+void countGraphLookup(bool found) {
+  ++(found ? graphDiskHits : graphDiskMisses);
+}
 
 std::string GraphRecord::serialize() const {
   std::ostringstream os;

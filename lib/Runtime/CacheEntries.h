@@ -26,7 +26,8 @@ std::string kernelCacheKey(const std::string &options, Tier tier,
 /// A kernel's MLIR (for its Full-tier recompile in a later process).
 std::string sourceCacheKey(const std::string &options, const std::string &name);
 /// A graph's record.
-std::string graphCacheKey(const std::string &options, const std::string &source);
+std::string graphCacheKey(const std::string &options,
+                          const std::string &source);
 
 /// Counts a graph looked up on disk (diskCacheCounts).
 void countGraphLookup(bool found);

@@ -5,7 +5,8 @@
 // loaded once (concurrent requests for one kernel wait for the first). A
 // graph's entry module is linked into a JITDylib of its own (its globals:
 // constants, the check flag) that resolves kernels from the Full tier first,
-// then the Fast one. Internal to the runtime; no MLIR header.
+// then the Fast one. Internal to the runtime (and the compiler library);
+// no MLIR header.
 //
 //===----------------------------------------------------------------------===//
 

@@ -71,8 +71,9 @@ Acquired acquireKernel(const std::string &name, const std::string *text,
 }
 
 void Linkage::link() {
-  auto graph = std::make_unique<LinkedGraph>(KernelJit::get().link(
-      optionsKey, entryObject, options.pipeline.entry, hasChecks, kCheckFlagSymbol));
+  auto graph = std::make_unique<LinkedGraph>(
+      KernelJit::get().link(optionsKey, entryObject, options.pipeline.entry,
+                            hasChecks, kCheckFlagSymbol));
   std::lock_guard<std::mutex> lock(mutex);
   current.store(graph.get(), std::memory_order_release);
   linked.push_back(std::move(graph));
