@@ -9,7 +9,8 @@
 // miss, and the caller writes it again. Reads refresh the file's time; past
 // the size limit, the least recently used entries are deleted.
 //
-// Internal to the runtime: no MLIR header, no torch.
+// Internal to the runtime (and the compiler library, which writes graph
+// records): no MLIR header, no torch.
 //
 //===----------------------------------------------------------------------===//
 

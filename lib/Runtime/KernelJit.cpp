@@ -1,6 +1,7 @@
 //===- KernelJit.cpp - the process's JIT for kernels and graphs -----------===//
 
 #include "KernelJit.h"
+#include "BufferPool.h"
 #include "OpenMP.h"
 
 #include "mlir/ExecutionEngine/CRunnerUtils.h"
@@ -10,13 +11,21 @@
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/TargetSelect.h"
+
+#include <mutex>
 
 namespace lazymlir {
 
-// The runtime's allocation entry points (CpuExecutable.cpp).
-extern "C" void *lazymlirAlignedAlloc(uint64_t alignment, uint64_t size);
-extern "C" void *lazymlirAlloc(uint64_t size);
-extern "C" void lazymlirFree(void *block);
+const char *tierName(Tier tier) { return tier == Tier::Full ? "full" : "fast"; }
+
+void initializeLLVMOnce() {
+  static std::once_flag flag;
+  std::call_once(flag, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
 
 KernelJit &KernelJit::get() {
   static KernelJit *jit = new KernelJit(); // never destroyed: JIT code

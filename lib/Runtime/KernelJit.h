@@ -5,14 +5,15 @@
 // loaded once (concurrent requests for one kernel wait for the first). A
 // graph's entry module is linked into a JITDylib of its own (its globals:
 // constants, the check flag) that resolves kernels from the Full tier first,
-// then the Fast one. Internal to the runtime; no MLIR header.
+// then the Fast one. Internal to the runtime (and the compiler library);
+// no MLIR header.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef LAZYMLIR_RUNTIME_KERNELJIT_H
 #define LAZYMLIR_RUNTIME_KERNELJIT_H
 
-#include "CodeGen.h"
+#include "KernelCompiler.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -30,6 +31,9 @@ class LLJIT;
 } // namespace llvm::orc
 
 namespace lazymlir {
+
+/// Native target and asm printer, once per process.
+void initializeLLVMOnce();
 
 /// A graph's entry module, linked: its JITDylib and the addresses runs use.
 struct LinkedGraph {

@@ -68,12 +68,12 @@ CompileOptions makeOptions(const std::string &entry, unsigned optLevel,
                            bool fusion, bool channelsLast, unsigned threads,
                            bool runtimeChecks, bool tiered) {
   CompileOptions options;
-  options.entry = entry;
+  options.pipeline.entry = entry;
+  options.pipeline.fusion = fusion;
+  options.pipeline.channelsLast = channelsLast;
+  options.pipeline.threads = threads;
+  options.pipeline.runtimeChecks = runtimeChecks;
   options.optLevel = optLevel;
-  options.fusion = fusion;
-  options.channelsLast = channelsLast;
-  options.threads = threads;
-  options.runtimeChecks = runtimeChecks;
   options.tiered = tiered;
   return options;
 }

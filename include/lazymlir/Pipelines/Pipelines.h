@@ -1,7 +1,15 @@
 //===- Pipelines.h - lazymlir pass pipelines --------------------*- C++ -*-===//
+//
+// CpuPipelineOptions are the textual form of CpuPipelineSettings (a plain
+// struct, which the runtime's CompileOptions holds too): their defaults are
+// its defaults, and the compiler builds them from one.
+//
+//===----------------------------------------------------------------------===//
 
 #ifndef LAZYMLIR_PIPELINES_PIPELINES_H
 #define LAZYMLIR_PIPELINES_PIPELINES_H
+
+#include "lazymlir/Support/CpuPipelineSettings.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
@@ -10,48 +18,68 @@ namespace lazymlir {
 
 struct CpuPipelineOptions
     : public mlir::PassPipelineOptions<CpuPipelineOptions> {
+  CpuPipelineOptions() = default;
+  /// The options holding `settings` (each option below has one field).
+  explicit CpuPipelineOptions(const CpuPipelineSettings &settings) {
+    entry = settings.entry;
+    runtimeChecks = settings.runtimeChecks;
+    fusion = settings.fusion;
+    channelsLast = settings.channelsLast;
+    threads = settings.threads;
+    parallelThreshold = settings.parallelThreshold;
+    useLdexp = settings.useLdexp;
+    streamingStoreBytes = settings.streamingStoreBytes;
+    profile = settings.profile;
+  }
+
   Option<std::string> entry{*this, "entry",
                             llvm::cl::desc("Function the runtime calls"),
-                            llvm::cl::init("main")};
+                            llvm::cl::init(CpuPipelineSettings().entry)};
   Option<bool> runtimeChecks{
       *this, "runtime-checks",
       llvm::cl::desc("Keep data-dependent indices in bounds and integer "
                      "divisors non-zero, failures in a flag "
                      "(lazymlir-guard-runtime-checks); off only to measure "
                      "what the checks cost"),
-      llvm::cl::init(true)};
+      llvm::cl::init(CpuPipelineSettings().runtimeChecks)};
   Option<bool> fusion{*this, "fusion",
                       llvm::cl::desc("Fuse elementwise producers into their "
                                      "consumers (lazymlir-fuse-elementwise)"),
-                      llvm::cl::init(true)};
+                      llvm::cl::init(CpuPipelineSettings().fusion)};
   Option<bool> channelsLast{
       *this, "channels-last",
       llvm::cl::desc("Run convolutions and pooling in NHWC "
                      "(lazymlir-channels-last)"),
-      llvm::cl::init(true)};
+      llvm::cl::init(CpuPipelineSettings().channelsLast)};
   Option<unsigned> threads{
       *this, "threads",
       llvm::cl::desc("Threads that share each large kernel's parallel loop "
                      "(1: sequential; more: OpenMP worksharing loops)"),
-      llvm::cl::init(1)};
+      llvm::cl::init(CpuPipelineSettings().threads)};
   Option<int64_t> parallelThreshold{
       *this, "parallel-threshold",
       llvm::cl::desc("With threads > 1: iteration points a kernel needs to "
                      "be run in parallel (forking costs microseconds)"),
-      llvm::cl::init(1 << 16)};
+      llvm::cl::init(CpuPipelineSettings().parallelThreshold)};
   Option<bool> useLdexp{
       *this, "use-ldexp",
       llvm::cl::desc("Expand f32 exp with llvm.intr.ldexp "
                      "(lazymlir-approximate-math): for targets with a vector "
                      "ldexp (AVX-512's vscalefps); the runtime sets it from "
                      "the host's features"),
-      llvm::cl::init(false)};
+      llvm::cl::init(CpuPipelineSettings().useLdexp)};
   Option<int64_t> streamingStoreBytes{
       *this, "streaming-store-bytes",
       llvm::cl::desc("Elementwise kernels writing at least this many bytes "
                      "store them with aligned non-temporal vector stores "
                      "(lazymlir-streaming-stores); 0: never"),
-      llvm::cl::init(16 << 20)};
+      llvm::cl::init(CpuPipelineSettings().streamingStoreBytes)};
+  Option<bool> profile{
+      *this, "profile",
+      llvm::cl::desc("Time each kernel call of the entry and list the call "
+                     "sites (lazymlir-instrument-kernels): the profiler's "
+                     "compile mode"),
+      llvm::cl::init(CpuPipelineSettings().profile)};
 };
 
 /// linalg-on-tensors (as torch-mlir emits it) to the LLVM dialect, with the

@@ -4,10 +4,19 @@
 // header, so that the Python bindings compile quickly and know nothing of
 // MLIR, and it knows nothing of torch: buffers come in as raw views.
 //
+// Two libraries implement it. CpuExecutable::compile and CpuExecutable::load
+// are LazyMLIRCompiler's (lib/Compiler: parsing, the pipelines, code
+// generation; load because a loaded graph's kernels are recompiled at full
+// effort later); everything else, LazyMLIRRuntime's (lib/Runtime: the buffer
+// pool, the JIT, the disk cache, tiers, runs), which links no pipeline. Link
+// LazyMLIRCompiler to compile.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef LAZYMLIR_RUNTIME_CPUEXECUTABLE_H
 #define LAZYMLIR_RUNTIME_CPUEXECUTABLE_H
+
+#include "lazymlir/Support/CpuPipelineSettings.h"
 
 #include <cstdint>
 #include <memory>
@@ -45,19 +54,13 @@ struct BufferView {
 };
 
 struct CompileOptions {
-  std::string entry = "main";
+  /// The pipeline's settings (entry, fusion, channelsLast, threads,
+  /// runtimeChecks, ...), with two differences: threads 0, the default here,
+  /// means all hardware threads, and useLdexp is set from the host's features
+  /// (the code is compiled for the host).
+  CpuPipelineSettings pipeline = allThreads();
   /// LLVM optimization level (0-3) for the IR passes and code generation.
   unsigned optLevel = 3;
-  /// Fuse elementwise ops (lazymlir-fuse-elementwise).
-  bool fusion = true;
-  /// Convolutions and pooling in NHWC (lazymlir-channels-last).
-  bool channelsLast = true;
-  /// Threads sharing each large kernel's parallel loops; 0: all hardware
-  /// threads, 1: sequential.
-  unsigned threads = 0;
-  /// Bounds and divisor checks (lazymlir-guard-runtime-checks); without them
-  /// a bad index reads foreign memory or aborts. Off only to measure them.
-  bool runtimeChecks = true;
   /// Keep the LLVM-dialect module's text (for dumps).
   bool keepLLVMDialect = false;
   /// Compile kernels with little code generation effort first (about 15%
@@ -65,6 +68,13 @@ struct CompileOptions {
   /// effort in the background once their graph has run four times; runs switch
   /// to the optimized code when it is ready. Off: full effort at once.
   bool tiered = true;
+
+private:
+  static CpuPipelineSettings allThreads() {
+    CpuPipelineSettings settings;
+    settings.threads = 0;
+    return settings;
+  }
 };
 
 /// The background compiler's work so far: kernels recompiled at full

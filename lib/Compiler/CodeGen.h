@@ -1,16 +1,16 @@
 //===- CodeGen.h - MLIR modules to host object code -------------*- C++ -*-===//
 //
-// The runtime's code generation: the dialects it parses, diagnostics turned
+// The compiler's code generation: the dialects it parses, diagnostics turned
 // into CompileError, and the LLVM stage of the CPU pipeline through LLVM's
 // optimizer and code generator to an object file for the host. Internal to
-// the runtime.
+// the compiler library.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef LAZYMLIR_RUNTIME_CODEGEN_H
-#define LAZYMLIR_RUNTIME_CODEGEN_H
+#ifndef LAZYMLIR_COMPILER_CODEGEN_H
+#define LAZYMLIR_COMPILER_CODEGEN_H
 
-#include "lazymlir/Runtime/CpuExecutable.h"
+#include "Runtime/KernelCompiler.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -21,20 +21,8 @@
 
 namespace lazymlir {
 
-/// How much effort code generation spends on a kernel. Fast: LLVM's -O3 IR
-/// passes, then instruction selection and register allocation at -O0
-/// (FastISel: several times quicker; the code runs ~15% slower). Full: -O3
-/// throughout. A kernel is compiled Fast first and Full in the background
-/// once its graph has run a few times (see CpuExecutable).
-enum class Tier { Fast, Full };
-
-const char *tierName(Tier tier);
-
-/// Every dialect, extension and LLVM translation the runtime needs.
+/// Every dialect, extension and LLVM translation the compiler needs.
 const mlir::DialectRegistry &dialectRegistry();
-
-/// Native target and asm printer, once per process.
-void initializeLLVMOnce();
 
 /// Collects every diagnostic of a context, so a failure reports what MLIR
 /// said rather than just "failed".
@@ -46,12 +34,6 @@ public:
 private:
   std::string text;
   mlir::ScopedDiagnosticHandler handler;
-};
-
-/// Seconds and sizes of object code generation, summed over modules.
-struct ObjectTimes {
-  double llvmStage = 0, translate = 0, optimize = 0, codegen = 0;
-  int64_t instructions = 0, bytes = 0;
 };
 
 /// An LLVM-dialect module to object code for the host: LLVM IR passes at
@@ -66,17 +48,11 @@ std::string emitObject(mlir::ModuleOp module,
 
 /// The CPU pipeline's LLVM stage and emitObject on one outlined kernel (the
 /// text of a module holding its function `name`), in a context of its own:
-/// safe to call from several threads at once.
+/// safe to call from several threads at once. The runtime's KernelCompiler.
 std::string compileKernel(const std::string &text, const std::string &name,
                           const CompileOptions &options, Tier tier,
                           ObjectTimes &times);
 
-/// The pipeline's options for compile options (threads resolved, host
-/// features).
-void fillPipelineOptions(struct CpuPipelineOptions &pipeline,
-                         const CompileOptions &options);
-unsigned resolvedThreads(const CompileOptions &options);
-
 } // namespace lazymlir
 
-#endif // LAZYMLIR_RUNTIME_CODEGEN_H
+#endif // LAZYMLIR_COMPILER_CODEGEN_H

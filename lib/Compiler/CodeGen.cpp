@@ -1,6 +1,7 @@
 //===- CodeGen.cpp - MLIR modules to host object code ---------------------===//
 
 #include "CodeGen.h"
+#include "Runtime/KernelJit.h"
 #include "lazymlir/Pipelines/Pipelines.h"
 
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
@@ -18,14 +19,10 @@
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
-#include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
-#include "llvm/TargetParser/Host.h"
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
-#include <thread>
 
 using namespace mlir;
 
@@ -95,8 +92,6 @@ void splitAfterCalls(llvm::Module &module) {
 
 } // namespace
 
-const char *tierName(Tier tier) { return tier == Tier::Full ? "full" : "fast"; }
-
 const DialectRegistry &dialectRegistry() {
   static const DialectRegistry *registry = [] {
     auto *r = new DialectRegistry();
@@ -108,14 +103,6 @@ const DialectRegistry &dialectRegistry() {
     return r;
   }();
   return *registry;
-}
-
-void initializeLLVMOnce() {
-  static std::once_flag flag;
-  std::call_once(flag, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-  });
 }
 
 DiagnosticCollector::DiagnosticCollector(MLIRContext &ctx)
@@ -139,23 +126,6 @@ void DiagnosticCollector::fail(const std::string &stage) const {
   message += text.empty() ? std::string(" (no diagnostic)")
                           : std::string(":\n") + text;
   throw CompileError(message);
-}
-
-unsigned resolvedThreads(const CompileOptions &options) {
-  return options.threads ? options.threads
-                         : std::max(1u, std::thread::hardware_concurrency());
-}
-
-void fillPipelineOptions(CpuPipelineOptions &pipeline,
-                         const CompileOptions &options) {
-  pipeline.entry = options.entry;
-  pipeline.fusion = options.fusion;
-  pipeline.channelsLast = options.channelsLast;
-  pipeline.runtimeChecks = options.runtimeChecks;
-  pipeline.threads = resolvedThreads(options);
-  // Code is compiled for the host (hostTargetMachine): AVX-512 has a vector
-  // ldexp (vscalefps) for exp's 2^n.
-  pipeline.useLdexp = llvm::sys::getHostCPUFeatures().lookup("avx512f");
 }
 
 std::string emitObject(ModuleOp module, const std::vector<std::string> &keep,
@@ -222,8 +192,7 @@ std::string compileKernel(const std::string &text, const std::string &name,
       parseSourceString<ModuleOp>(text, ParserConfig(&ctx), name);
   if (!module)
     diagnostics.fail("parsing kernel " + name);
-  CpuPipelineOptions pipeline;
-  fillPipelineOptions(pipeline, options);
+  CpuPipelineOptions pipeline(hostPipelineSettings(options));
   PassManager pm(&ctx);
   buildCpuLLVMPipeline(pm, pipeline);
   if (failed(pm.run(*module)))

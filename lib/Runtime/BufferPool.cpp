@@ -1,0 +1,108 @@
+//===- BufferPool.cpp - memory for buffers and temporaries ----------------===//
+
+#include "BufferPool.h"
+#include "lazymlir/Runtime/CpuExecutable.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace lazymlir {
+
+namespace {
+
+/// Serves the compiled code's temporaries. Graphs run again and again with
+/// the same shapes, so freed blocks are kept by size and handed out again;
+/// only past `kMaxCachedBytes` of idle blocks is memory returned to the
+/// system. Thread-safe: graphs may run concurrently.
+class BufferPool {
+public:
+  static BufferPool &get() {
+    static BufferPool *pool = new BufferPool(); // never destroyed: JIT code
+    return *pool;                               // may run during exit
+  }
+
+  void *allocate(size_t alignment, size_t size) {
+    size = roundUp(std::max<size_t>(size, 1));
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = idle.find(size);
+      if (it != idle.end() && !it->second.empty()) {
+        void *block = it->second.back();
+        it->second.pop_back();
+        idleBytes -= size;
+        return block;
+      }
+    }
+    void *block = std::aligned_alloc(std::max(alignment, kAlignment), size);
+    std::lock_guard<std::mutex> lock(mutex);
+    sizes[block] = size;
+    return block;
+  }
+
+  void release(void *block) {
+    if (!block)
+      return;
+    std::lock_guard<std::mutex> lock(mutex);
+    size_t size = sizes.at(block);
+    if (idleBytes + size > kMaxCachedBytes) {
+      sizes.erase(block);
+      std::free(block);
+      return;
+    }
+    idle[size].push_back(block);
+    idleBytes += size;
+  }
+
+  size_t trim() {
+    std::lock_guard<std::mutex> lock(mutex);
+    size_t freed = idleBytes;
+    for (auto &[size, blocks] : idle)
+      for (void *block : blocks) {
+        sizes.erase(block);
+        std::free(block);
+      }
+    idle.clear();
+    idleBytes = 0;
+    return freed;
+  }
+
+  size_t idleSize() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return idleBytes;
+  }
+
+private:
+  static constexpr size_t kAlignment = 64;
+  static constexpr size_t kMaxCachedBytes = size_t(1) << 30;
+  static size_t roundUp(size_t size) {
+    return (size + kAlignment - 1) / kAlignment * kAlignment;
+  }
+
+  std::mutex mutex;
+  std::unordered_map<void *, size_t> sizes;
+  std::unordered_map<size_t, std::vector<void *>> idle;
+  size_t idleBytes = 0;
+};
+
+} // namespace
+
+// Temporaries of compiled code (bound in the JIT by KernelJit).
+extern "C" void *lazymlirAlignedAlloc(uint64_t alignment, uint64_t size) {
+  return BufferPool::get().allocate(alignment, size);
+}
+extern "C" void *lazymlirAlloc(uint64_t size) {
+  return BufferPool::get().allocate(0, size);
+}
+extern "C" void lazymlirFree(void *block) { BufferPool::get().release(block); }
+
+void *allocateBuffer(size_t bytes) {
+  return BufferPool::get().allocate(0, bytes);
+}
+void releaseBuffer(void *block) { BufferPool::get().release(block); }
+size_t trimBufferPool() { return BufferPool::get().trim(); }
+size_t idleBufferBytes() { return BufferPool::get().idleSize(); }
+
+} // namespace lazymlir
