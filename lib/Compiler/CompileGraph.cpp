@@ -118,10 +118,16 @@ CpuExecutable::compile(const std::string &source,
   initializeLLVMOnce();
   auto start = Clock::now();
   const std::string &entry = options.pipeline.entry;
+  // Kernels are the same code with or without the profiler: only the entry
+  // (and so the graph's key) differs.
   std::string optionsKey = describeOptions(options);
-  std::string cacheKey = graphCacheKey(optionsKey, source);
-  // A dump wants the LLVM dialect, which the disk cache does not keep.
-  if (!options.keepLLVMDialect)
+  bool profile = options.pipeline.profile;
+  std::string cacheKey =
+      graphCacheKey(profile ? optionsKey + ";profile" : optionsKey, source);
+  // A dump wants the LLVM dialect, a profile its call sites, which the disk
+  // cache does not keep.
+  bool diskGraphs = !options.keepLLVMDialect && !profile;
+  if (diskGraphs)
     if (auto cached = load(cacheKey, options))
       return cached;
 
@@ -170,6 +176,16 @@ CpuExecutable::compile(const std::string &source,
   if (failed(bufferizeStage.run(*module)))
     diagnostics.fail("the CPU pipeline (bufferize stage)");
 
+  if (auto sites = (*module)->getAttrOfType<ArrayAttr>(kProfileSitesAttr)) {
+    for (auto site : sites.getAsRange<DictionaryAttr>()) {
+      ProfileSite &out = impl->profileSites.emplace_back();
+      out.kernel = site.getAs<StringAttr>("kernel").str();
+      out.ops = site.getAs<StringAttr>("ops").str();
+      out.shapes = site.getAs<StringAttr>("shapes").str();
+      out.bytes = site.getAs<IntegerAttr>("bytes").getInt();
+      out.flops = site.getAs<IntegerAttr>("flops").getInt();
+    }
+  }
   std::vector<Kernel> kernels = extractKernels(*module);
   if (auto func = module->lookupSymbol<func::FuncOp>(entry))
     func.walk([&](func::CallOp) { ++stats.loopNests; });
@@ -251,7 +267,7 @@ CpuExecutable::compile(const std::string &source,
     throw CompileError(firstError);
   addTimes(stats, entryTimes);
 
-  if (DiskCache::get().enabled()) {
+  if (diskGraphs && DiskCache::get().enabled()) {
     GraphRecord record;
     record.inputs = impl->inputs;
     record.outputs = impl->outputs;

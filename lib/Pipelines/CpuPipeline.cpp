@@ -121,6 +121,11 @@ void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
   OutlineKernelsPassOptions outline;
   outline.entry = options.entry;
   pm.addPass(createOutlineKernelsPass(outline));
+  if (options.profile) {
+    InstrumentKernelsPassOptions instrument;
+    instrument.entry = options.entry;
+    pm.addPass(createInstrumentKernelsPass(instrument));
+  }
 }
 
 void lazymlir::buildCpuLLVMPipeline(OpPassManager &pm,

@@ -10,10 +10,12 @@
 #include "CacheEntries.h"
 #include "DiskCache.h"
 #include "OpenMP.h"
+#include "Profiling.h"
 
 #include <chrono>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 namespace lazymlir {
 
@@ -156,6 +158,9 @@ void CpuExecutable::Impl::invoke(const std::vector<void *> &data,
       linkage->runs.fetch_add(1, std::memory_order_relaxed) + 1 == kHotRuns &&
       !linkage->upgradeRequested.exchange(true))
     requestFullTier(linkage);
+  std::optional<ProfileScope> profiling;
+  if (!profileSites.empty())
+    profiling.emplace(profileEvents, profileMutex);
   if (!linkage->hasChecks) {
     const LinkedGraph *graph = linkage->current.load(std::memory_order_acquire);
     BackgroundScope scope(background);
@@ -189,6 +194,13 @@ const std::string &CpuExecutable::llvmDialect() const {
 }
 const CompileStats &CpuExecutable::compileStats() const { return impl->stats; }
 const std::string &CpuExecutable::cacheKey() const { return impl->cacheKey; }
+const std::vector<ProfileSite> &CpuExecutable::profileSites() const {
+  return impl->profileSites;
+}
+std::vector<ProfileEvent> CpuExecutable::takeProfileEvents() const {
+  std::lock_guard<std::mutex> lock(impl->profileMutex);
+  return std::exchange(impl->profileEvents, {});
+}
 bool CpuExecutable::fullyOptimized() const {
   const LinkedGraph *graph = impl->linkage->current.load();
   std::lock_guard<std::mutex> lock(impl->linkage->mutex);

@@ -35,6 +35,11 @@ struct CpuExecutable::Impl {
   std::vector<size_t> pointerSlots;
   /// Each buffer's size in bytes, inputs then outputs.
   std::vector<size_t> bufferBytes;
+  /// The timed kernel call sites (compiled for the profiler), and the
+  /// calls timed since takeProfileEvents.
+  std::vector<ProfileSite> profileSites;
+  mutable std::mutex profileMutex;
+  mutable std::vector<ProfileEvent> profileEvents;
   /// Runs of a graph that has runtime checks hold this: each reads the
   /// flag its own run set.
   mutable std::mutex checkMutex;

@@ -3,6 +3,7 @@
 #include "KernelJit.h"
 #include "BufferPool.h"
 #include "OpenMP.h"
+#include "Profiling.h"
 
 #include "mlir/ExecutionEngine/CRunnerUtils.h"
 
@@ -62,6 +63,9 @@ KernelJit::KernelJit() {
        reinterpret_cast<void *>(&lazymlirAlignedAlloc));
   bind("_mlir_memref_to_llvm_alloc", reinterpret_cast<void *>(&lazymlirAlloc));
   bind("_mlir_memref_to_llvm_free", reinterpret_cast<void *>(&lazymlirFree));
+  bind("__lazymlir_profile_begin",
+       reinterpret_cast<void *>(&lazymlirProfileBegin));
+  bind("__lazymlir_profile_end", reinterpret_cast<void *>(&lazymlirProfileEnd));
   for (const RuntimeSymbol &symbol : openMPEntryPoints())
     bind(symbol.name, symbol.address);
   llvm::cantFail(runtime->define(llvm::orc::absoluteSymbols(symbols)));

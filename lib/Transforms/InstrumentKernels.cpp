@@ -67,6 +67,17 @@ int64_t enclosingIterations(Operation *op, Operation *kernel) {
 int64_t flopsOf(Operation *op) {
   if (op->getNumResults() != 1)
     return 0;
+  if (auto contract = dyn_cast<vector::ContractionOp>(op)) {
+    // A multiply and an add per point of its iteration space.
+    if (!isa<FloatType>(getElementTypeOrSelf(contract.getResultType())))
+      return 0;
+    SmallVector<int64_t> bounds;
+    contract.getIterationBounds(bounds);
+    int64_t points = 2;
+    for (int64_t bound : bounds)
+      points *= bound;
+    return points;
+  }
   Type type = op->getResult(0).getType();
   int64_t lanes = 1;
   if (auto vector = dyn_cast<VectorType>(type)) {
@@ -75,10 +86,8 @@ int64_t flopsOf(Operation *op) {
   }
   if (!isa<FloatType>(type))
     return 0;
-  if (isa<math::FmaOp, vector::FMAOp>(op))
+  if (isa<math::FmaOp, vector::FMAOp, vector::OuterProductOp>(op))
     return 2 * lanes;
-  if (isa<vector::ContractionOp>(op))
-    return 0; // lowered later; the loops around it count (rare at this stage)
   StringRef dialect = op->getDialect()->getNamespace();
   bool arithmetic = dialect == "math" ||
                     (dialect == "arith" && !isa<arith::ConstantOp>(op) &&

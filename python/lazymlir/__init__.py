@@ -10,6 +10,7 @@ from . import cache, config, metrics
 from .tensor import LazyTensor, device, kernel_count, mark_step, sync
 from . import ops, registration  # noqa: F401,E402  (op handlers, Lazy-key kernels)
 from .runtime import empty_cache, wait_device_ops
+from .profiler import profile
 
 __all__ = [
     "LazyTensor",
@@ -20,6 +21,7 @@ __all__ = [
     "kernel_count",
     "mark_step",
     "metrics",
+    "profile",
     "sync",
     "wait_device_ops",
 ]

@@ -62,9 +62,10 @@ class _Compiled:
     """A graph compiled by the native compiler: its executable (a
     ``lazymlir._native.CpuExecutable``) and the buffers its results go in."""
 
-    __slots__ = ("executable", "out_specs", "checked", "gm")
+    __slots__ = ("name", "executable", "out_specs", "checked", "gm")
 
-    def __init__(self, executable, out_specs, gm):
+    def __init__(self, name, executable, out_specs, gm):
+        self.name = name  # the graph's hash (dumps, the profiler)
         self.executable = executable
         self.out_specs = out_specs  # (shape, dtype) of each result
         # The first run checks every buffer's dtype, shape and layout; the
@@ -115,10 +116,11 @@ def _run_fx(gm, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
 class _Eager:
     """A graph run op by op on CPU; ``counter`` says why (for the metrics)."""
 
-    __slots__ = ("gm", "counter", "out_specs")
+    __slots__ = ("name", "gm", "counter", "out_specs")
     num_kernels = None
 
-    def __init__(self, gm, counter, out_specs):
+    def __init__(self, name, gm, counter, out_specs):
+        self.name = name
         self.gm = gm
         self.counter = counter
         self.out_specs = out_specs
@@ -219,14 +221,14 @@ def _compile(graph: trace.Graph):
     specs = graph.output_specs()  # the buffers the outputs are written into
     dtypes = {n.data.dtype for n in graph.inputs} | {dt for _, dt in specs} | {dt for _, dt in graph.scalars}
     if config.force_eager:
-        entry = _Eager(gm, "EagerGraph", specs)
+        entry = _Eager(name, gm, "EagerGraph", specs)
     elif not dtypes <= dtype_table.SUPPORTED:
-        entry = _Eager(gm, "EagerGraph", specs)
+        entry = _Eager(name, gm, "EagerGraph", specs)
     elif _zero_size(graph):
         # The tracer keeps zero-size tensors out of graphs (fallback._zero_size);
         # compiled loops over an empty dimension divide by it or read past
         # nothing, so one that gets through runs eagerly.
-        entry = _Eager(gm, "ZeroSizeGraph", specs)
+        entry = _Eager(name, gm, "ZeroSizeGraph", specs)
     else:
         try:
             native = native_compiler()
@@ -239,18 +241,20 @@ def _compile(graph: trace.Graph):
             # A trace compiled by an earlier process: its record names the
             # compiled graph on disk (no torch-mlir, no MLIR work). Dumps
             # want the IR, so they always lower.
-            record = cache.record_key(native, graph.key) if disk and not config.dump_dir else None
+            # A profiled graph needs its call sites, which only a compile gives.
+            record = cache.record_key(native, graph.key) if disk and not (config.dump_dir or config.profile) else None
             if record is not None:
                 found = cache.read_record(native, record)
                 if found is not None:
                     executable = native.load_cached(found, **options)
             if executable is None:
                 t1 = time.perf_counter()
-                lowered = lowering.lower(gm, graph.input_values())
+                lowered = lowering.lower(gm, graph.input_values(), origins=config.profile)
                 metrics.timing("LoweringTime", time.perf_counter() - t1)
                 t1 = time.perf_counter()
                 try:
-                    executable = native.compile_linalg(lowered.linalg, keep_llvm_dialect=bool(config.dump_dir), **options)
+                    executable = native.compile_linalg(lowered.linalg, keep_llvm_dialect=bool(config.dump_dir),
+                                                       profile=config.profile, **options)
                 except Exception:
                     # The IR that failed, for the bug report.
                     debug.dump(name, "torch", lowered.torch_mlir)
@@ -268,7 +272,7 @@ def _compile(graph: trace.Graph):
             for message in native.take_disk_cache_warnings():
                 warnings.warn(message, RuntimeWarning, stacklevel=3)
             metrics.sample("KernelsPerGraph", executable.num_kernels)
-            entry = _Compiled(executable, specs, gm)
+            entry = _Compiled(name, executable, specs, gm)
             metrics.counter("UncachedCompile")
         except Exception as e:  # never fail the user: run it eagerly instead
             if isinstance(e, lowering.LoweringError):
@@ -293,7 +297,7 @@ def _compile(graph: trace.Graph):
                 RuntimeWarning,
                 stacklevel=3,
             )
-            entry = _Eager(gm, "CompileFallback", specs)
+            entry = _Eager(name, gm, "CompileFallback", specs)
     seconds = time.perf_counter() - t0
     if config.verbose:
         kernels = f", {entry.num_kernels} kernels" if entry.num_kernels is not None else ""

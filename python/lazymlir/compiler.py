@@ -17,6 +17,8 @@ gets back a ``_native.CpuExecutable`` that runs on torch CPU tensors in place:
   object_bytes); from_disk: nothing was compiled;
 - ``cache_key``: the graph's key in the disk cache (see :func:`load_cached`);
 - ``fully_optimized``: no kernel is waiting for its background recompile;
+- ``profile_sites`` / ``take_profile_events()``: the timed kernel call sites
+  and calls of a graph compiled with ``profile=True`` (lazymlir.profiler);
 - ``run(inputs, outputs, background=False)``: runs on contiguous CPU tensors
   that do not require grad, writing the results into ``outputs`` (destination
   passing) with the GIL released. Raises ValueError on a mismatch in count,
@@ -142,7 +144,7 @@ def background_compile_counts() -> dict:
 
 def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool = True,
                    threads: int = 0, keep_llvm_dialect: bool = False, opt_level: int = 3,
-                   runtime_checks: bool = True, tiered: bool = True):
+                   runtime_checks: bool = True, tiered: bool = True, profile: bool = False):
     """Compile linalg-on-tensors text whose entry is ``func.func @main``.
 
     ``fusion`` fuses elementwise ops with each other and into contractions;
@@ -155,8 +157,10 @@ def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool
     little code generation effort first (code ~15% slower, compiled several
     times quicker) and at full effort in the background once the graph has
     run four times, switching runs to that code when ready (False: full effort at
-    once). Releases the GIL while
-    compiling; raises :data:`CompileError` with MLIR's diagnostics.
+    once); ``profile`` times each kernel call of the graph
+    (``profile_sites``, ``take_profile_events()``: see lazymlir.profiler).
+    Releases the GIL while compiling; raises :data:`CompileError` with MLIR's
+    diagnostics.
 
     Each loop nest is outlined into a kernel named by its content
     (lazymlir-outline-kernels); distinct kernels compile in parallel, once
@@ -167,4 +171,4 @@ def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool
     return _native.compile_cpu(linalg_text, entry="main", opt_level=opt_level, fusion=fusion,
                                channels_last=channels_last, threads=threads,
                                keep_llvm_dialect=keep_llvm_dialect, runtime_checks=runtime_checks,
-                               tiered=tiered)
+                               tiered=tiered, profile=profile)

@@ -104,16 +104,23 @@ tiered: bool = _env_bool("LAZYMLIR_TIERED", True)
 # LAZYMLIR_RECOMPILE_WARNING_AT, a count of shapes, default 8; 0: never warn.
 recompile_warning_at: int = int(_env_str("LAZYMLIR_RECOMPILE_WARNING_AT", "8"))
 
+# Profile the whole process (LAZYMLIR_PROFILE=1): graphs compile with their
+# kernel calls timed and the per-kernel table prints at exit (see
+# lazymlir.profiler; ``lazymlir.profile()`` sets it for a block).  Part of the
+# cache key: profiled graphs are instrumented copies.
+profile: bool = _env_bool("LAZYMLIR_PROFILE", False)
+
 # Print one line per compilation (graph hash, node count, why it was new).
 verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 
 _NAMES = ("dump_dir", "cache_dir", "cache_max_bytes", "tiered", "device", "fusion", "channels_last", "threads",
-          "force_eager", "force_fallback", "async_execution", "max_in_flight", "recompile_warning_at", "verbose")
+          "force_eager", "force_fallback", "async_execution", "max_in_flight", "recompile_warning_at", "profile",
+          "verbose")
 
 
 def options_key() -> tuple:
     """The compiler options that change generated code, for the cache key."""
-    return (device, fusion, channels_last, threads)
+    return (device, fusion, channels_last, threads, profile)
 
 
 # Called when an option changes through patch(): name -> callbacks (e.g. the

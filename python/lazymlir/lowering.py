@@ -29,10 +29,31 @@ class Lowered(NamedTuple):
 _NATIVE_TM_TENSOR_OPS = frozenset({"scatter", "scan", "sort", "yield"})
 
 
-def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> torch.fx.GraphModule:
+def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], origins: bool = False) -> torch.fx.GraphModule:
+    """The graph in the ops torch-mlir lowers.  ``origins``: each node of the
+    result carries, as its stack trace, the op of ``gm`` it came from, which
+    torch-mlir's importer turns into the location ``"op:aten.<op>":<index>:0`` of
+    what it emits (the profiler names kernels by them)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    return make_fx(gm, decomposition_table=decomposition_table(), tracing_mode="fake")(*_distinct(example_inputs))
+    inputs = _distinct(example_inputs)
+    if not origins:
+        return make_fx(gm, decomposition_table=decomposition_table(), tracing_mode="fake")(*inputs)
+    import torch.fx.traceback as fx_traceback
+
+    for i, node in enumerate(gm.graph.nodes):
+        if node.op == "call_function":
+            node.meta["stack_trace"] = f'  File "op:{_op_name(node.target)}", line {i}, in lazymlir\n'
+    interpreter = torch.fx.Interpreter(gm)  # it sets each node's meta as current
+    with fx_traceback.preserve_node_meta():
+        return make_fx(lambda *args: interpreter.run(*args), decomposition_table=decomposition_table(),
+                       tracing_mode="fake")(*inputs)
+
+
+def _op_name(target) -> str:
+    """aten.mm.default -> aten.mm; aten.add.Tensor stays."""
+    name = str(target)
+    return name[:-len(".default")] if name.endswith(".default") else name
 
 
 def _distinct(example_inputs: List[torch.Tensor]) -> List[torch.Tensor]:
@@ -52,18 +73,20 @@ def _distinct(example_inputs: List[torch.Tensor]) -> List[torch.Tensor]:
     return out
 
 
-def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lowered:
-    """Raises LoweringError (with torch-mlir's diagnostics) on any failure."""
+def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], origins: bool = False) -> Lowered:
+    """Raises LoweringError (with torch-mlir's diagnostics) on any failure.
+    ``origins``: the linalg text keeps locations naming the op of ``gm`` each
+    op came from (see :func:`decompose`)."""
     try:
         from torch_mlir import fx as tm_fx
         from torch_mlir.compiler_utils import OutputType, lower_mlir_module
 
-        decomposed = decompose(gm, example_inputs)
+        decomposed = decompose(gm, example_inputs, origins)
         _refuse_frontend_failures(decomposed)
         module = tm_fx.stateless_fx_import(decomposed, output_type=OutputType.TORCH, model_name="main")
         torch_text = str(module)
         lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
-        linalg = str(module)
+        linalg = module.operation.get_asm(enable_debug_info=origins)
         if "tm_tensor." in linalg:
             unsupported = set(re.findall(r"tm_tensor\.(\w+)", linalg)) - _NATIVE_TM_TENSOR_OPS
             if unsupported:
@@ -77,7 +100,7 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Lower
             # ops as unregistered ones, and its first pass
             # (lazymlir-lower-tm-tensor) rewrites them into loops.  Other
             # modules stay in the pretty form, for the dumps' readers.
-            linalg = module.operation.get_asm(print_generic_op_form=True)
+            linalg = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=origins)
     except Exception as e:  # torch-mlir raises many kinds; all mean "cannot compile"
         raise LoweringError(f"{type(e).__name__}: {e}") from e
     return Lowered(torch_text, linalg)

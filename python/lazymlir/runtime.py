@@ -19,7 +19,7 @@ from typing import List, Sequence
 
 import torch
 
-from . import cache, compilation, config, lowering, metrics, trace
+from . import cache, compilation, config, lowering, metrics, profiler, trace
 from . import dtypes as dtype_table
 # Re-exported: tests and tools reach the compiled-graph types and the native
 # compiler through the runtime.
@@ -181,7 +181,10 @@ def _run_job(entry, inputs, outs, deps, background=True):
         if e is not None:
             raise DependencyError(f"lazymlir: not run, an earlier step it reads from failed: {e!r}") from e
     try:
-        entry.run_into(inputs, outs, background)
+        if profiler.active is None and not torch.autograd.profiler._is_profiler_enabled:
+            entry.run_into(inputs, outs, background)
+        else:
+            profiler.run(entry, inputs, outs, background)
     except BaseException as e:
         _unreported.append(e)
         raise

@@ -111,6 +111,34 @@ NB_MODULE(_native, m) {
                    "LLVM-dialect text (empty unless kept at compile time)")
       .def_prop_ro("cache_key", &CpuExecutable::cacheKey,
                    "The graph's key in the disk cache (for load_cpu)")
+      .def_prop_ro(
+          "profile_sites",
+          [](const CpuExecutable &e) {
+            nb::list sites;
+            for (const ProfileSite &site : e.profileSites()) {
+              nb::dict d;
+              d["kernel"] = site.kernel;
+              d["ops"] = site.ops;
+              d["shapes"] = site.shapes;
+              d["bytes"] = site.bytes;
+              d["flops"] = site.flops;
+              sites.append(d);
+            }
+            return sites;
+          },
+          "The timed kernel call sites, by number: kernel, ops, shapes, "
+          "bytes, flops (empty unless compiled with profile=True)")
+      .def(
+          "take_profile_events",
+          [](const CpuExecutable &e) {
+            nb::list events;
+            for (const ProfileEvent &event : e.takeProfileEvents())
+              events.append(
+                  nb::make_tuple(event.site, event.startNs, event.endNs));
+            return events;
+          },
+          "[(site, start, end)] of the kernel calls timed since the last "
+          "call (CLOCK_MONOTONIC nanoseconds, as time.monotonic_ns())")
       .def_prop_ro("fully_optimized", &CpuExecutable::fullyOptimized,
                    "Whether runs use full-effort code only (no kernel waits "
                    "for its background recompile)")
@@ -306,11 +334,12 @@ NB_MODULE(_native, m) {
       "compile_cpu",
       [](const std::string &source, const std::string &entry,
          unsigned optLevel, bool fusion, bool channelsLast, unsigned threads,
-         bool keepLLVMDialect, bool runtimeChecks, bool tiered) {
+         bool keepLLVMDialect, bool runtimeChecks, bool tiered, bool profile) {
         CompileOptions options = makeOptions(entry, optLevel, fusion,
                                              channelsLast, threads,
                                              runtimeChecks, tiered);
         options.keepLLVMDialect = keepLLVMDialect;
+        options.pipeline.profile = profile;
         nb::gil_scoped_release release;
         return CpuExecutable::compile(source, options);
       },
@@ -318,8 +347,9 @@ NB_MODULE(_native, m) {
       nb::arg("fusion") = true, nb::arg("channels_last") = true,
       nb::arg("threads") = 0,
       nb::arg("keep_llvm_dialect") = false, nb::arg("runtime_checks") = true,
-      nb::arg("tiered") = true,
+      nb::arg("tiered") = true, nb::arg("profile") = false,
       "Compile linalg-on-tensors text for this CPU. Releases the GIL; raises "
       "CompileError with MLIR's diagnostics. `runtime_checks=False` drops the "
-      "bounds and divisor checks (only to measure their cost).");
+      "bounds and divisor checks (only to measure their cost). `profile`: "
+      "time each kernel call (profile_sites, take_profile_events).");
 }

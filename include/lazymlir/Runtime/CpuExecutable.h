@@ -53,6 +53,20 @@ struct BufferView {
   std::vector<int64_t> strides;
 };
 
+/// A kernel call site of a graph compiled for the profiler
+/// (CpuPipelineSettings::profile; lazymlir-instrument-kernels): the kernel,
+/// the ops its loops came from, its operands' shapes, their bytes and the
+/// estimated floating-point operations of one call.
+struct ProfileSite {
+  std::string kernel, ops, shapes;
+  int64_t bytes = 0, flops = 0;
+};
+
+/// One timed kernel call: its site and CLOCK_MONOTONIC nanoseconds.
+struct ProfileEvent {
+  int64_t site, startNs, endNs;
+};
+
 struct CompileOptions {
   /// The pipeline's settings (entry, fusion, channelsLast, threads,
   /// runtimeChecks, ...), with two differences: threads 0, the default here,
@@ -192,6 +206,10 @@ public:
   /// Whether runs use full-effort code only (no kernel is waiting for its
   /// background recompile).
   bool fullyOptimized() const;
+  /// The timed kernel call sites (empty unless compiled for the profiler).
+  const std::vector<ProfileSite> &profileSites() const;
+  /// The kernel calls timed since the last call, of every run.
+  std::vector<ProfileEvent> takeProfileEvents() const;
 
   /// Runs the entry function on `inputs`, writing into the caller-allocated
   /// `outputs` (destination-passing). Every buffer must match its signature

@@ -602,7 +602,8 @@ def InstrumentKernelsPass
     `bytes` (the sizes of the static memref operands) and `flops` (an
     estimate: each floating-point arith/math op of the callee, times the
     trip counts of the loops around it that have constant bounds, times its
-    vector lanes; two for an FMA). Kernels themselves are not changed, so
+    vector lanes; two for an FMA or outer product; a vector.contract counts
+    two per point of its iteration space). Kernels themselves are not changed, so
     they stay the same compiled code as without the profiler.
   }];
   let options = [
