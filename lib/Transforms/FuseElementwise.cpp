@@ -64,9 +64,20 @@ struct FuseElementwisePass
     if (!producer)
       return false;
     auto consumer = dyn_cast<linalg::LinalgOp>(fusedOperand->getOwner());
+    // A contraction (a matmul that reshape propagation made generic) stays
+    // one: with a producer's ops in its body it is no longer recognized, and
+    // lowers to scalar loops instead of tiled vector code; and each of its
+    // operands is read once per tile of the loops it does not index, so a
+    // fused producer would be recomputed that many times. A producer that
+    // only moves data (a transpose) changes no body, only how the operand is
+    // read: fused, the contraction reads it in place. Unless the consumer is
+    // its only user: fusion would keep its value as a second result of the
+    // contraction, which is then no contraction either.
     bool singleUser = llvm::all_of(producer->getUsers(), [&](Operation *user) {
       return user == fusedOperand->getOwner();
     });
+    if (consumer && linalg::isaContractionOpInterface(consumer))
+      return singleUser && bodySize(producer) == 0;
     bool broadcastRead =
         consumer &&
         !consumer.getMatchingIndexingMap(fusedOperand).isPermutation();

@@ -118,6 +118,41 @@ linalg::GenericOp findEpilogue(linalg::LinalgOp contraction) {
   return epilogue;
 }
 
+/// Merges each run of adjacent reduction loops that every operand reads as
+/// one contiguous run (a linear layer's weight gradient, reduced over batch
+/// and sequence) into one loop: tiled and vectorized, two reduction loops
+/// make a vector.contract with two reduction dimensions, which lowers to
+/// slow code; one makes outer products. The operands are reshaped, not
+/// copied. Returns the op to tile (the collapsed one, or `op`).
+linalg::LinalgOp collapseReductionRuns(RewriterBase &rewriter,
+                                       linalg::LinalgOp op) {
+  auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
+  if (!generic)
+    return op;
+  SmallVector<ReassociationIndices> runs;
+  SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
+  for (unsigned loop = 0; loop < iterators.size();) {
+    unsigned end = loop;
+    while (iterators[loop] == utils::IteratorType::reduction &&
+           end + 1 < iterators.size() &&
+           iterators[end + 1] == utils::IteratorType::reduction)
+      ++end;
+    if (end > loop)
+      runs.push_back(llvm::to_vector(llvm::seq<int64_t>(loop, end + 1)));
+    loop = end + 1;
+  }
+  if (runs.empty() ||
+      !linalg::areDimSequencesPreserved(op.getIndexingMapsArray(), runs))
+    return op;
+  rewriter.setInsertionPoint(op);
+  FailureOr<linalg::CollapseResult> collapsed =
+      linalg::collapseOpIterationDims(op, runs, rewriter);
+  if (failed(collapsed))
+    return op;
+  rewriter.replaceOp(op, collapsed->results);
+  return collapsed->collapsedOp;
+}
+
 struct TileContractionsPass
     : lazymlir::impl::TileContractionsPassBase<TileContractionsPass> {
   using Base::Base;
@@ -293,6 +328,8 @@ struct TileContractionsPass
     });
 
     IRRewriter rewriter(ctx);
+    for (linalg::LinalgOp &contraction : contractions)
+      contraction = collapseReductionRuns(rewriter, contraction);
     for (linalg::LinalgOp contraction : contractions)
       if (linalg::LinalgOp tile = tileParallel(rewriter, contraction))
         downscaleConv(tileReduction(rewriter, tile));

@@ -168,3 +168,111 @@ func.func @matmul_bias_relu(%arg0: tensor<4x8xf32>, %arg1: tensor<8x16xf32>, %ar
   } -> tensor<4x16xf32>
   return %4 : tensor<4x16xf32>
 }
+
+// -----
+
+#x = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#a = affine_map<(d0, d1, d2, d3) -> (d2, d3, d0)>
+#b = affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>
+#c = affine_map<(d0, d1, d2, d3) -> (d0, d1)>
+// A contraction that reshape propagation made generic (a weight gradient
+// over batch x sequence) gets nothing fused into it, even a single-use
+// producer: it must stay a multiply-accumulate for lazymlir-tile-contractions.
+// CHECK-LABEL: func.func @no_fusion_into_contraction
+// CHECK:       %[[N:.*]] = linalg.generic
+// CHECK:         arith.mulf
+// CHECK:         linalg.yield
+// CHECK:       linalg.generic
+// CHECK-SAME:    iterator_types = ["parallel", "parallel", "reduction", "reduction"]
+// CHECK-SAME:    ins(%{{.*}}, %[[N]] :
+// CHECK:         arith.mulf
+// CHECK-NEXT:    arith.addf
+// CHECK-NEXT:    linalg.yield
+func.func @no_fusion_into_contraction(%g: tensor<4x64x512xf32>, %x: tensor<4x64x128xf32>, %s: f32) -> tensor<512x128xf32> {
+  %e = tensor.empty() : tensor<4x64x128xf32>
+  %n = linalg.generic {indexing_maps = [#x, #x], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : tensor<4x64x128xf32>) outs(%e : tensor<4x64x128xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.mulf %in, %s : f32
+    linalg.yield %m : f32
+  } -> tensor<4x64x128xf32>
+  %zero = arith.constant 0.0 : f32
+  %o = tensor.empty() : tensor<512x128xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%o : tensor<512x128xf32>) -> tensor<512x128xf32>
+  %r = linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%g, %n : tensor<4x64x512xf32>, tensor<4x64x128xf32>) outs(%acc : tensor<512x128xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %m = arith.mulf %in, %in_0 : f32
+    %a = arith.addf %out, %m : f32
+    linalg.yield %a : f32
+  } -> tensor<512x128xf32>
+  return %r : tensor<512x128xf32>
+}
+
+// -----
+
+#x = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#t = affine_map<(d0, d1, d2) -> (d2, d0, d1)>
+#a = affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>
+#b = affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>
+#c = affine_map<(d0, d1, d2, d3) -> (d0, d1)>
+// A transpose (a bare yield) is fused into the contraction, which then reads
+// the operand in place and is still a multiply-accumulate.
+// CHECK-LABEL: func.func @transpose_into_contraction
+// CHECK:       linalg.generic
+// CHECK-SAME:    iterator_types = ["parallel", "parallel", "reduction", "reduction"]
+// CHECK-SAME:    ins(%arg0, %arg1 :
+// CHECK:         arith.mulf
+// CHECK-NEXT:    arith.addf
+// CHECK-NEXT:    linalg.yield
+// CHECK-NOT:   linalg.generic
+func.func @transpose_into_contraction(%g: tensor<4x64x512xf32>, %x: tensor<4x64x128xf32>) -> tensor<512x128xf32> {
+  %e = tensor.empty() : tensor<512x4x64xf32>
+  %t = linalg.generic {indexing_maps = [#x, #t], iterator_types = ["parallel", "parallel", "parallel"]} ins(%g : tensor<4x64x512xf32>) outs(%e : tensor<512x4x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<512x4x64xf32>
+  %zero = arith.constant 0.0 : f32
+  %o = tensor.empty() : tensor<512x128xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%o : tensor<512x128xf32>) -> tensor<512x128xf32>
+  %r = linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%t, %x : tensor<512x4x64xf32>, tensor<4x64x128xf32>) outs(%acc : tensor<512x128xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %m = arith.mulf %in, %in_0 : f32
+    %a = arith.addf %out, %m : f32
+    linalg.yield %a : f32
+  } -> tensor<512x128xf32>
+  return %r : tensor<512x128xf32>
+}
+
+// -----
+
+#x = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#t = affine_map<(d0, d1, d2) -> (d2, d0, d1)>
+#a = affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>
+#b = affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>
+#c = affine_map<(d0, d1, d2, d3) -> (d0, d1)>
+// A transpose that is also returned is not fused: the fused op would yield
+// the transposed value as a second result and be no contraction any more.
+// CHECK-LABEL: func.func @shared_transpose_stays
+// CHECK:       %[[T:.*]] = linalg.generic
+// CHECK:         linalg.yield %in
+// CHECK:       linalg.generic
+// CHECK-SAME:    ins(%[[T]], %arg1 :
+// CHECK:         arith.mulf
+// CHECK-NEXT:    arith.addf
+// CHECK-NEXT:    linalg.yield %{{[0-9a-z_]+}} : f32
+func.func @shared_transpose_stays(%g: tensor<4x64x512xf32>, %x: tensor<4x64x128xf32>) -> (tensor<512x128xf32>, tensor<512x4x64xf32>) {
+  %e = tensor.empty() : tensor<512x4x64xf32>
+  %t = linalg.generic {indexing_maps = [#x, #t], iterator_types = ["parallel", "parallel", "parallel"]} ins(%g : tensor<4x64x512xf32>) outs(%e : tensor<512x4x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<512x4x64xf32>
+  %zero = arith.constant 0.0 : f32
+  %o = tensor.empty() : tensor<512x128xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%o : tensor<512x128xf32>) -> tensor<512x128xf32>
+  %r = linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%t, %x : tensor<512x4x64xf32>, tensor<4x64x128xf32>) outs(%acc : tensor<512x128xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %m = arith.mulf %in, %in_0 : f32
+    %a = arith.addf %out, %m : f32
+    linalg.yield %a : f32
+  } -> tensor<512x128xf32>
+  return %r, %t : tensor<512x128xf32>, tensor<512x4x64xf32>
+}

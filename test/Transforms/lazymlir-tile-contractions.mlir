@@ -209,3 +209,34 @@ func.func @i1_epilogue(%arg0: tensor<8x16xf32>, %arg1: tensor<16x32xf32>, %mask:
   } -> tensor<8x32xf32>
   return %3 : tensor<8x32xf32>
 }
+
+// -----
+
+#a = affine_map<(d0, d1, d2, d3) -> (d2, d3, d0)>
+#b = affine_map<(d0, d1, d2, d3) -> (d2, d3, d1)>
+#c = affine_map<(d0, d1, d2, d3) -> (d0, d1)>
+// A weight gradient reduced over batch x sequence: the two adjacent
+// reduction loops, contiguous in both operands, become one (the operands
+// are reshaped in place), tiled by 8 and vectorized as one 8x8 by 8x32
+// contraction per step, A read transposed in place.
+// CHECK-LABEL: func.func @two_reduction_loops
+// CHECK-DAG:     %[[A:.*]] = tensor.collapse_shape %{{.*}} {{\[\[}}0, 1], [2]] : tensor<4x64x512xf32> into tensor<256x512xf32>
+// CHECK-DAG:     %[[B:.*]] = tensor.collapse_shape %{{.*}} {{\[\[}}0, 1], [2]] : tensor<4x64x128xf32> into tensor<256x128xf32>
+// CHECK:         scf.for
+// CHECK:           scf.for
+// CHECK:             scf.for %{{.*}} = %c0 to %c256 step %c8
+// CHECK:               vector.contract
+// CHECK-SAME:            vector<8x8xf32>, vector<8x32xf32> into vector<8x32xf32>
+// CHECK-NOT:     linalg.generic
+func.func @two_reduction_loops(%g: tensor<4x64x512xf32>, %x: tensor<4x64x128xf32>) -> tensor<512x128xf32> {
+  %zero = arith.constant 0.0 : f32
+  %o = tensor.empty() : tensor<512x128xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%o : tensor<512x128xf32>) -> tensor<512x128xf32>
+  %r = linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%g, %x : tensor<4x64x512xf32>, tensor<4x64x128xf32>) outs(%acc : tensor<512x128xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %m = arith.mulf %in, %in_0 : f32
+    %a = arith.addf %out, %m : f32
+    linalg.yield %a : f32
+  } -> tensor<512x128xf32>
+  return %r : tensor<512x128xf32>
+}

@@ -156,10 +156,10 @@ def test_op_that_cannot_lower_costs_one_op_not_the_graph(monkeypatch, native, fr
     device = sys.modules["lazymlir.ops"]
     real = lowering.lower
 
-    def lower(gm, example_inputs):
+    def lower(gm, example_inputs, **kwargs):
         if any(n.target is torch.ops.aten.sin.default for n in gm.graph.nodes):
             raise lowering.LoweringError("simulated: sin does not lower")
-        return real(gm, example_inputs)
+        return real(gm, example_inputs, **kwargs)
 
     monkeypatch.setattr(lowering, "lower", lower)
     sin = torch.ops.aten.sin.default
@@ -185,11 +185,11 @@ def test_op_that_cannot_lower_for_one_dtype_still_compiles_for_others(monkeypatc
     device = sys.modules["lazymlir.ops"]
     real = lowering.lower
 
-    def lower(gm, example_inputs):
+    def lower(gm, example_inputs, **kwargs):
         if any(n.target is torch.ops.aten.neg.default for n in gm.graph.nodes) and \
                 any(t.dtype == torch.int64 for t in example_inputs):
             raise lowering.LoweringError("simulated: integer neg does not lower")
-        return real(gm, example_inputs)
+        return real(gm, example_inputs, **kwargs)
 
     monkeypatch.setattr(lowering, "lower", lower)
     neg = torch.ops.aten.neg.default

@@ -138,7 +138,15 @@ def FuseElementwisePass
     that is done only when its body has at most `max-recompute-ops`
     operations. The same bound applies when the consumer reads the producer
     through a broadcast (the body would run once per broadcast element
-    instead of once per producer element).
+    instead of once per producer element). Into a contraction (a matmul
+    that reshape propagation made a linalg.generic) only producers that move
+    data without computing (a transpose: their body is a bare yield) and have
+    no other user are fused, so that it reads the operand in place (a
+    producer with other users would stay a second result of the fused op): with other ops its body
+    would no longer be a multiply-accumulate, so lazymlir-tile-contractions
+    would not recognize it (scalar loops, tens of times slower), and each
+    operand element is read once per tile of the loops the operand does not
+    index, recomputing the producer as often.
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
