@@ -55,6 +55,35 @@ unsigned bodySize(linalg::GenericOp op) {
   return op.getBody()->getOperations().size() - 1;
 }
 
+/// Whether the contraction `consumer` would still read its innermost
+/// parallel loop (the one tiles vectorize) contiguously after fusing the
+/// bare-yield `producer` (a transpose) into `operand`: a B operand read
+/// transposed (n, k) makes every vector load a gather, slower than
+/// materializing the transpose once.
+bool keepsVectorLoopContiguous(linalg::LinalgOp consumer, OpOperand *operand,
+                               linalg::GenericOp producer) {
+  auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
+  auto result = cast<OpResult>(operand->get());
+  auto source = dyn_cast<BlockArgument>(yield.getOperand(result.getResultNumber()));
+  if (!source || source.getOwner() != producer.getBody())
+    return false;
+  AffineMap resultMap = producer.getIndexingMapMatchingResult(result);
+  if (!resultMap.isPermutation())
+    return false;
+  AffineMap read =
+      producer.getMatchingIndexingMap(&producer->getOpOperand(source.getArgNumber()))
+          .compose(inversePermutation(resultMap))
+          .compose(consumer.getMatchingIndexingMap(operand));
+  SmallVector<unsigned> parallel;
+  consumer.getParallelDims(parallel);
+  if (parallel.empty())
+    return true;
+  AffineExpr vectorLoop =
+      getAffineDimExpr(parallel.back(), consumer->getContext());
+  std::optional<unsigned> position = read.getResultPosition(vectorLoop);
+  return !position || *position + 1 == read.getNumResults();
+}
+
 struct FuseElementwisePass
     : lazymlir::impl::FuseElementwisePassBase<FuseElementwisePass> {
   using Base::Base;
@@ -72,12 +101,14 @@ struct FuseElementwisePass
     // only moves data (a transpose) changes no body, only how the operand is
     // read: fused, the contraction reads it in place. Unless the consumer is
     // its only user: fusion would keep its value as a second result of the
-    // contraction, which is then no contraction either.
+    // contraction, which is then no contraction either; or unless the
+    // operand would then be read across its innermost loop.
     bool singleUser = llvm::all_of(producer->getUsers(), [&](Operation *user) {
       return user == fusedOperand->getOwner();
     });
     if (consumer && linalg::isaContractionOpInterface(consumer))
-      return singleUser && bodySize(producer) == 0;
+      return singleUser && bodySize(producer) == 0 &&
+             keepsVectorLoopContiguous(consumer, fusedOperand, producer);
     bool broadcastRead =
         consumer &&
         !consumer.getMatchingIndexingMap(fusedOperand).isPermutation();

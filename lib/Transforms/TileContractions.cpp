@@ -118,31 +118,52 @@ linalg::GenericOp findEpilogue(linalg::LinalgOp contraction) {
   return epilogue;
 }
 
-/// Merges each run of adjacent reduction loops that every operand reads as
-/// one contiguous run (a linear layer's weight gradient, reduced over batch
-/// and sequence) into one loop: tiled and vectorized, two reduction loops
-/// make a vector.contract with two reduction dimensions, which lowers to
-/// slow code; one makes outer products. The operands are reshaped, not
-/// copied. Returns the op to tile (the collapsed one, or `op`).
-linalg::LinalgOp collapseReductionRuns(RewriterBase &rewriter,
-                                       linalg::LinalgOp op) {
+/// Merges each run of adjacent loops of one kind that every operand reads
+/// as one contiguous run into one loop; runs of parallel loops only when
+/// `parallelRuns` (the result is then reshaped back, which an epilogue
+/// could not be fused through). Reductions: a linear layer's weight
+/// gradient, reduced over batch and sequence; tiled and vectorized, two
+/// reduction loops make a vector.contract with two reduction dimensions,
+/// which lowers to slow code, one makes outer products. Parallel loops: a
+/// projection into attention heads (batch x sequence by heads x head size)
+/// becomes a plain matmul whose tiles are full vectors. Operands are
+/// reshaped, not copied. Returns the op to tile (the collapsed one, or
+/// `op`).
+linalg::LinalgOp collapseIterationRuns(RewriterBase &rewriter,
+                                       linalg::LinalgOp op, bool parallelRuns) {
   auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
   if (!generic)
     return op;
-  SmallVector<ReassociationIndices> runs;
+  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
   SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
+  // Loops `d` and `d + 1` merge when they are of one kind and every operand
+  // reads either neither or both, `d + 1` right after `d`.
+  auto adjacent = [&](unsigned d) {
+    if (iterators[d] != iterators[d + 1])
+      return false;
+    for (AffineMap map : maps) {
+      std::optional<unsigned> first =
+          map.getResultPosition(getAffineDimExpr(d, map.getContext()));
+      std::optional<unsigned> second =
+          map.getResultPosition(getAffineDimExpr(d + 1, map.getContext()));
+      if (first.has_value() != second.has_value() ||
+          (first && *second != *first + 1))
+        return false;
+    }
+    return true;
+  };
+  SmallVector<ReassociationIndices> runs;
   for (unsigned loop = 0; loop < iterators.size();) {
     unsigned end = loop;
-    while (iterators[loop] == utils::IteratorType::reduction &&
-           end + 1 < iterators.size() &&
-           iterators[end + 1] == utils::IteratorType::reduction)
+    while (end + 1 < iterators.size() && adjacent(end))
       ++end;
-    if (end > loop)
+    bool wanted = parallelRuns ||
+                  iterators[loop] == utils::IteratorType::reduction;
+    if (end > loop && wanted)
       runs.push_back(llvm::to_vector(llvm::seq<int64_t>(loop, end + 1)));
     loop = end + 1;
   }
-  if (runs.empty() ||
-      !linalg::areDimSequencesPreserved(op.getIndexingMapsArray(), runs))
+  if (runs.empty() || !linalg::areDimSequencesPreserved(maps, runs))
     return op;
   rewriter.setInsertionPoint(op);
   FailureOr<linalg::CollapseResult> collapsed =
@@ -329,7 +350,9 @@ struct TileContractionsPass
 
     IRRewriter rewriter(ctx);
     for (linalg::LinalgOp &contraction : contractions)
-      contraction = collapseReductionRuns(rewriter, contraction);
+      contraction = collapseIterationRuns(
+          rewriter, contraction,
+          /*parallelRuns=*/!(fuseEpilogue && findEpilogue(contraction)));
     for (linalg::LinalgOp contraction : contractions)
       if (linalg::LinalgOp tile = tileParallel(rewriter, contraction))
         downscaleConv(tileReduction(rewriter, tile));

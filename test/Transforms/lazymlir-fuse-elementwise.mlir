@@ -276,3 +276,37 @@ func.func @shared_transpose_stays(%g: tensor<4x64x512xf32>, %x: tensor<4x64x128x
   } -> tensor<512x128xf32>
   return %r, %t : tensor<512x128xf32>, tensor<512x4x64xf32>
 }
+
+// -----
+
+#x = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#t = affine_map<(d0, d1, d2) -> (d1, d2, d0)>
+#a = affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>
+#b = affine_map<(d0, d1, d2, d3) -> (d3, d2)>
+#c = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+// The B operand of x @ w.t(): fused, the contraction would read w across its
+// innermost parallel loop (d2, the vectorized one): the transpose stays.
+// CHECK-LABEL: func.func @transposed_b_stays
+// CHECK:       %[[T:.*]] = linalg.generic
+// CHECK:         linalg.yield %in
+// CHECK:       linalg.generic
+// CHECK-SAME:    ins(%arg0, %[[T]] :
+#tb = affine_map<(d0, d1) -> (d1, d0)>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @transposed_b_stays(%x: tensor<4x64x128xf32>, %w: tensor<512x128xf32>) -> tensor<4x64x512xf32> {
+  %e = tensor.empty() : tensor<128x512xf32>
+  %t = linalg.generic {indexing_maps = [#tb, #id], iterator_types = ["parallel", "parallel"]} ins(%w : tensor<512x128xf32>) outs(%e : tensor<128x512xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<128x512xf32>
+  %zero = arith.constant 0.0 : f32
+  %o = tensor.empty() : tensor<4x64x512xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%o : tensor<4x64x512xf32>) -> tensor<4x64x512xf32>
+  %r = linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%x, %t : tensor<4x64x128xf32>, tensor<128x512xf32>) outs(%acc : tensor<4x64x512xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %m = arith.mulf %in, %in_0 : f32
+    %a = arith.addf %out, %m : f32
+    linalg.yield %a : f32
+  } -> tensor<4x64x512xf32>
+  return %r : tensor<4x64x512xf32>
+}

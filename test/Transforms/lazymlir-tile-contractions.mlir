@@ -240,3 +240,30 @@ func.func @two_reduction_loops(%g: tensor<4x64x512xf32>, %x: tensor<4x64x128xf32
   } -> tensor<512x128xf32>
   return %r : tensor<512x128xf32>
 }
+
+// -----
+
+#a = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d4)>
+#b = affine_map<(d0, d1, d2, d3, d4) -> (d4, d2, d3)>
+#c = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>
+// A projection into attention heads (batch x sequence by heads x head
+// size), without an epilogue: both runs of parallel loops are merged too,
+// and it is tiled as a 256x128 by 128 matmul; the result is reshaped back.
+// CHECK-LABEL: func.func @head_projection
+// CHECK-DAG:     tensor.collapse_shape %{{.*}} {{\[\[}}0, 1], [2]] : tensor<4x64x128xf32> into tensor<256x128xf32>
+// CHECK-DAG:     tensor.collapse_shape %{{.*}} {{\[\[}}0], [1, 2]] : tensor<128x4x32xf32> into tensor<128x128xf32>
+// CHECK:         vector.contract
+// CHECK-SAME:      vector<8x8xf32>, vector<8x32xf32> into vector<8x32xf32>
+// CHECK:         tensor.expand_shape %{{.*}} {{\[\[}}0, 1], [2, 3]] {{.*}} : tensor<256x128xf32> into tensor<4x64x4x32xf32>
+func.func @head_projection(%x: tensor<4x64x128xf32>, %w: tensor<128x4x32xf32>) -> tensor<4x64x4x32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %o = tensor.empty() : tensor<4x64x4x32xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%o : tensor<4x64x4x32xf32>) -> tensor<4x64x4x32xf32>
+  %r = linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%x, %w : tensor<4x64x128xf32>, tensor<128x4x32xf32>) outs(%acc : tensor<4x64x4x32xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %m = arith.mulf %in, %in_0 : f32
+    %a = arith.addf %out, %m : f32
+    linalg.yield %a : f32
+  } -> tensor<4x64x4x32xf32>
+  return %r : tensor<4x64x4x32xf32>
+}

@@ -142,7 +142,11 @@ def FuseElementwisePass
     that reshape propagation made a linalg.generic) only producers that move
     data without computing (a transpose: their body is a bare yield) and have
     no other user are fused, so that it reads the operand in place (a
-    producer with other users would stay a second result of the fused op): with other ops its body
+    producer with other users would stay a second result of the fused op),
+    and only where the innermost parallel loop (the one tiles vectorize)
+    stays the operand's innermost dimension (a B operand read as (n, k)
+    would make every vector load a gather; the transpose is materialized
+    instead): with other ops its body
     would no longer be a multiply-accumulate, so lazymlir-tile-contractions
     would not recognize it (scalar loops, tens of times slower), and each
     operand element is read once per tile of the loops the operand does not
