@@ -161,7 +161,7 @@ def main():
             # while it is timed.
             steps[variant] = _patched(step, fusion=fusion, threads=threads)
             calls[variant] = pipelined
-            kernels[variant] = compiled[fusion].num_kernels
+            kernels[variant] = compiled[fusion].kernel_count
         steps[KERNEL_ONLY] = kernel_only_step(compiled[True], args, expected)
         kernels[KERNEL_ONLY] = kernels["lazymlir fusion=on"]
         steps[COPY] = copy

@@ -167,7 +167,7 @@ CpuExecutable::compile(const std::string &source,
   if (failed(tensorStage.run(*module)))
     diagnostics.fail("the CPU pipeline (tensor stage)");
   if (auto kernels = (*module)->getAttrOfType<IntegerAttr>(kKernelCountAttr))
-    impl->numKernels = kernels.getInt();
+    impl->kernelCount = kernels.getInt();
   stats.tensorStage = since(phase);
 
   phase = Clock::now();
@@ -271,7 +271,7 @@ CpuExecutable::compile(const std::string &source,
     GraphRecord record;
     record.inputs = impl->inputs;
     record.outputs = impl->outputs;
-    record.numKernels = impl->numKernels;
+    record.kernelCount = impl->kernelCount;
     record.hasChecks = hasChecks;
     for (const Kernel &kernel : kernels)
       record.kernels.push_back(kernel.name);

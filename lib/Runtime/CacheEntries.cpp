@@ -124,7 +124,7 @@ void countGraphLookup(bool found) {
 
 std::string GraphRecord::serialize() const {
   std::ostringstream os;
-  os << "lazymlir-graph 1\n" << numKernels << " " << hasChecks << "\n";
+  os << "lazymlir-graph 1\n" << kernelCount << " " << hasChecks << "\n";
   for (const auto *list : {&inputs, &outputs}) {
     os << list->size() << "\n";
     for (const TensorSignature &signature : *list) {
@@ -147,7 +147,7 @@ bool GraphRecord::parse(const std::string &payload) {
   int version = 0;
   if (!(is >> magic >> version) || magic != "lazymlir-graph" || version != 1)
     return false;
-  if (!(is >> numKernels >> hasChecks))
+  if (!(is >> kernelCount >> hasChecks))
     return false;
   for (auto *list : {&inputs, &outputs}) {
     size_t count;

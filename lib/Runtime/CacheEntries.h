@@ -36,7 +36,7 @@ void countGraphLookup(bool found);
 /// the kernels its entry calls, then the entry module's object.
 struct GraphRecord {
   std::vector<TensorSignature> inputs, outputs;
-  int64_t numKernels = 0;
+  int64_t kernelCount = 0;
   bool hasChecks = false;
   std::vector<std::string> kernels;
   std::string object;

@@ -12,6 +12,7 @@
 #include "OpenMP.h"
 #include "Profiling.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <sstream>
@@ -129,7 +130,7 @@ bool CpuExecutable::Impl::loadFromDisk(const std::string &key,
   }
   inputs = std::move(record.inputs);
   outputs = std::move(record.outputs);
-  numKernels = record.numKernels;
+  kernelCount = record.kernelCount;
   cacheKey = key;
   buildArgumentBlock();
   stats.distinctKernels = record.kernels.size();
@@ -155,7 +156,8 @@ void CpuExecutable::Impl::invoke(const std::vector<void *> &data,
   for (size_t i = 0; i < scalars.size(); ++i)
     args[i] = &scalars[i];
   if (!linkage->fastKernels.empty() &&
-      linkage->runs.fetch_add(1, std::memory_order_relaxed) + 1 == kHotRuns &&
+      linkage->runs.fetch_add(1, std::memory_order_relaxed) + 1 ==
+          std::max(1u, linkage->options.tierUpRuns) &&
       !linkage->upgradeRequested.exchange(true))
     requestFullTier(linkage);
   std::optional<ProfileScope> profiling;
@@ -187,7 +189,7 @@ const std::vector<TensorSignature> &CpuExecutable::inputs() const {
 const std::vector<TensorSignature> &CpuExecutable::outputs() const {
   return impl->outputs;
 }
-int64_t CpuExecutable::numKernels() const { return impl->numKernels; }
+int64_t CpuExecutable::kernelCount() const { return impl->kernelCount; }
 bool CpuExecutable::hasRuntimeChecks() const { return impl->linkage->hasChecks; }
 const std::string &CpuExecutable::llvmDialect() const {
   return impl->llvmDialect;

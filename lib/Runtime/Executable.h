@@ -25,7 +25,7 @@ struct CpuExecutable::Impl {
   std::vector<TensorSignature> outputs;
   std::string llvmDialect;
   std::string cacheKey;
-  int64_t numKernels = 0;
+  int64_t kernelCount = 0;
   CompileStats stats;
   /// The packed entry point's arguments as 8-byte scalars: for each input,
   /// then each output, the memref descriptor (allocated pointer, aligned

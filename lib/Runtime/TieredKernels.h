@@ -3,7 +3,7 @@
 // Kernels are looked up in this process, then on disk, and compiled only when
 // neither has them: at the Fast tier first when compiles are tiered. A graph
 // whose kernels are not all Full asks the background compiler, once it has
-// run kHotRuns times, to recompile them Full (by its KernelCompiler) and to
+// run CompileOptions::tierUpRuns times, to recompile them Full (by its KernelCompiler) and to
 // link its entry again; runs switch to the new linkage. Internal to the
 // runtime and the compiler library.
 //
@@ -25,9 +25,6 @@ namespace lazymlir {
 
 /// The global lazymlir-guard-runtime-checks sets when a check fails.
 constexpr const char *kCheckFlagSymbol = "__lazymlir_check_failed";
-
-/// Runs of a graph after which its Fast-tier kernels are recompiled Full.
-constexpr uint64_t kHotRuns = 4;
 
 /// A kernel at its best tier available: the Full tier, loaded or on disk;
 /// else the Fast tier (with options.tiered; else Full), loaded, on disk, or

@@ -76,8 +76,8 @@ class _Compiled:
         self.gm = gm
 
     @property
-    def num_kernels(self) -> int:
-        return self.executable.num_kernels
+    def kernel_count(self) -> int:
+        return self.executable.kernel_count
 
     def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
         """The native run releases the GIL; ``background``: on the worker."""
@@ -117,7 +117,7 @@ class _Eager:
     """A graph run op by op on CPU; ``counter`` says why (for the metrics)."""
 
     __slots__ = ("name", "gm", "counter", "out_specs")
-    num_kernels = None
+    kernel_count = None
 
     def __init__(self, name, gm, counter, out_specs):
         self.name = name
@@ -236,7 +236,9 @@ def _compile(graph: trace.Graph):
                 raise RuntimeError(f"the native compiler is not available ({_compiler_import_error})")
             disk = _configure_disk_cache(native)
             options = dict(fusion=config.fusion, channels_last=config.channels_last, threads=config.threads,
-                           tiered=config.tiered)
+                           parallel_threshold=config.parallel_threshold,
+                           streaming_store_bytes=config.streaming_store_bytes, tiered=config.tiered,
+                           tier_up_runs=config.tier_up_runs)
             executable = None
             # A trace compiled by an earlier process: its record names the
             # compiled graph on disk (no torch-mlir, no MLIR work). Dumps
@@ -264,14 +266,14 @@ def _compile(graph: trace.Graph):
                 if record is not None:
                     cache.write_record(native, record, executable.cache_key)
                 if config.dump_dir:
-                    kernels = executable.num_kernels
+                    kernels = executable.kernel_count
                     debug.dump(name, "torch", lowered.torch_mlir, kernels)
                     debug.dump(name, "linalg", lowered.linalg, kernels)
                     debug.dump(name, "llvm", executable.llvm_dialect, kernels)
             _note_compile(executable.compile_stats, disk)
             for message in native.take_disk_cache_warnings():
                 warnings.warn(message, RuntimeWarning, stacklevel=3)
-            metrics.sample("KernelsPerGraph", executable.num_kernels)
+            metrics.sample("KernelCount", executable.kernel_count)
             entry = _Compiled(name, executable, specs, gm)
             metrics.counter("UncachedCompile")
         except Exception as e:  # never fail the user: run it eagerly instead
@@ -300,7 +302,7 @@ def _compile(graph: trace.Graph):
             entry = _Eager(name, gm, "CompileFallback", specs)
     seconds = time.perf_counter() - t0
     if config.verbose:
-        kernels = f", {entry.num_kernels} kernels" if entry.num_kernels is not None else ""
+        kernels = f", {entry.kernel_count} kernels" if entry.kernel_count is not None else ""
         detail = ""
         if type(entry) is _Compiled:
             st = entry.executable.compile_stats

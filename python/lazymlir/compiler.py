@@ -5,7 +5,7 @@ frontend hands over textual linalg-on-tensors IR (DESIGN.md, decision 1), and
 gets back a ``_native.CpuExecutable`` that runs on torch CPU tensors in place:
 
 - ``inputs`` / ``outputs``: [(element type, shape)] of the arguments and results;
-- ``num_kernels``: loop nests left after fusion, one per kernel the graph runs;
+- ``kernel_count``: loop nests left after fusion, one per kernel the graph runs;
 - ``has_runtime_checks``: whether runs check the flag the compiled code sets
   when an index is out of range or an integer divisor is zero;
 - ``llvm_dialect``: LLVM-dialect text after the CPU pipeline ("" unless kept);
@@ -115,15 +115,22 @@ def code_identity() -> str:
     return _native.code_identity()
 
 
-def load_cached(cache_key: str, *, fusion: bool = True, channels_last: bool = True, threads: int = 0,
-                opt_level: int = 3, runtime_checks: bool = True, tiered: bool = True):
-    """The graph compiled before under ``cache_key`` (an executable's ``cache_key``)
-    with these options, loaded from the disk cache without any MLIR work; None
-    when it is not there whole."""
-    native = _native.load_cpu(cache_key, entry="main", opt_level=opt_level, fusion=fusion,
-                              channels_last=channels_last, threads=threads, runtime_checks=runtime_checks,
-                              tiered=tiered)
+def _options(options: dict):
+    """A native CompileOptions: its defaults, with ``options`` (keyword
+    names as in :func:`compile_linalg`) set."""
+    native = _native.CompileOptions()
+    for name, value in options.items():
+        if not hasattr(native, name):
+            raise TypeError(f"unknown compile option {name!r}")
+        setattr(native, name, value)
     return native
+
+
+def load_cached(cache_key: str, **options):
+    """The graph compiled before under ``cache_key`` (an executable's ``cache_key``)
+    with these options (as for :func:`compile_linalg`), loaded from the disk
+    cache without any MLIR work; None when it is not there whole."""
+    return _native.load_cpu(cache_key, _options(options))
 
 
 def wait_background_compiles() -> None:
@@ -142,25 +149,28 @@ def background_compile_counts() -> dict:
     return _native.background_compile_counts()
 
 
-def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool = True,
-                   threads: int = 0, keep_llvm_dialect: bool = False, opt_level: int = 3,
-                   runtime_checks: bool = True, tiered: bool = True, profile: bool = False):
+def compile_linalg(linalg_text: str, **options):
     """Compile linalg-on-tensors text whose entry is ``func.func @main``.
 
-    ``fusion`` fuses elementwise ops with each other and into contractions;
-    ``channels_last`` runs convolutions and pooling in NHWC; ``threads``
-    splits large kernels' outer loops across that many threads (0: all
-    hardware threads; 1: none); ``keep_llvm_dialect``
-    keeps the LLVM-dialect text (for dumps); ``runtime_checks=False`` drops
-    the bounds and divisor checks (a bad index then reads foreign memory or
-    aborts: only to measure what they cost); ``tiered`` compiles kernels with
-    little code generation effort first (code ~15% slower, compiled several
-    times quicker) and at full effort in the background once the graph has
-    run four times, switching runs to that code when ready (False: full effort at
-    once); ``profile`` times each kernel call of the graph
-    (``profile_sites``, ``take_profile_events()``: see lazymlir.profiler).
-    Releases the GIL while compiling; raises :data:`CompileError` with MLIR's
-    diagnostics.
+    Options (keywords; the defaults are the native CompileOptions'):
+    ``fusion`` (True) fuses elementwise ops with each other and into
+    contractions; ``channels_last`` (True) runs convolutions and pooling in
+    NHWC; ``threads`` (0) splits large kernels' outer loops across that many
+    threads (0: all hardware threads; 1: none); ``parallel_threshold``
+    (65536 iteration points) is the size from which a kernel runs on several
+    threads; ``streaming_store_bytes`` (16 MiB) the output size from which an
+    elementwise kernel stores with non-temporal vector stores (0: never);
+    ``keep_llvm_dialect`` (False) keeps the LLVM-dialect text (for dumps);
+    ``runtime_checks`` (True; False drops the bounds and divisor checks: a
+    bad index then reads foreign memory or aborts, only to measure what they
+    cost); ``tiered`` (True) compiles kernels with little code generation
+    effort first (code ~15% slower, compiled several times quicker) and at
+    full effort in the background once the graph has run ``tier_up_runs``
+    (4) times, switching runs to that code when ready (False: full effort at
+    once); ``profile`` (False) times each kernel call of the graph
+    (``profile_sites``, ``take_profile_events()``: see lazymlir.profiler);
+    ``opt_level`` (3). Releases the GIL while compiling; raises
+    :data:`CompileError` with MLIR's diagnostics.
 
     Each loop nest is outlined into a kernel named by its content
     (lazymlir-outline-kernels); distinct kernels compile in parallel, once
@@ -168,7 +178,4 @@ def compile_linalg(linalg_text: str, *, fusion: bool = True, channels_last: bool
     (:func:`configure_disk_cache`) once per machine: the graph itself is
     looked up there first.
     """
-    return _native.compile_cpu(linalg_text, entry="main", opt_level=opt_level, fusion=fusion,
-                               channels_last=channels_last, threads=threads,
-                               keep_llvm_dialect=keep_llvm_dialect, runtime_checks=runtime_checks,
-                               tiered=tiered, profile=profile)
+    return _native.compile_cpu(linalg_text, _options(options))

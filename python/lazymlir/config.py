@@ -55,6 +55,16 @@ channels_last: bool = _env_bool("LAZYMLIR_CHANNELS_LAST", True)
 # parallel threshold always run in one thread.
 threads: int = int(_env_str("LAZYMLIR_THREADS", "0"))
 
+# Iteration points from which a kernel's loops are shared by the threads
+# (LAZYMLIR_PARALLEL_THRESHOLD, default 65536; a fork/join costs microseconds,
+# more than small kernels take).  Part of the cache key.
+parallel_threshold: int = int(_env_str("LAZYMLIR_PARALLEL_THRESHOLD", str(1 << 16)))
+
+# Output bytes from which an elementwise kernel stores with non-temporal vector
+# stores, past the caches (LAZYMLIR_STREAMING_STORE_BYTES, default 16 MiB; 0:
+# never).  Part of the cache key.
+streaming_store_bytes: int = int(_env_str("LAZYMLIR_STREAMING_STORE_BYTES", str(16 << 20)))
+
 # Run every graph eagerly (op by op, on CPU) instead of compiling it: a debugging
 # aid to tell a compiler bug from a tracer bug.  Counted as "EagerGraph".
 force_eager: bool = _env_bool("LAZYMLIR_FORCE_EAGER", False)
@@ -99,6 +109,10 @@ cache_max_bytes: int = int(_env_str("LAZYMLIR_CACHE_MAX_MB", "2048")) << 20
 # 0: full effort at once (longer first steps).
 tiered: bool = _env_bool("LAZYMLIR_TIERED", True)
 
+# Runs of a graph after which tiered compilation recompiles its kernels at full
+# effort (LAZYMLIR_TIER_UP_RUNS, a count, default 4).
+tier_up_runs: int = max(1, int(_env_str("LAZYMLIR_TIER_UP_RUNS", "4")))
+
 # A graph structure compiled for this many different input shapes gets a
 # RuntimeWarning (the recompilation storm: pad or bucket the shapes);
 # LAZYMLIR_RECOMPILE_WARNING_AT, a count of shapes, default 8; 0: never warn.
@@ -113,14 +127,15 @@ profile: bool = _env_bool("LAZYMLIR_PROFILE", False)
 # Print one line per compilation (graph hash, node count, why it was new).
 verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 
-_NAMES = ("dump_dir", "cache_dir", "cache_max_bytes", "tiered", "device", "fusion", "channels_last", "threads",
+_NAMES = ("dump_dir", "cache_dir", "cache_max_bytes", "tiered", "tier_up_runs", "device", "fusion", "channels_last",
+          "threads", "parallel_threshold", "streaming_store_bytes",
           "force_eager", "force_fallback", "async_execution", "max_in_flight", "recompile_warning_at", "profile",
           "verbose")
 
 
 def options_key() -> tuple:
     """The compiler options that change generated code, for the cache key."""
-    return (device, fusion, channels_last, threads, profile)
+    return (device, fusion, channels_last, threads, parallel_threshold, streaming_store_bytes, profile)
 
 
 # Called when an option changes through patch(): name -> callbacks (e.g. the

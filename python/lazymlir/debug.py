@@ -3,7 +3,7 @@
 ``<hash>.linalg.mlir`` (what the native compiler took; ``lazymlir-opt
 <hash>.linalg.mlir --lazymlir-cpu-pipeline`` reproduces the compilation) and
 ``<hash>.llvm.mlir`` (LLVM dialect after the CPU pipeline; its module attribute
-``lazymlir.kernels`` is the kernel count).  Once the graph has compiled, every
+``lazymlir.kernel_count`` is the kernel count).  Once the graph has compiled, every
 dump file starts with the comment ``// lazymlir: N kernels (loop nests) after
 fusion``."""
 
@@ -13,17 +13,17 @@ from typing import Optional
 from . import config
 
 
-def kernels_comment(num_kernels: int) -> str:
-    return f"// lazymlir: {num_kernels} kernels (loop nests) after fusion\n"
+def kernels_comment(kernel_count: int) -> str:
+    return f"// lazymlir: {kernel_count} kernels (loop nests) after fusion\n"
 
 
-def dump(graph_hash: str, suffix: str, text: Optional[str], num_kernels: Optional[int] = None) -> Optional[str]:
+def dump(graph_hash: str, suffix: str, text: Optional[str], kernel_count: Optional[int] = None) -> Optional[str]:
     """Write ``<dump_dir>/<graph_hash>.<suffix>.mlir`` (headed by the kernel count
     when given); a no-op without a dump dir."""
     if not config.dump_dir or text is None:
         return None
-    if num_kernels is not None:
-        text = kernels_comment(num_kernels) + text
+    if kernel_count is not None:
+        text = kernels_comment(kernel_count) + text
     os.makedirs(config.dump_dir, exist_ok=True)
     path = os.path.join(config.dump_dir, f"{graph_hash}.{suffix}.mlir")
     with open(path, "w") as f:

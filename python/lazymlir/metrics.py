@@ -11,9 +11,9 @@ Timings (seconds, one sample per event): ``CollectTime`` (graph walk and cache
 key), ``LoweringTime`` (torch-mlir import and lowering), ``CompileTime`` (native
 compile), ``ExecuteTime``.  Timings and samples keep their count and total
 and their last ``WINDOW`` values.
-Samples (plain numbers, one per event): ``KernelsPerGraph``, the kernels (loop
+Samples (plain numbers, one per event): ``KernelCount``, the kernels (loop
 nests after fusion and tiling) of each graph compiled, read with
-``sample_values("KernelsPerGraph")``.
+``sample_values("KernelCount")``.
 
 Compile time, per graph compiled (see :func:`compile_report` for sums): the
 timings ``Compile<Phase>Time`` for the native compiler's phases (``Parse``,
@@ -65,7 +65,7 @@ def timing(name: str, seconds: float) -> None:
 
 
 def sample(name: str, value: float) -> None:
-    """Record one value of a sample metric (e.g. ``KernelsPerGraph``)."""
+    """Record one value of a sample metric (e.g. ``KernelCount``)."""
     _samples[name].add(value)
 
 

@@ -67,7 +67,7 @@ def execute(outputs: Sequence[trace.Node]):
             else:
                 deps.append(job)
     job = _submit(entry, inputs, outs, deps)
-    last_kernels = entry.num_kernels
+    last_kernels = entry.kernel_count
     return graph.output_values(outs), job, last_kernels
 
 

@@ -434,7 +434,7 @@ def kernel_count(tensor: torch.Tensor = None):
     without an argument, of the last graph run (compiled or from the cache).
     None when that graph ran eagerly, or the tensor's value did not come from a
     graph (user data, an op run eagerly).  Every compilation also records its
-    count as the sample metric ``KernelsPerGraph``."""
+    count as the sample metric ``KernelCount``."""
     if tensor is None:
         return runtime.last_kernels
     if type(tensor) is not LazyTensor:

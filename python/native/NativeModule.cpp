@@ -64,20 +64,6 @@ std::vector<BufferView> toViews(const std::vector<CpuArray> &arrays) {
   return views;
 }
 
-CompileOptions makeOptions(const std::string &entry, unsigned optLevel,
-                           bool fusion, bool channelsLast, unsigned threads,
-                           bool runtimeChecks, bool tiered) {
-  CompileOptions options;
-  options.pipeline.entry = entry;
-  options.pipeline.fusion = fusion;
-  options.pipeline.channelsLast = channelsLast;
-  options.pipeline.threads = threads;
-  options.pipeline.runtimeChecks = runtimeChecks;
-  options.optLevel = optLevel;
-  options.tiered = tiered;
-  return options;
-}
-
 nb::list signatures(const std::vector<TensorSignature> &list) {
   nb::list result;
   for (const TensorSignature &sig : list)
@@ -102,7 +88,7 @@ NB_MODULE(_native, m) {
           "outputs",
           [](const CpuExecutable &e) { return signatures(e.outputs()); },
           "[(element type, shape)] of the entry's results")
-      .def_prop_ro("num_kernels", &CpuExecutable::numKernels,
+      .def_prop_ro("kernel_count", &CpuExecutable::kernelCount,
                    "Loop nests (kernels) in the compiled entry function")
       .def_prop_ro("has_runtime_checks", &CpuExecutable::hasRuntimeChecks,
                    "Whether runs read the compiled code's check flag "
@@ -313,43 +299,46 @@ NB_MODULE(_native, m) {
   m.def("code_identity", [] { return codeIdentity(); },
         "What besides the IR changes compiled code: this build's digest, "
         "LLVM's version, the host CPU and its features.");
+  // CompileOptions with its pipeline settings flattened, for compile_cpu and
+  // load_cpu; defaults are CompileOptions' own.
+  using Settings = CpuPipelineSettings;
+  nb::class_<CompileOptions>(m, "CompileOptions")
+      .def(nb::init<>())
+      .def_rw("opt_level", &CompileOptions::optLevel)
+      .def_rw("tiered", &CompileOptions::tiered)
+      .def_rw("tier_up_runs", &CompileOptions::tierUpRuns)
+      .def_rw("keep_llvm_dialect", &CompileOptions::keepLLVMDialect)
+#define LAZYMLIR_SETTING(python, field)                                        \
+  def_prop_rw(                                                                 \
+      python, [](const CompileOptions &o) { return o.pipeline.field; },        \
+      [](CompileOptions &o, decltype(Settings::field) v) {                      \
+        o.pipeline.field = v;                                                  \
+      })
+      .LAZYMLIR_SETTING("entry", entry)
+      .LAZYMLIR_SETTING("fusion", fusion)
+      .LAZYMLIR_SETTING("channels_last", channelsLast)
+      .LAZYMLIR_SETTING("threads", threads)
+      .LAZYMLIR_SETTING("runtime_checks", runtimeChecks)
+      .LAZYMLIR_SETTING("parallel_threshold", parallelThreshold)
+      .LAZYMLIR_SETTING("streaming_store_bytes", streamingStoreBytes)
+      .LAZYMLIR_SETTING("profile", profile);
+#undef LAZYMLIR_SETTING
   m.def(
       "load_cpu",
-      [](const std::string &cacheKey, const std::string &entry,
-         unsigned optLevel, bool fusion, bool channelsLast, unsigned threads,
-         bool runtimeChecks, bool tiered) {
-        CompileOptions options = makeOptions(entry, optLevel, fusion,
-                                             channelsLast, threads,
-                                             runtimeChecks, tiered);
+      [](const std::string &cacheKey, const CompileOptions &options) {
         nb::gil_scoped_release release;
         return CpuExecutable::load(cacheKey, options);
       },
-      nb::arg("cache_key"), nb::arg("entry") = "main",
-      nb::arg("opt_level") = 3, nb::arg("fusion") = true,
-      nb::arg("channels_last") = true, nb::arg("threads") = 0,
-      nb::arg("runtime_checks") = true, nb::arg("tiered") = true,
+      nb::arg("cache_key"), nb::arg("options"),
       "The graph compiled before under `cache_key` with these options, from "
       "the disk cache, or None.");
   m.def(
       "compile_cpu",
-      [](const std::string &source, const std::string &entry,
-         unsigned optLevel, bool fusion, bool channelsLast, unsigned threads,
-         bool keepLLVMDialect, bool runtimeChecks, bool tiered, bool profile) {
-        CompileOptions options = makeOptions(entry, optLevel, fusion,
-                                             channelsLast, threads,
-                                             runtimeChecks, tiered);
-        options.keepLLVMDialect = keepLLVMDialect;
-        options.pipeline.profile = profile;
+      [](const std::string &source, const CompileOptions &options) {
         nb::gil_scoped_release release;
         return CpuExecutable::compile(source, options);
       },
-      nb::arg("source"), nb::arg("entry") = "main", nb::arg("opt_level") = 3,
-      nb::arg("fusion") = true, nb::arg("channels_last") = true,
-      nb::arg("threads") = 0,
-      nb::arg("keep_llvm_dialect") = false, nb::arg("runtime_checks") = true,
-      nb::arg("tiered") = true, nb::arg("profile") = false,
+      nb::arg("source"), nb::arg("options"),
       "Compile linalg-on-tensors text for this CPU. Releases the GIL; raises "
-      "CompileError with MLIR's diagnostics. `runtime_checks=False` drops the "
-      "bounds and divisor checks (only to measure their cost). `profile`: "
-      "time each kernel call (profile_sites, take_profile_events).");
+      "CompileError with MLIR's diagnostics.");
 }

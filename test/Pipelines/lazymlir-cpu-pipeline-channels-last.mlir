@@ -5,9 +5,9 @@
 // transposes of the input, filter and output around a directly tiled conv,
 // no im2col buffer. With channels-last=false it stays NCHW, im2col into a
 // heap temporary, then the contraction.
-// CHECK: module attributes {lazymlir.kernels = 4 : i64}
+// CHECK: module attributes {lazymlir.kernel_count = 4 : i64}
 // CHECK-NOT: _mlir_memref_to_llvm_aligned_alloc
-// NOLAST: module attributes {lazymlir.kernels = 3 : i64}
+// NOLAST: module attributes {lazymlir.kernel_count = 3 : i64}
 // NOLAST: llvm.call @_mlir_memref_to_llvm_aligned_alloc
 func.func @main(%arg0: tensor<2x4x10x10xf32>, %arg1: tensor<8x4x3x3xf32>) -> tensor<2x8x8x8xf32> {
   %cst = arith.constant 0.0 : f32

@@ -4,7 +4,7 @@
 // The pipeline's entry option reaches every pass that looks for the entry:
 // the contract check accepts @forward, its kernels are counted and outlined,
 // and its result becomes an out-parameter (input and output descriptors).
-// CHECK: module attributes {lazymlir.kernels = 1 : i64}
+// CHECK: module attributes {lazymlir.kernel_count = 1 : i64}
 // CHECK: llvm.func @forward(%{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64)
 // CHECK-NEXT: llvm.call @[[KERNEL:__lazymlir_k_[0-9a-f]{32}]](
 // CHECK: llvm.func @[[KERNEL]]({{.*}}) attributes {lazymlir.kernel, sym_visibility = "private"}

@@ -4,8 +4,8 @@
 // matmul + bias: with fusion the bias is the contraction's epilogue, applied
 // to each output tile (lazymlir-tile-contractions' fuse-epilogue): one
 // kernel. fusion=false also turns the epilogue fusion off: two kernels.
-// CHECK: module attributes {lazymlir.kernels = 1 : i64}
-// UNFUSED: module attributes {lazymlir.kernels = 2 : i64}
+// CHECK: module attributes {lazymlir.kernel_count = 1 : i64}
+// UNFUSED: module attributes {lazymlir.kernel_count = 2 : i64}
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d1)>
 func.func @main(%arg0: tensor<16x64xf32>, %arg1: tensor<64x64xf32>, %arg2: tensor<64xf32>) -> tensor<16x64xf32> {

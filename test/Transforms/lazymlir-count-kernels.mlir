@@ -5,11 +5,11 @@
 
 // Three elementwise ops: three kernels as written, one after fusion; the
 // count survives the lowering to the LLVM dialect.
-// CHECK: module attributes {lazymlir.kernels = 3 : i64}
-// PIPELINE: module attributes {lazymlir.kernels = 1 : i64}
-// UNFUSED: module attributes {lazymlir.kernels = 3 : i64}
+// CHECK: module attributes {lazymlir.kernel_count = 3 : i64}
+// PIPELINE: module attributes {lazymlir.kernel_count = 1 : i64}
+// UNFUSED: module attributes {lazymlir.kernel_count = 3 : i64}
 // An entry that does not exist: nothing counted.
-// OTHER-NOT: lazymlir.kernels
+// OTHER-NOT: lazymlir.kernel_count
 // PIPELINE: llvm.func @main
 #map = affine_map<(d0) -> (d0)>
 func.func @main(%arg0: tensor<64xf32>) -> tensor<64xf32> {

@@ -162,8 +162,8 @@ def test_signature_and_kernel_count():
     unfused = compiler.compile_linalg(text, fusion=False)
     assert fused.inputs == [("f32", (32, 16)), ("f32", (16,))]
     assert fused.outputs == [("f32", (32, 16))]
-    assert fused.num_kernels == 1
-    assert unfused.num_kernels > 1
+    assert fused.kernel_count == 1
+    assert unfused.kernel_count > 1
 
 
 def test_value_returned_twice_fills_both_outputs():
@@ -338,7 +338,7 @@ def test_large_softmax_row_tiles_stream_when_aligned():
     either way."""
     x = torch.randn(4096, 1024)
     exe = compiler.compile_linalg(export(Fn(lambda m, a: torch.softmax(a, -1)), x), keep_llvm_dialect=True)
-    assert "nontemporal" in exe.llvm_dialect and exe.num_kernels == 1
+    assert "nontemporal" in exe.llvm_dialect and exe.kernel_count == 1
     expected = torch.softmax(x, -1)
     aligned = torch.full((4096, 1024), float("nan"))
     assert aligned.data_ptr() % 64 == 0

@@ -79,9 +79,12 @@ struct CompileOptions {
   bool keepLLVMDialect = false;
   /// Compile kernels with little code generation effort first (about 15%
   /// slower code, several times quicker to compile) and again at full
-  /// effort in the background once their graph has run four times; runs switch
-  /// to the optimized code when it is ready. Off: full effort at once.
+  /// effort in the background once their graph has run tierUpRuns times; runs
+  /// switch to the optimized code when it is ready. Off: full effort at once.
   bool tiered = true;
+  /// With `tiered`: runs of a graph after which its kernels are recompiled
+  /// at full effort (at least 1).
+  unsigned tierUpRuns = 4;
 
 private:
   static CpuPipelineSettings allThreads() {
@@ -197,7 +200,7 @@ public:
   bool hasRuntimeChecks() const;
   /// Loop nests in the compiled entry function after fusion and tiling
   /// (lazymlir-count-kernels).
-  int64_t numKernels() const;
+  int64_t kernelCount() const;
   /// Empty unless CompileOptions::keepLLVMDialect was set.
   const std::string &llvmDialect() const;
   const CompileStats &compileStats() const;

@@ -9,7 +9,7 @@ namespace lazymlir {
 
 /// On the module, from lazymlir-count-kernels: the entry's loop nests after
 /// fusion and tiling (i64); the runtime reports it as the graph's kernels.
-inline constexpr llvm::StringLiteral kKernelCountAttr = "lazymlir.kernels";
+inline constexpr llvm::StringLiteral kKernelCountAttr = "lazymlir.kernel_count";
 
 /// On each function lazymlir-outline-kernels made (unit): the runtime
 /// compiles it apart, once per process, under its content-hash name.

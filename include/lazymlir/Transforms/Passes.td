@@ -398,7 +398,7 @@ def DistinctResultsPass
 def CountKernelsPass
     : Pass<"lazymlir-count-kernels", "mlir::ModuleOp"> {
   let summary = "Record the number of kernels (loop nests) of the entry "
-                "function as the module attribute lazymlir.kernels";
+                "function as the module attribute lazymlir.kernel_count";
   let description = [{
     Run after fusion and tiling: every linalg op left at the top of the
     entry function, and every tile loop nest (with what is fused into it),
