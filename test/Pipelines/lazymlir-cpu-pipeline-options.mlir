@@ -4,9 +4,17 @@
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="threads=2" | FileCheck %s --check-prefix=PARALLEL
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="threads=2 parallel-threshold=1048576" | FileCheck %s --check-prefix=SMALL
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="threads=2 streaming-store-bytes=65536" | FileCheck %s --check-prefix=STREAMPAR
+// RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="profile=true" | FileCheck %s --check-prefix=PROFILE
+// RUN: lazymlir-opt %s --lazymlir-cpu-pipeline | FileCheck %s --check-prefix=NOPROFILE
 
 // exp of a 256x1024 f32 tensor (1 MiB, 262144 points). By default: below
 // the 16 MiB streaming threshold, exp without ldexp, sequential.
+// profile: the kernel call is timed and listed (lazymlir-instrument-kernels).
+// PROFILE: lazymlir.profile_sites = [{bytes = 2097152 : i64
+// PROFILE: llvm.call @__lazymlir_profile_begin(
+// PROFILE-NEXT: llvm.call @__lazymlir_k_
+// PROFILE-NEXT: llvm.call @__lazymlir_profile_end(
+// NOPROFILE-NOT: lazymlir_profile
 // DEFAULT-LABEL: llvm.func @__lazymlir_k_
 // DEFAULT-NOT: nontemporal
 // DEFAULT-NOT: ldexp
