@@ -95,7 +95,9 @@ def testing():
     global _TESTING
     if _TESTING is None:
         if os.environ.get("_LAZYMLIR_SUITE_LTC"):
-            path = os.path.join(importlib.util.find_spec("lazymlir").submodule_search_locations[0], "testing.py")
+            # Beside the package's __init__.py (an editable install lists the
+            # native module's directory first among its search locations).
+            path = os.path.join(os.path.dirname(importlib.util.find_spec("lazymlir").origin), "testing.py")
             pkg = types.ModuleType("_suite_shim")
             pkg.__path__ = []
             tensor = types.ModuleType("_suite_shim.tensor")
@@ -665,6 +667,7 @@ def main():
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, few rounds, no torch.compile/torch._lazy")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (its gcc builds are slow here)")
     parser.add_argument("--no-ltc", action="store_true", help="skip torch._lazy")
+    parser.add_argument("--ltc", action="store_true", help="with --smoke: run torch._lazy too")
     parser.add_argument("--only", help="comma-separated workload names (globs), e.g. 'matmul_*,mnist'")
     parser.add_argument("--repeats", type=int, help="timed rounds per workload (default 10, smoke 3)")
     parser.add_argument("--out", default=os.path.join(ROOT, "build", "bench"), help="where latest.json/png go")
@@ -687,7 +690,7 @@ def main():
     peers = list(PEERS)
     if args.smoke or args.no_compile:
         peers.remove("torch.compile")
-    if args.smoke or args.no_ltc:
+    if (args.smoke and not args.ltc) or args.no_ltc:
         peers.remove("torch._lazy")
     import lazymlir  # noqa: F401  (registers the lazy device; children import it themselves)
 

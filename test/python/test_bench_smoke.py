@@ -43,3 +43,16 @@ def test_bench_suite_smoke(native, tmp_path):
     png = tmp_path / "latest.png"
     assert png.exists() and png.stat().st_size > 1000
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_suite_torch_lazy_child(native, tmp_path):
+    """The torch._lazy peer runs in a child that loads lazymlir.testing from
+    its file without importing lazymlir (both use the lazy device): it finds
+    it in this install (an editable one lists the native module's directory
+    first) and matches eager."""
+    proc = subprocess.run([sys.executable, SUITE, "--smoke", "--ltc", "--only", "mlp", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = json.loads((tmp_path / "latest.json").read_text())["workloads"][0]
+    r = row["peers"]["torch._lazy"]
+    assert isinstance(r.get("median"), float) and r["median"] > 0 and not r.get("wrong"), (r, proc.stdout[-2000:])
