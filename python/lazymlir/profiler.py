@@ -31,12 +31,13 @@ import os
 import sys
 import threading
 import time
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple
 
 from . import config
 
-# The session that records graph runs (None: not profiling).
-active: Optional["Profile"] = None
+# The sessions that record graph runs (empty: not profiling); nested blocks
+# and LAZYMLIR_PROFILE's process-wide session each see every run.
+active: List["Profile"] = []
 
 
 class KernelRow(NamedTuple):
@@ -161,20 +162,17 @@ def profile():
     """Profile the lazy device's graph runs while the block runs: yields a
     :class:`Profile` (``table()``, ``rows()``, ``export_chrome_trace(path)``),
     complete once the block has exited (it waits for the graphs it started)."""
-    global active
     from .runtime import wait_device_ops
 
-    if active is not None:
-        raise RuntimeError("lazymlir.profile() is already active")
     wait_device_ops()  # runs started before the block are not in it
     session = Profile()
-    active = session
+    active.append(session)
     try:
         with config.patch(profile=True):
             yield session
             wait_device_ops()
     finally:
-        active = None
+        active.remove(session)
 
 
 def run(entry, inputs, outs, background: bool) -> None:
@@ -182,7 +180,7 @@ def run(entry, inputs, outs, background: bool) -> None:
     and as a torch.profiler range when torch.profiler is on."""
     import torch
 
-    session = active
+    sessions = list(active)
     if torch.autograd.profiler._is_profiler_enabled:
         ctx = torch.autograd.profiler.record_function(f"lazymlir.graph {entry.name}")
     else:
@@ -191,16 +189,17 @@ def run(entry, inputs, outs, background: bool) -> None:
     with ctx:
         entry.run_into(inputs, outs, background)
     end = time.monotonic_ns()
-    if session is not None:
+    if sessions:
         take = getattr(getattr(entry, "executable", None), "take_profile_events", None)
-        session._record(entry, start, end, take() if take is not None else None)
+        events = take() if take is not None else None
+        for session in sessions:
+            session._record(entry, start, end, events)
 
 
 def _start_for_process() -> None:
     """LAZYMLIR_PROFILE=1: profile the whole process, print the table at exit."""
-    global active
     session = Profile()
-    active = session
+    active.append(session)
 
     def report():
         from .runtime import wait_device_ops

@@ -181,7 +181,7 @@ def _run_job(entry, inputs, outs, deps, background=True):
         if e is not None:
             raise DependencyError(f"lazymlir: not run, an earlier step it reads from failed: {e!r}") from e
     try:
-        if profiler.active is None and not torch.autograd.profiler._is_profiler_enabled:
+        if not profiler.active and not torch.autograd.profiler._is_profiler_enabled:
             entry.run_into(inputs, outs, background)
         else:
             profiler.run(entry, inputs, outs, background)

@@ -50,7 +50,7 @@ def test_profile_table_rows_and_results(native, fresh_cache):
     table = p.table()
     assert "GFLOP/s" in table and "aten._softmax" in table and "k_" in table
     # Profiling ends with the block: the next step runs the plain graph.
-    assert lazymlir.profiler.active is None and not lazymlir.config.profile
+    assert not lazymlir.profiler.active and not lazymlir.config.profile
     before = len(p.kernel_calls)
     out = _mlp(*lazy)
     lazymlir.mark_step()
@@ -73,6 +73,20 @@ def test_chrome_trace(native, fresh_cache, tmp_path):
     for k in kernels:  # each kernel call lies inside its graph's run
         assert g["ts"] <= k["ts"] and k["ts"] + k["dur"] <= g["ts"] + g["dur"] + 1e-3, (g, k)
         assert k["args"]["kernel"].startswith("__lazymlir_k_") and k["tid"] == g["tid"]
+
+
+def test_nested_profiles_each_see_their_runs(native, fresh_cache):
+    args = [a.to("lazy") for a in _inputs()]
+    with lazymlir.profile() as outer:
+        out = _mlp(*args)
+        lazymlir.mark_step()
+        with lazymlir.profile() as inner:
+            out = _mlp(*args)
+            lazymlir.mark_step()
+        out = _mlp(*args)  # noqa: F841
+        lazymlir.mark_step()
+    assert len(inner.graph_runs) == 1 and len(outer.graph_runs) == 3
+    assert {r.calls for r in outer.rows()} == {3} and {r.calls for r in inner.rows()} == {1}
 
 
 def test_eager_graphs_show_as_rows(fresh_cache):
