@@ -131,8 +131,7 @@ linalg::GenericOp findEpilogue(linalg::LinalgOp contraction) {
 /// `op`).
 linalg::LinalgOp collapseIterationRuns(RewriterBase &rewriter,
                                        linalg::LinalgOp op, bool parallelRuns) {
-  auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
-  if (!generic)
+  if (!isa<linalg::GenericOp>(op.getOperation()))
     return op;
   SmallVector<AffineMap> maps = op.getIndexingMapsArray();
   SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
@@ -163,6 +162,8 @@ linalg::LinalgOp collapseIterationRuns(RewriterBase &rewriter,
       runs.push_back(llvm::to_vector(llvm::seq<int64_t>(loop, end + 1)));
     loop = end + 1;
   }
+  // Also rejects runs a map uses inside an expression (a convolution's
+  // window), which `adjacent` does not see.
   if (runs.empty() || !linalg::areDimSequencesPreserved(maps, runs))
     return op;
   rewriter.setInsertionPoint(op);

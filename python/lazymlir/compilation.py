@@ -149,8 +149,9 @@ class _Split:
 def _note_shapes(graph: trace.Graph, name: str) -> None:
     """Recompiling one graph structure for new input shapes is the recompilation
     storm users of lazy systems dread: it is counted, and reported when it
-    repeats (config.recompile_warning_at). Best effort: a graph whose ops carry sizes (view, zeros) looks new, not
-    recompiled, when those sizes change."""
+    repeats (config.recompile_warning_at). Best effort: a graph whose ops
+    carry sizes (view, zeros) looks new, not recompiled, when those sizes
+    change."""
     n_inputs = len(graph.inputs)
     entries = graph.key[0]
     shapes = tuple(tuple(n.data.shape) for n in graph.inputs)

@@ -8,6 +8,7 @@ torch dialect, run the torch backend pipeline, then lower to linalg.  Only a cac
 miss comes here, so the torch-mlir imports are deferred to the first miss.
 """
 
+import contextlib
 import operator
 import re
 from typing import List, NamedTuple, Set
@@ -36,18 +37,18 @@ def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], orig
     what it emits (the profiler names kernels by them)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    inputs = _distinct(example_inputs)
-    if not origins:
-        return make_fx(gm, decomposition_table=decomposition_table(), tracing_mode="fake")(*inputs)
-    import torch.fx.traceback as fx_traceback
+    traced, context = gm, contextlib.nullcontext()
+    if origins:
+        import torch.fx.traceback as fx_traceback
 
-    for i, node in enumerate(gm.graph.nodes):
-        if node.op == "call_function":
-            node.meta["stack_trace"] = f'  File "op:{_op_name(node.target)}", line {i}, in lazymlir\n'
-    interpreter = torch.fx.Interpreter(gm)  # it sets each node's meta as current
-    with fx_traceback.preserve_node_meta():
-        return make_fx(lambda *args: interpreter.run(*args), decomposition_table=decomposition_table(),
-                       tracing_mode="fake")(*inputs)
+        for i, node in enumerate(gm.graph.nodes):
+            if node.op == "call_function":
+                node.meta["stack_trace"] = f'  File "op:{_op_name(node.target)}", line {i}, in lazymlir\n'
+        interpreter = torch.fx.Interpreter(gm)  # it sets each node's meta as current
+        traced, context = (lambda *args: interpreter.run(*args)), fx_traceback.preserve_node_meta()
+    with context:
+        return make_fx(traced, decomposition_table=decomposition_table(), tracing_mode="fake")(
+            *_distinct(example_inputs))
 
 
 def _op_name(target) -> str:

@@ -24,7 +24,6 @@ thread, which torch.profiler records with
 """
 
 import atexit
-import collections
 import contextlib
 import json
 import os
@@ -32,6 +31,8 @@ import sys
 import threading
 import time
 from typing import Dict, List, NamedTuple
+
+import torch
 
 from . import config
 
@@ -73,13 +74,14 @@ class Profile:
 
     def _record(self, entry, start: int, end: int, events) -> None:
         tid = threading.get_ident()
+        kind = type(entry).__name__
         with self._lock:
-            self.graph_runs.append((entry.name, type(entry).__name__, start, end, tid))
+            self.graph_runs.append((entry.name, kind, start, end, tid))
             if events:
                 sites = entry.executable.profile_sites
                 for site, s, e in events:
                     self.kernel_calls.append((entry.name, sites[site], s, e, tid))
-            elif not hasattr(entry, "executable") and entry.name not in self._eager_ops:
+            elif kind == "_Eager" and entry.name not in self._eager_ops:
                 nodes = [n for n in entry.gm.graph.nodes if n.op == "call_function"]
                 self._eager_ops[entry.name] = (
                     _join(dict.fromkeys(str(n.target) for n in nodes)),
@@ -88,17 +90,14 @@ class Profile:
 
     def rows(self) -> List[KernelRow]:
         """Per kernel and call site, sorted by total time (longest first)."""
-        totals = collections.OrderedDict()
-        for _, site, s, e, _ in self.kernel_calls:
-            key = (site["kernel"], site["ops"], site["shapes"], site["bytes"], site["flops"])
+        timed = [((site["kernel"], site["ops"], site["shapes"], site["bytes"], site["flops"]), e - s)
+                 for _, site, s, e, _ in self.kernel_calls]
+        timed += [(("(eager graph)", *self._eager_ops.get(name, ("", "")), 0, 0), e - s)
+                  for name, kind, s, e, _ in self.graph_runs if kind == "_Eager"]
+        totals = {}
+        for key, ns in timed:
             calls, seconds = totals.get(key, (0, 0.0))
-            totals[key] = (calls + 1, seconds + (e - s) / 1e9)
-        for name, kind, s, e, _ in self.graph_runs:
-            if kind == "_Eager":
-                ops, shapes = self._eager_ops.get(name, ("", ""))
-                key = ("(eager graph)", ops, shapes, 0, 0)
-                calls, seconds = totals.get(key, (0, 0.0))
-                totals[key] = (calls + 1, seconds + (e - s) / 1e9)
+            totals[key] = (calls + 1, seconds + ns / 1e9)
         rows = [KernelRow(k, ops, shapes, calls, seconds, nbytes, flops)
                 for (k, ops, shapes, nbytes, flops), (calls, seconds) in totals.items()]
         return sorted(rows, key=lambda r: -r.seconds)
@@ -178,8 +177,6 @@ def profile():
 def run(entry, inputs, outs, background: bool) -> None:
     """Run a graph (``entry.run_into``) recording it in the active session
     and as a torch.profiler range when torch.profiler is on."""
-    import torch
-
     sessions = list(active)
     if torch.autograd.profiler._is_profiler_enabled:
         ctx = torch.autograd.profiler.record_function(f"lazymlir.graph {entry.name}")
