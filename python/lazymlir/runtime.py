@@ -30,14 +30,21 @@ from .compilation import _Compiled, _compile, _Eager, _run_fx, _Split, native_co
 last_kernels = None
 
 
-def execute(outputs: Sequence[trace.Node]):
+def execute(outputs: Sequence[trace.Node], now: bool = False):
     """Start computing ``outputs`` (distinct nodes without data): returns their
     values as CPU tensors in the memory format of the nodes' metas (dense:
     contiguous buffers, permuted), in order, the job (runtime._Job) that fills
     them (None when nothing runs), and the kernel count of the graph that
     runs (None when it runs eagerly).  The tensors are allocated
     here (destination passing) and written by the worker: read them only after
-    :func:`wait`."""
+    :func:`wait`.
+
+    ``now``: the caller waits for the result at once (a barrier).  A graph
+    whose inputs are all computed then runs on the calling thread before the
+    jobs queued ahead of it (graphs never write their inputs, so the order
+    does not matter to it): a data-dependent branch in the middle of a step
+    (Hugging Face's attention-mask checks) does not wait for the previous
+    step's graph to finish."""
     global last_kernels
     t0 = time.perf_counter()
     graph = trace.collect(outputs, config.options_key())
@@ -49,15 +56,11 @@ def execute(outputs: Sequence[trace.Node]):
             # Ops that do not lower: computed eagerly in place, the rest of
             # the graph is traced again without them and compiled.
             _run_in_place(graph, entry.ops)
-            return _execute_rest(outputs)
+            return _execute_rest(outputs, now)
     elif type(entry) is _Compiled:
         metrics.counter("CachedCompile")
     if type(entry) is _Eager:
         metrics.counter(entry.counter)
-    if _in_flight:
-        _throttle()  # before this graph's outputs are allocated
-    outs = [_empty(shape, dtype) for shape, dtype in entry.out_specs]
-    inputs = graph.input_values()
     deps = []
     for n in graph.inputs:
         job = n.job
@@ -66,7 +69,17 @@ def execute(outputs: Sequence[trace.Node]):
                 n.job = None  # nothing left to wait for
             else:
                 deps.append(job)
-    job = _submit(entry, inputs, outs, deps)
+    ahead = now and not deps and _in_flight and not _running(entry)
+    if _in_flight and not ahead:
+        _throttle()  # before this graph's outputs are allocated
+    outs = [_empty(shape, dtype) for shape, dtype in entry.out_specs]
+    inputs = graph.input_values()
+    if ahead:
+        metrics.counter("RunAhead")
+        job = _Job(entry)
+        job.run([(entry, inputs, outs, deps)], background=False)
+    else:
+        job = _submit(entry, inputs, outs, deps)
     last_kernels = entry.kernel_count
     return graph.output_values(outs), job, last_kernels
 
@@ -96,7 +109,7 @@ def eager_value(n: trace.Node):
     computed first by compiled graphs."""
     pending = [i for i in dict.fromkeys(n.inputs) if i.data is None]
     if pending:
-        values, job, kernels = execute(pending)
+        values, job, kernels = execute(pending, now=True)
         for i, value in zip(pending, values):
             i.set_data(value, job, kernels)
     for i in n.inputs:
@@ -115,10 +128,10 @@ def _data(n: trace.Node) -> torch.Tensor:
     return n.data
 
 
-def _execute_rest(outputs: Sequence[trace.Node]):
+def _execute_rest(outputs: Sequence[trace.Node], now: bool = False):
     """:func:`execute` for outputs some of which may have data already."""
     rest = [o for o in outputs if o.data is None]
-    values, job, kernels = execute(rest) if rest else ([], None, None)
+    values, job, kernels = execute(rest, now) if rest else ([], None, None)
     computed = iter(values)
     return [o.data if o.data is not None else next(computed) for o in outputs], job, kernels
 
@@ -195,9 +208,10 @@ class _Job:
     None). Lighter than concurrent.futures.Future (a lock held until the run
     ends, no Condition): a step creates one."""
 
-    __slots__ = ("_running", "_finished", "_error")
+    __slots__ = ("_running", "_finished", "_error", "entry")
 
-    def __init__(self):
+    def __init__(self, entry=None):
+        self.entry = entry  # the compiled graph it runs, until it finished
         self._running = _thread.allocate_lock()
         self._running.acquire()
         self._finished = False
@@ -226,6 +240,7 @@ class _Job:
         except BaseException as e:
             self._error = e
         del args
+        self.entry = None  # only unfinished jobs need it (_running)
         self._finished = True
         self._running.release()
 
@@ -243,7 +258,7 @@ class _Worker:
         self._thread.start()
 
     def submit(self, *args) -> _Job:
-        job = _Job()
+        job = _Job(args[0])
         with self._lock:
             self._queue.append((job, [args]))
             if not self._busy:
@@ -290,7 +305,7 @@ class _Worker:
 def _submit(entry, inputs, outs, deps):
     global _worker, _last_job
     if not config.async_execution:
-        job = _Job()
+        job = _Job(entry)
         job.run([(entry, inputs, outs, deps)], background=False)
         _last_job = job
         return job
@@ -304,6 +319,13 @@ def _submit(entry, inputs, outs, deps):
 
 # Jobs submitted to the worker and not seen finished, oldest first.
 _in_flight = collections.deque()
+
+
+def _running(entry) -> bool:
+    """Whether a submitted job of ``entry`` may still be queued or running
+    (one executable is never run by two threads at once: its runtime-check
+    flag is per graph)."""
+    return any(j.entry is entry and not j.done() for j in _in_flight)
 
 
 def _throttle() -> None:

@@ -370,8 +370,9 @@ def _write(t: LazyTensor, new: Node) -> None:
 # Barriers.
 
 
-def _sync(storages) -> None:
-    """Compute the pending base values of ``storages`` in one graph."""
+def _sync(storages, now: bool = False) -> None:
+    """Compute the pending base values of ``storages`` in one graph (``now``:
+    the caller waits for them at once, see runtime.execute)."""
     todo = []
     seen = set()
     for s in storages:
@@ -382,7 +383,7 @@ def _sync(storages) -> None:
     if not todo:
         return
     metrics.counter("Sync")
-    results, job, kernels = runtime.execute(todo)
+    results, job, kernels = runtime.execute(todo, now)
     for node, value in zip(todo, results):
         node.set_data(value, job, kernels)
 
@@ -393,7 +394,7 @@ def _cpu_alias(t: LazyTensor) -> torch.Tensor:
     if t.numel() == 0:  # no data to compute: nothing is synced
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
     s = t._lz_storage
-    _sync((s,))
+    _sync((s,), now=True)
     runtime.wait(s.base)
     base = s.base.data
     m = s.meta

@@ -181,6 +181,36 @@ def test_a_waiting_thread_runs_queued_jobs_in_order(native, monkeypatch, stalled
     assert_compiled()
 
 
+def test_a_barrier_on_computed_data_runs_ahead_of_queued_graphs(native, monkeypatch):
+    """A barrier (.item(), bool()) whose graph reads only computed data runs
+    at once on the calling thread, while the worker is still busy with an
+    earlier step (Hugging Face's attention-mask checks in the middle of a
+    step); a barrier that reads what the queued graph computes waits for it."""
+    release = threading.Event()
+    run_into = runtime._Compiled.run_into
+
+    def spy(self, inputs, outs, background):
+        if threading.current_thread() is not threading.main_thread():
+            assert release.wait(timeout=60), "the worker's graph was never released"
+        run_into(self, inputs, outs, background)
+
+    monkeypatch.setattr(runtime._Compiled, "run_into", spy)
+    x, y = torch.randn(1000), torch.randn(8)
+    ly = y.to("lazy")
+    a = x.to("lazy") * 2
+    lazymlir.mark_step()  # the worker takes it and blocks
+    ahead = metrics.counter_value("RunAhead")
+    assert bool((ly * 3).sum() > 0) == bool((y * 3).sum() > 0)  # would hang if it waited for the worker
+    torch.testing.assert_close((ly + 1).cpu(), y + 1)
+    assert metrics.counter_value("RunAhead") == ahead + 2
+    assert not a._lz_storage.base.job.done()
+    threading.Timer(0.2, release.set).start()
+    torch.testing.assert_close(a.sum().item(), (x * 2).sum().item())  # queued behind the step
+    assert metrics.counter_value("RunAhead") == ahead + 2
+    lazymlir.wait_device_ops()
+    assert_compiled()
+
+
 def test_a_waiting_thread_runs_eager_graphs_as_recorded(stalled_worker):
     """A graph run eagerly by a thread that waits inside torch.autocast
     computes what was recorded (f32), not under the caller's autocast."""
