@@ -310,3 +310,37 @@ func.func @transposed_b_stays(%x: tensor<4x64x128xf32>, %w: tensor<512x128xf32>)
   } -> tensor<4x64x512xf32>
   return %r : tensor<4x64x512xf32>
 }
+
+// -----
+
+#x = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#t = affine_map<(d0, d1, d2, d3) -> (d0, d2, d1, d3)>
+#a = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>
+#w = affine_map<(d0, d1, d2, d3, d4) -> (d3, d4, d2)>
+#c = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>
+// Attention heads merged ((b, h, s, d) -> (b, s, h, d)) before a projection:
+// read in place, heads and head size would no longer be adjacent in the
+// operand and the reduction over them could not be merged into one loop by
+// lazymlir-tile-contractions: the transpose stays.
+// CHECK-LABEL: func.func @head_merging_transpose_stays
+// CHECK:       %[[T:.*]] = linalg.generic
+// CHECK:         linalg.yield %in
+// CHECK:       linalg.generic
+// CHECK-SAME:    ins(%[[T]], %arg1 :
+func.func @head_merging_transpose_stays(%attn: tensor<4x4x64x32xf32>, %w: tensor<4x32x128xf32>) -> tensor<4x64x128xf32> {
+  %e = tensor.empty() : tensor<4x64x4x32xf32>
+  %t = linalg.generic {indexing_maps = [#x, #t], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%attn : tensor<4x4x64x32xf32>) outs(%e : tensor<4x64x4x32xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<4x64x4x32xf32>
+  %zero = arith.constant 0.0 : f32
+  %o = tensor.empty() : tensor<4x64x128xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%o : tensor<4x64x128xf32>) -> tensor<4x64x128xf32>
+  %r = linalg.generic {indexing_maps = [#a, #w, #c], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%t, %w : tensor<4x64x4x32xf32>, tensor<4x32x128xf32>) outs(%acc : tensor<4x64x128xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %m = arith.mulf %in, %in_0 : f32
+    %a = arith.addf %out, %m : f32
+    linalg.yield %a : f32
+  } -> tensor<4x64x128xf32>
+  return %r : tensor<4x64x128xf32>
+}

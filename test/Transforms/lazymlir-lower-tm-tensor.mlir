@@ -1,4 +1,6 @@
 // RUN: lazymlir-opt %s --allow-unregistered-dialect --split-input-file --verify-diagnostics --lazymlir-lower-tm-tensor --canonicalize --cse | FileCheck %s
+// lazymlir-opt allows unregistered dialects by default (dumps hold TMTensor ops):
+// RUN: lazymlir-opt %s --split-input-file --verify-diagnostics --lazymlir-lower-tm-tensor --canonicalize --cse | FileCheck %s
 
 // torch-mlir's TMTensor ops arrive in the generic form (MLIR 22 parses them
 // as unregistered ops), as the frontend prints them.

@@ -64,8 +64,8 @@ func.func @matmul_epilogue(%arg0: tensor<16x64xf32>, %arg1: tensor<64x64xf32>, %
 
 // -----
 
-// Tile sizes divide the loop bounds: M=6 and N=10 give one 6x10 tile, K=12 is
-// split in 6s, so no tile is partial.
+// Tile sizes divide the loop bounds: M=6 and N=10 (no larger than the
+// tile) give one 6x10 tile, K=12 is split in 6s, so no tile is partial.
 // CHECK-LABEL: func.func @odd_sizes
 // CHECK: scf.for {{.*}} step %c6 {{.*}} -> (vector<6x10xf32>)
 // CHECK: vector.contract {{.*}} : vector<6x6xf32>, vector<6x10xf32> into vector<6x10xf32>
@@ -75,6 +75,31 @@ func.func @odd_sizes(%arg0: tensor<6x12xf32>, %arg1: tensor<12x10xf32>) -> tenso
   %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<6x10xf32>) -> tensor<6x10xf32>
   %2 = linalg.matmul ins(%arg0, %arg1 : tensor<6x12xf32>, tensor<12x10xf32>) outs(%1 : tensor<6x10xf32>) -> tensor<6x10xf32>
   return %2 : tensor<6x10xf32>
+}
+
+// -----
+
+// N=1000 (a vocabulary): its largest divisor up to 32 is 25, vectors of an
+// odd size. Tiles of 32 instead, and the last partial tile (8 columns) is
+// peeled off: both are static, both vectorize.
+// CHECK-LABEL: func.func @peeled_vector_tile
+// CHECK: scf.for %{{.+}} = %c0 to %c256 step %c8
+// CHECK: scf.for %{{.+}} = %c0 to %c992 step %c32
+// CHECK: vector.contract {{.*}} : vector<8x8xf32>, vector<8x32xf32> into vector<8x32xf32>
+// CHECK: } {lazymlir.parallel_tiles = 32768000 : i64}
+// CHECK-NOT: scf.for {{.*}} step %c32
+// CHECK: vector.contract {{.*}} : vector<8x8xf32>, vector<8x8xf32> into vector<8x8xf32>
+// CHECK: tensor.insert_slice {{.*}}[%{{.+}}, 992] [8, 8] [1, 1] : tensor<8x8xf32> into tensor<256x1000xf32>
+// SMALL-LABEL: func.func @peeled_vector_tile
+// SMALL: scf.for %{{.+}} = %c0 to %c992 step %c16
+// SMALL: vector.contract {{.*}} : vector<4x4xf32>, vector<4x16xf32> into vector<4x16xf32>
+// SMALL: vector.contract {{.*}} : vector<4x4xf32>, vector<4x8xf32> into vector<4x8xf32>
+func.func @peeled_vector_tile(%a: tensor<256x128xf32>, %b: tensor<128x1000xf32>) -> tensor<256x1000xf32> {
+  %zero = arith.constant 0.0 : f32
+  %o = tensor.empty() : tensor<256x1000xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%o : tensor<256x1000xf32>) -> tensor<256x1000xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<256x128xf32>, tensor<128x1000xf32>) outs(%acc : tensor<256x1000xf32>) -> tensor<256x1000xf32>
+  return %r : tensor<256x1000xf32>
 }
 
 // -----

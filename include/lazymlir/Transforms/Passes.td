@@ -194,7 +194,10 @@ def TileContractionsPass
        vector lowering (outer products, i.e. FMAs on registers).
 
     Tile sizes are divisors of the (static) loop bounds at most as large as
-    the options, so every tile is full and no masking is needed.
+    the options, so every tile is full and no masking is needed; except the
+    innermost parallel loop's (the vectors) when no such divisor is a whole
+    number of 8-lane vectors: it is tiled by `tile-n` and its last, partial
+    tile peeled off, so that both loops have static tiles.
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",

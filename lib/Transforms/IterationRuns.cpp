@@ -1,0 +1,43 @@
+//===- IterationRuns.cpp - loops a contraction can merge ------------------===//
+
+#include "IterationRuns.h"
+
+using namespace mlir;
+
+namespace lazymlir {
+
+SmallVector<ReassociationIndices>
+mergeableIterationRuns(ArrayRef<AffineMap> maps,
+                       ArrayRef<utils::IteratorType> iterators,
+                       bool parallelRuns) {
+  // Loops `d` and `d + 1` merge when they are of one kind and every map
+  // reads either neither or both, `d + 1` right after `d`.
+  auto adjacent = [&](unsigned d) {
+    if (iterators[d] != iterators[d + 1])
+      return false;
+    for (AffineMap map : maps) {
+      std::optional<unsigned> first =
+          map.getResultPosition(getAffineDimExpr(d, map.getContext()));
+      std::optional<unsigned> second =
+          map.getResultPosition(getAffineDimExpr(d + 1, map.getContext()));
+      if (first.has_value() != second.has_value() ||
+          (first && *second != *first + 1))
+        return false;
+    }
+    return true;
+  };
+  SmallVector<ReassociationIndices> runs;
+  for (unsigned loop = 0; loop < iterators.size();) {
+    unsigned end = loop;
+    while (end + 1 < iterators.size() && adjacent(end))
+      ++end;
+    bool wanted =
+        parallelRuns || iterators[loop] == utils::IteratorType::reduction;
+    if (end > loop && wanted)
+      runs.push_back(llvm::to_vector(llvm::seq<int64_t>(loop, end + 1)));
+    loop = end + 1;
+  }
+  return runs;
+}
+
+} // namespace lazymlir
