@@ -40,6 +40,7 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   TileContractionsPassOptions tiling;
   tiling.fuseEpilogue = options.fusion;
   pm.addNestedPass<func::FuncOp>(createTileContractionsPass(tiling));
+  pm.addNestedPass<func::FuncOp>(createMergeLoopRunsPass());
   ApproximateMathPassOptions approximate;
   approximate.useLdexp = options.useLdexp;
   pm.addNestedPass<func::FuncOp>(createApproximateMathPass(approximate));

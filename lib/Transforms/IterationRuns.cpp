@@ -10,6 +10,13 @@ SmallVector<ReassociationIndices>
 mergeableIterationRuns(ArrayRef<AffineMap> maps,
                        ArrayRef<utils::IteratorType> iterators,
                        bool parallelRuns) {
+  // Only maps of plain dimensions: collapseOpIterationDims reads out of
+  // bounds on a constant result (a broadcast (c, 0, 0) made it build an
+  // invalid op, or crash), and an expression (a convolution's window,
+  // im2col's gather) cannot be merged.
+  for (AffineMap map : maps)
+    if (!llvm::all_of(map.getResults(), llvm::IsaPred<AffineDimExpr>))
+      return {};
   // Loops `d` and `d + 1` merge when they are of one kind and every map
   // reads either neither or both, `d + 1` right after `d`.
   auto adjacent = [&](unsigned d) {

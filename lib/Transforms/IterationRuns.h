@@ -16,7 +16,8 @@ namespace lazymlir {
 /// The runs of two or more adjacent loops of one kind that every map reads
 /// either not at all or as one contiguous run in loop order, so that they
 /// can be merged into one loop; runs of parallel loops only when
-/// `parallelRuns`.
+/// `parallelRuns`. None unless every result of every map is a plain
+/// dimension.
 llvm::SmallVector<mlir::ReassociationIndices>
 mergeableIterationRuns(llvm::ArrayRef<mlir::AffineMap> maps,
                        llvm::ArrayRef<mlir::utils::IteratorType> iterators,

@@ -142,8 +142,7 @@ linalg::LinalgOp collapseIterationRuns(RewriterBase &rewriter,
   SmallVector<AffineMap> maps = op.getIndexingMapsArray();
   SmallVector<ReassociationIndices> runs = lazymlir::mergeableIterationRuns(
       maps, op.getIteratorTypesArray(), parallelRuns);
-  // Also rejects runs a map uses inside an expression (a convolution's
-  // window), which mergeableIterationRuns does not look into.
+  // Upstream's own condition, which collapseOpIterationDims asserts.
   if (runs.empty() || !linalg::areDimSequencesPreserved(maps, runs))
     return op;
   rewriter.setInsertionPoint(op);

@@ -255,6 +255,9 @@ def _compile(graph: trace.Graph):
                 lowered = lowering.lower(gm, graph.input_values(), origins=config.profile)
                 metrics.timing("LoweringTime", time.perf_counter() - t1)
                 t1 = time.perf_counter()
+                if config.dump_dir:  # before compiling: what a compiler crash was given
+                    debug.dump(name, "torch", lowered.torch_mlir)
+                    debug.dump(name, "linalg", lowered.linalg)
                 try:
                     executable = native.compile_linalg(lowered.linalg, keep_llvm_dialect=bool(config.dump_dir),
                                                        profile=config.profile, **options)

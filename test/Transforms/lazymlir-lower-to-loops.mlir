@@ -119,3 +119,54 @@ func.func @tile_loops_left_alone(%out: memref<64x128xf32>) {
   } {lazymlir.parallel_tiles = 1048576 : i64}
   return
 }
+
+// -----
+
+#x = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#r = affine_map<(d0, d1, d2) -> (d0)>
+// A reduction's innermost reduction loops carry the accumulator as a loop
+// value: loaded once before them, stored once after (not a load and a
+// store per element, which LLVM cannot keep in a register).
+// CHECK-LABEL: func.func @row_sum_accumulator
+// CHECK:       scf.for %[[I:.*]] =
+// CHECK:         %[[INIT:.*]] = memref.load %arg1[%{{.*}}] : memref<8xf32>
+// CHECK:         %[[SUM:.*]] = scf.for {{.*}} iter_args(%[[A:.*]] = %[[INIT]]) -> (f32)
+// CHECK:           %[[IN:.*]] = scf.for {{.*}} iter_args(%[[B:.*]] = %[[A]]) -> (f32)
+// CHECK-NOT:         memref.store
+// CHECK:             %[[V:.*]] = memref.load %arg0
+// CHECK:             %[[S:.*]] = arith.addf %[[V]], %[[B]]
+// CHECK:             scf.yield %[[S]] : f32
+// CHECK:           scf.yield %[[IN]] : f32
+// CHECK:         memref.store %[[SUM]], %arg1[%{{.*}}] : memref<8xf32>
+func.func @row_sum_accumulator(%x: memref<8x4x16xf32>, %out: memref<8xf32>) {
+  linalg.generic {indexing_maps = [#x, #r], iterator_types = ["parallel", "reduction", "reduction"]} ins(%x : memref<8x4x16xf32>) outs(%out : memref<8xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %s = arith.addf %in, %acc : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+#x = affine_map<(d0, d1) -> (d0, d1)>
+#r = affine_map<(d0, d1) -> (d0)>
+// The output is a view of the input's buffer: every element is loaded and
+// stored in the loop, as written (the reads may see earlier writes).
+// CHECK-LABEL: func.func @output_aliases_input
+// CHECK:       scf.for
+// CHECK:         scf.for
+// CHECK-NOT:       iter_args
+// CHECK:           memref.load
+// CHECK:           memref.load
+// CHECK:           memref.store
+func.func @output_aliases_input(%x: memref<8x8xf32>) {
+  %c0 = arith.constant 0 : index
+  %col = memref.subview %x[0, 0] [8, 1] [1, 1] : memref<8x8xf32> to memref<8xf32, strided<[8]>>
+  linalg.generic {indexing_maps = [#x, #r], iterator_types = ["parallel", "reduction"]} ins(%x : memref<8x8xf32>) outs(%col : memref<8xf32, strided<[8]>>) {
+  ^bb0(%in: f32, %acc: f32):
+    %s = arith.addf %in, %acc : f32
+    linalg.yield %s : f32
+  }
+  return
+}

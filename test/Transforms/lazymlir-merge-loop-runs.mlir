@@ -1,0 +1,121 @@
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-merge-loop-runs | FileCheck %s
+
+#x = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#c = affine_map<(d0, d1, d2, d3) -> (d1)>
+// A convolution's bias gradient in NCHW: sum over batch, height and width.
+// Height and width (read contiguously) become one 576-long reduction loop;
+// the batch loop, apart from them, stays.
+// CHECK-LABEL: func.func @bias_gradient
+// CHECK:       %[[X:.*]] = tensor.collapse_shape %arg0 {{\[}}[0], [1], [2, 3]] : tensor<64x64x24x24xf32> into tensor<64x64x576xf32>
+// CHECK:       linalg.generic
+// CHECK-SAME:    iterator_types = ["reduction", "parallel", "reduction"]
+// CHECK-SAME:    ins(%[[X]] : tensor<64x64x576xf32>)
+func.func @bias_gradient(%x: tensor<64x64x24x24xf32>) -> tensor<64xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<64xf32>) -> tensor<64xf32>
+  %r = linalg.generic {indexing_maps = [#x, #c], iterator_types = ["reduction", "parallel", "reduction", "reduction"]} ins(%x : tensor<64x64x24x24xf32>) outs(%acc : tensor<64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.addf %in, %out : f32
+    linalg.yield %s : f32
+  } -> tensor<64xf32>
+  return %r : tensor<64xf32>
+}
+
+// -----
+
+#x = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#t = affine_map<(d0, d1, d2) -> (d0, d2, d1)>
+// An elementwise op with a transposed operand: the loops the transposed read
+// splits stay apart, the batch loop has no neighbour of its kind to merge
+// with that every operand reads in order.
+// CHECK-LABEL: func.func @transposed_operand
+// CHECK-NOT:   tensor.collapse_shape
+// CHECK:       linalg.generic
+// CHECK-SAME:    iterator_types = ["parallel", "parallel", "parallel"]
+func.func @transposed_operand(%a: tensor<4x8x16xf32>, %b: tensor<4x16x8xf32>) -> tensor<4x8x16xf32> {
+  %e = tensor.empty() : tensor<4x8x16xf32>
+  %r = linalg.generic {indexing_maps = [#x, #t, #x], iterator_types = ["parallel", "parallel", "parallel"]} ins(%a, %b : tensor<4x8x16xf32>, tensor<4x16x8xf32>) outs(%e : tensor<4x8x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %out: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  } -> tensor<4x8x16xf32>
+  return %r : tensor<4x8x16xf32>
+}
+
+// -----
+
+#x = affine_map<(d0, d1) -> (d0, d1)>
+// An elementwise op on contiguous operands becomes one loop.
+// CHECK-LABEL: func.func @elementwise
+// CHECK:       linalg.generic
+// CHECK-SAME:    iterator_types = ["parallel"]
+// CHECK-SAME:    tensor<96xf32>
+// CHECK:       tensor.expand_shape {{.*}} : tensor<96xf32> into tensor<8x12xf32>
+func.func @elementwise(%a: tensor<8x12xf32>) -> tensor<8x12xf32> {
+  %e = tensor.empty() : tensor<8x12xf32>
+  %r = linalg.generic {indexing_maps = [#x, #x], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<8x12xf32>) outs(%e : tensor<8x12xf32>) {
+  ^bb0(%x: f32, %out: f32):
+    %s = math.exp %x : f32
+    linalg.yield %s : f32
+  } -> tensor<8x12xf32>
+  return %r : tensor<8x12xf32>
+}
+
+// -----
+
+// im2col's gather reads its loops inside expressions: left alone.
+// CHECK-LABEL: func.func @im2col
+// CHECK-NOT:   tensor.collapse_shape
+// CHECK:       iterator_types = ["parallel", "parallel", "parallel"]
+func.func @im2col(%x: tensor<2x4x10x10xf32>) -> tensor<2x36x64xf32> {
+  %e = tensor.empty() : tensor<2x36x64xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1 floordiv 9, d2 floordiv 8 + (d1 mod 9) floordiv 3, d2 mod 8 + d1 mod 3)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : tensor<2x4x10x10xf32>) outs(%e : tensor<2x36x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<2x36x64xf32>
+  return %r : tensor<2x36x64xf32>
+}
+
+// -----
+
+#x = affine_map<(d0, d1) -> (d0, d1)>
+// Ops inside tile loops keep the shape their tiling pass gave them.
+// CHECK-LABEL: func.func @inside_a_tile_loop
+// CHECK:       scf.for
+// CHECK-NOT:   tensor.collapse_shape
+// CHECK:       iterator_types = ["parallel", "parallel"]
+func.func @inside_a_tile_loop(%a: tensor<8x12xf32>) -> tensor<8x12xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %r = scf.for %i = %c0 to %c2 step %c1 iter_args(%acc = %a) -> (tensor<8x12xf32>) {
+    %e = tensor.empty() : tensor<8x12xf32>
+    %g = linalg.generic {indexing_maps = [#x, #x], iterator_types = ["parallel", "parallel"]} ins(%acc : tensor<8x12xf32>) outs(%e : tensor<8x12xf32>) {
+    ^bb0(%x: f32, %out: f32):
+      %s = math.exp %x : f32
+      linalg.yield %s : f32
+    } -> tensor<8x12xf32>
+    scf.yield %g : tensor<8x12xf32>
+  }
+  return %r : tensor<8x12xf32>
+}
+
+// -----
+
+#x = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#b = affine_map<(d0, d1, d2, d3) -> (d1, 0, 0)>
+// A per-channel parameter broadcast as (c, 0, 0): a map with constant
+// results is left alone (upstream's collapsing built an invalid op from it).
+// CHECK-LABEL: func.func @constant_results
+// CHECK-NOT:   tensor.collapse_shape
+// CHECK:       iterator_types = ["parallel", "parallel", "parallel", "parallel"]
+func.func @constant_results(%x: tensor<2x8x16x16xf32>, %w: tensor<8x1x1xf32>) -> tensor<2x8x16x16xf32> {
+  %e = tensor.empty() : tensor<2x8x16x16xf32>
+  %r = linalg.generic {indexing_maps = [#x, #b, #x], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%x, %w : tensor<2x8x16x16xf32>, tensor<8x1x1xf32>) outs(%e : tensor<2x8x16x16xf32>) {
+  ^bb0(%a: f32, %c: f32, %out: f32):
+    %s = arith.mulf %a, %c : f32
+    linalg.yield %s : f32
+  } -> tensor<2x8x16x16xf32>
+  return %r : tensor<2x8x16x16xf32>
+}
