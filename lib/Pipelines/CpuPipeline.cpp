@@ -41,6 +41,7 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   tiling.fuseEpilogue = options.fusion;
   pm.addNestedPass<func::FuncOp>(createTileContractionsPass(tiling));
   pm.addNestedPass<func::FuncOp>(createMergeLoopRunsPass());
+  pm.addNestedPass<func::FuncOp>(createVectorizeTransposesPass());
   ApproximateMathPassOptions approximate;
   approximate.useLdexp = options.useLdexp;
   pm.addNestedPass<func::FuncOp>(createApproximateMathPass(approximate));
@@ -155,6 +156,10 @@ void lazymlir::buildCpuLLVMPipeline(OpPassManager &pm,
   ConvertVectorToLLVMPassOptions vectorToLLVM;
   vectorToLLVM.vectorContractLowering =
       vector::VectorContractLowering::OuterProduct;
+  // lazymlir-vectorize-transposes' 16x16 blocks: shuffles (others stay
+  // element by element).
+  vectorToLLVM.vectorTransposeLowering =
+      vector::VectorTransposeLowering::Shuffle16x16;
   pm.addPass(createConvertVectorToLLVMPass(vectorToLLVM));
   // Temporaries are allocated through _mlir_memref_to_llvm_{aligned_alloc,
   // free}, which the runtime serves from a pool: with malloc, every large

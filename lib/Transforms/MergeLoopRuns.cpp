@@ -34,7 +34,8 @@ struct MergeLoopRunsPass
     for (Block &block : func.getBody())
       for (auto op : block.getOps<linalg::GenericOp>())
         if (op.hasPureTensorSemantics() && !op.hasDynamicShape() &&
-            !linalg::isaContractionOpInterface(op))
+            !linalg::isaContractionOpInterface(op) &&
+            op.getBody()->getOps<linalg::IndexOp>().empty())
           ops.push_back(op);
     IRRewriter rewriter(&getContext());
     for (linalg::GenericOp op : ops) {

@@ -119,3 +119,23 @@ func.func @constant_results(%x: tensor<2x8x16x16xf32>, %w: tensor<8x1x1xf32>) ->
   } -> tensor<2x8x16x16xf32>
   return %r : tensor<2x8x16x16xf32>
 }
+
+// -----
+
+#x = affine_map<(d0, d1) -> (d0, d1)>
+// An op that reads its loop indices is left alone: merged, each index would
+// be divided back out of the merged one for every element.
+// CHECK-LABEL: func.func @reads_indices
+// CHECK-NOT:   tensor.collapse_shape
+// CHECK:       iterator_types = ["parallel", "parallel"]
+func.func @reads_indices(%a: tensor<8x12xi64>) -> tensor<8x12xi64> {
+  %e = tensor.empty() : tensor<8x12xi64>
+  %r = linalg.generic {indexing_maps = [#x, #x], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<8x12xi64>) outs(%e : tensor<8x12xi64>) {
+  ^bb0(%x: i64, %out: i64):
+    %i = linalg.index 1 : index
+    %j = arith.index_cast %i : index to i64
+    %s = arith.addi %x, %j : i64
+    linalg.yield %s : i64
+  } -> tensor<8x12xi64>
+  return %r : tensor<8x12xi64>
+}

@@ -104,6 +104,23 @@ func.func @peeled_vector_tile(%a: tensor<256x128xf32>, %b: tensor<128x1000xf32>)
 
 // -----
 
+// M=26: its largest divisor up to 8 is 2, tiles of two rows. Rows are tiled
+// by 8 instead and the last two rows peeled off.
+// CHECK-LABEL: func.func @peeled_row_tile
+// CHECK: scf.for %{{.+}} = %c0 to %c24 step %c8
+// CHECK: vector.contract {{.*}} : vector<8x8xf32>, vector<8x32xf32> into vector<8x32xf32>
+// CHECK: vector.contract {{.*}} : vector<2x8xf32>, vector<8x32xf32> into vector<2x32xf32>
+// CHECK: tensor.insert_slice {{.*}}[24, %{{.+}}] [2, 32] [1, 1] : tensor<2x32xf32> into tensor<26x64xf32>
+func.func @peeled_row_tile(%a: tensor<26x128xf32>, %b: tensor<128x64xf32>) -> tensor<26x64xf32> {
+  %zero = arith.constant 0.0 : f32
+  %o = tensor.empty() : tensor<26x64xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%o : tensor<26x64xf32>) -> tensor<26x64xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<26x128xf32>, tensor<128x64xf32>) outs(%acc : tensor<26x64xf32>) -> tensor<26x64xf32>
+  return %r : tensor<26x64xf32>
+}
+
+// -----
+
 // batch_matmul: the batch loop is tiled by 1.
 // CHECK-LABEL: func.func @batch_matmul
 // CHECK: scf.for {{.*}} step %c1

@@ -196,8 +196,10 @@ def TileContractionsPass
     Tile sizes are divisors of the (static) loop bounds at most as large as
     the options, so every tile is full and no masking is needed; except the
     innermost parallel loop's (the vectors) when no such divisor is a whole
-    number of 8-lane vectors: it is tiled by `tile-n` and its last, partial
-    tile peeled off, so that both loops have static tiles.
+    number of 8-lane vectors, and the second-innermost's (the rows) when
+    the largest is under half of `tile-m`: they are tiled by `tile-n` and
+    `tile-m` and their last, partial tiles peeled off, so that all tiles
+    have static shapes.
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
@@ -317,11 +319,37 @@ def MergeLoopRunsPass
     parallel or all reduction) that every operand reads either not at all or
     as one contiguous run, in loop order, merged into one loop
     (upstream linalg::collapseOpIterationDims: operands and results are
-    reshaped, not copied). Contractions and ops with a dynamic shape are
-    left alone.
+    reshaped, not copied). Contractions, ops with a dynamic shape and ops
+    that read their loop indices (linalg.index: a merged loop's index would
+    be divided back into the original ones for every element; pooling's
+    argmax slowed down 2x) are left alone.
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
+  ];
+}
+
+def VectorizeTransposesPass
+    : Pass<"lazymlir-vectorize-transposes", "mlir::func::FuncOp"> {
+  let summary = "Transpose in 16x16 register blocks";
+  let description = [{
+    A materialized transpose (a linear layer's weight, w.t(), read as a
+    matmul's B operand; NHWC <-> NCHW layout changes around convolutions)
+    lowered to loops reads its input with a large stride in the innermost
+    loop: 4-5 GB/s. Each top-level linalg.generic that is a pure transpose
+    (one input, a bare yield, the output in loop order, the input's
+    innermost dimension read by a loop other than the innermost one) with
+    both those loops multiples of 16 is tiled 16x16 over them (the other
+    loops by 1; the tile loops marked `lazymlir.parallel_tiles` for
+    lazymlir-parallelize-tiles) and each tile vectorized: 16 contiguous row
+    reads, a vector.transpose (lowered to shuffles by the CPU pipeline), 16
+    contiguous row writes. Bool (i1) tensors are left alone (their vectors
+    are bit-packed).
+  }];
+  let dependentDialects = [
+    "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
+    "mlir::scf::SCFDialect", "mlir::vector::VectorDialect",
+    "mlir::affine::AffineDialect", "mlir::arith::ArithDialect",
   ];
 }
 

@@ -1,0 +1,168 @@
+//===- VectorizeTransposes.cpp - transposes as 16x16 register blocks ------===//
+//
+// Builds on upstream SCF tiling, linalg vectorization and the vector
+// dialect's permutation-map and transpose lowerings; what is ours is which
+// ops are transposes and the tile shape.
+//
+//===----------------------------------------------------------------------===//
+
+#include "lazymlir/Transforms/Passes.h"
+#include "lazymlir/Transforms/ParallelTiling.h"
+
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Dialect/Vector/Transforms/LoweringPatterns.h"
+#include "mlir/Dialect/Vector/Transforms/VectorRewritePatterns.h"
+#include "mlir/Interfaces/TilingInterface.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace lazymlir {
+#define GEN_PASS_DEF_VECTORIZETRANSPOSESPASS
+#include "lazymlir/Transforms/Passes.h.inc"
+} // namespace lazymlir
+
+using namespace mlir;
+
+namespace {
+
+constexpr int64_t kBlock = 16;
+
+/// For a pure transpose (one input, a bare yield, all loops parallel, the
+/// output in loop order) that reads its input's innermost dimension with a
+/// loop other than the innermost one: that loop. The tile is then
+/// kBlock x kBlock over it and the innermost loop: rows read contiguously,
+/// transposed in registers, rows written contiguously.
+std::optional<unsigned> transposedLoop(linalg::GenericOp op) {
+  if (op.getNumDpsInputs() != 1 || op.getNumDpsInits() != 1 ||
+      !op.hasPureTensorSemantics() || op.hasDynamicShape() ||
+      op.getNumReductionLoops() != 0 || op.getNumLoops() < 2)
+    return std::nullopt;
+  auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
+  if (yield.getNumOperands() != 1 ||
+      yield.getOperand(0) != op.getBody()->getArgument(0) ||
+      op.getBody()->getOperations().size() != 1)
+    return std::nullopt;
+  AffineMap in = op.getIndexingMapsArray()[0];
+  AffineMap out = op.getIndexingMapsArray()[1];
+  if (!out.isIdentity() || !in.isPermutation())
+    return std::nullopt;
+  Type element = op.getDpsInputs()[0].getType();
+  if (!cast<ShapedType>(element).getElementType().isIntOrFloat() ||
+      cast<ShapedType>(element).getElementType().isInteger(1))
+    return std::nullopt; // bit-packed vectors of i1 (see tile-contractions)
+  unsigned inner = op.getNumLoops() - 1;
+  unsigned read = cast<AffineDimExpr>(in.getResults().back()).getPosition();
+  if (read == inner)
+    return std::nullopt; // the innermost loop reads contiguously already
+  SmallVector<int64_t> bounds = op.getStaticLoopRanges();
+  if (bounds[inner] % kBlock != 0 || bounds[read] % kBlock != 0)
+    return std::nullopt;
+  return read;
+}
+
+/// transpose(broadcast(v)) where the broadcast only adds leading unit
+/// dimensions that the transpose keeps in place: broadcast(transpose(v)),
+/// so that the transpose (of a batched tile) is 2-D for the shuffle
+/// lowering; the extract that follows folds the broadcast away.
+struct TransposeBelowLeadingUnitBroadcast
+    : public OpRewritePattern<vector::TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(vector::TransposeOp op,
+                                PatternRewriter &rewriter) const override {
+    auto broadcast = op.getVector().getDefiningOp<vector::BroadcastOp>();
+    if (!broadcast)
+      return failure();
+    auto source = dyn_cast<VectorType>(broadcast.getSourceType());
+    if (!source)
+      return failure();
+    int64_t added = broadcast.getResultVectorType().getRank() -
+                    source.getRank();
+    ArrayRef<int64_t> perm = op.getPermutation();
+    for (int64_t i = 0; i < added; ++i)
+      if (perm[i] != i || broadcast.getResultVectorType().getDimSize(i) != 1)
+        return failure();
+    SmallVector<int64_t> inner;
+    for (int64_t p : perm.drop_front(added))
+      inner.push_back(p - added);
+    Value transposed = vector::TransposeOp::create(
+        rewriter, op.getLoc(), broadcast.getSource(), inner);
+    rewriter.replaceOpWithNewOp<vector::BroadcastOp>(op, op.getResultVectorType(),
+                                                     transposed);
+    return success();
+  }
+};
+
+struct VectorizeTransposesPass
+    : lazymlir::impl::VectorizeTransposesPassBase<VectorizeTransposesPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    MLIRContext *ctx = &getContext();
+    func::FuncOp func = getOperation();
+    SmallVector<std::pair<linalg::GenericOp, unsigned>> transposes;
+    for (Block &block : func.getBody())
+      for (auto op : block.getOps<linalg::GenericOp>())
+        if (std::optional<unsigned> loop = transposedLoop(op))
+          transposes.push_back({op, *loop});
+    if (transposes.empty())
+      return;
+
+    IRRewriter rewriter(ctx);
+    SmallVector<linalg::LinalgOp> tiles;
+    for (auto [op, loop] : transposes) {
+      SmallVector<int64_t> sizes(op.getNumLoops(), 1);
+      sizes[loop] = sizes.back() = kBlock;
+      scf::SCFTileAndFuseOptions options;
+      options.tilingOptions.setTileSizes(
+          getAsIndexOpFoldResult(ctx, sizes));
+      options.tilingOptions.setLoopType(
+          scf::SCFTilingOptions::LoopType::ForOp);
+      options.setFusionControlFn(
+          [](tensor::ExtractSliceOp, OpResult, bool)
+              -> std::optional<scf::SCFTileAndFuseOptions::ControlFnResult> {
+            return std::nullopt;
+          });
+      rewriter.setInsertionPoint(op);
+      FailureOr<scf::SCFTileAndFuseResult> result =
+          scf::tileConsumerAndFuseProducersUsingSCF(
+              rewriter, cast<TilingInterface>(op.getOperation()), options);
+      if (failed(result))
+        continue;
+      // Tiles write disjoint blocks: lazymlir-parallelize-tiles may run
+      // them in parallel.
+      lazymlir::finishParallelTiling(rewriter, op, *result, op);
+      for (Operation *tiled : result->tiledAndFusedOps)
+        if (auto linalgOp = dyn_cast<linalg::LinalgOp>(tiled))
+          tiles.push_back(linalgOp);
+    }
+    for (linalg::LinalgOp tile : tiles) {
+      rewriter.setInsertionPoint(tile);
+      FailureOr<linalg::VectorizationResult> vectorized =
+          linalg::vectorize(rewriter, tile);
+      if (succeeded(vectorized))
+        rewriter.replaceOp(tile, vectorized->replacements);
+    }
+    // A permuted read becomes a read of rows and a vector.transpose (the
+    // CPU pipeline lowers 16x16 ones to shuffles); unit dimensions of the
+    // batch loops are dropped so that the transposes are 2-D.
+    RewritePatternSet patterns(ctx);
+    vector::populateVectorTransferPermutationMapLoweringPatterns(patterns);
+    vector::populateCastAwayVectorLeadingOneDimPatterns(patterns);
+    patterns.add<TransposeBelowLeadingUnitBroadcast>(ctx);
+    vector::BroadcastOp::getCanonicalizationPatterns(patterns, ctx);
+    vector::ExtractOp::getCanonicalizationPatterns(patterns, ctx);
+    vector::TransferReadOp::getCanonicalizationPatterns(patterns, ctx);
+    vector::TransferWriteOp::getCanonicalizationPatterns(patterns, ctx);
+    vector::TransposeOp::getCanonicalizationPatterns(patterns, ctx);
+    (void)applyPatternsGreedily(func, std::move(patterns));
+  }
+};
+
+} // namespace
