@@ -36,6 +36,10 @@ def _intern_result(r):
 _FLOAT = ("f",)
 
 
+def _blind(f):
+    return _FLOAT if type(f) is tuple and len(f) == 2 and f[0] == "f" else f
+
+
 def _meta_sig(sig):
     """``sig`` for the meta cache's key: the float constants of ops whose floats
     are lifted into graph inputs (trace._LIFT) never change the result's
@@ -43,11 +47,8 @@ def _meta_sig(sig):
     corrections): keyed by value, the cache would grow by entries every step."""
     if sig[0] not in LIFTED_OPS:
         return sig
-
-    def blind(f):
-        return _FLOAT if type(f) is tuple and len(f) == 2 and f[0] == "f" else f
-
-    return (sig[0], tuple(map(blind, sig[1])), tuple((k, blind(f)) for k, f in sig[2]))
+    kwargs = sig[2]
+    return (sig[0], tuple(map(_blind, sig[1])), tuple([(k, _blind(f)) for k, f in kwargs]) if kwargs else ())
 
 
 def _infer(key, func, meta_args, meta_kwargs):

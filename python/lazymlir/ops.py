@@ -12,12 +12,12 @@ from .dtypes import SUPPORTED as SUPPORTED_DTYPES
 from .tensor import (
     signature, ViewStep,
     _CPU, _cpu_alias, _eager_dtypes, _fresh, _from_cpu, _intern, _intern_like, LAZY, LazyTensor,
-    _META, _oid, _op_node, forget_handler, set_classifier, set_handler, Storage, _TENSOR_DATA, _value, _view_node,
+    _META, _oid, _op_names, _op_node, forget_handler, set_classifier, set_handler, Storage, _TENSOR_DATA, _value, _view_node,
     _wrap, _write,
 )
-from .meta import _convert_all, _FAILED, _infer, _meta_cache, _meta_sig
+from .meta import _convert_all, _FAILED, _FLOAT, _infer, _meta_cache, _meta_sig
 from .fallback import _eager, _make_eager, _zero_size
-from .trace import BLANK, dense_perm, freeze, Node
+from .trace import BLANK, dense_perm, freeze, LIFTED_OPS, Node
 
 aten = torch.ops.aten
 
@@ -43,7 +43,8 @@ def _functional(func, args, kwargs):
     if not kwargs:
         # The common case, kept lean: tensors and Python scalars, positionally.
         inputs, keys, frozen, node_args = [], [], [], []
-        floats = False
+        blinded = None  # frozen, with floats blinded when the op lifts them (_meta_sig)
+        name = _op_names.get(id(func)) or _oid(func)
         for a in args:
             t = type(a)
             if t is LazyTensor:
@@ -53,17 +54,22 @@ def _functional(func, args, kwargs):
                 keys.append(id(a._lz_meta))
                 frozen.append(BLANK)
             elif t is float:  # freeze(), inlined
+                if blinded is None:
+                    blinded = name in LIFTED_OPS and len(frozen)
                 frozen.append(("f", a) if a == a and a != 0.0 else ("f", repr(a)))
                 node_args.append(a)
-                floats = True
             elif t is int or t is bool:
                 frozen.append(freeze(a))
                 node_args.append(a)
             else:
                 break
         else:
-            sig = (_oid(func), tuple(frozen), ())
-            hit = _meta_cache.get((_meta_sig(sig) if floats else sig, tuple(keys)))
+            sig = (name, tuple(frozen), ())
+            if blinded is None or blinded is False:
+                msig = sig
+            else:  # _meta_sig(sig), built directly
+                msig = (name, tuple([_FLOAT if type(a) is float else f for a, f in zip(args, frozen)]), ())
+            hit = _meta_cache.get((msig, tuple(keys)))
             if hit is not None and hit is not _FAILED and hit[1]:
                 meta = hit[0]
                 if type(meta) is torch.Tensor:
