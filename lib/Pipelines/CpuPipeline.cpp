@@ -42,6 +42,7 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(createTileContractionsPass(tiling));
   pm.addNestedPass<func::FuncOp>(createMergeLoopRunsPass());
   pm.addNestedPass<func::FuncOp>(createVectorizeTransposesPass());
+  pm.addNestedPass<func::FuncOp>(createVectorizeColumnReductionsPass());
   ApproximateMathPassOptions approximate;
   approximate.useLdexp = options.useLdexp;
   pm.addNestedPass<func::FuncOp>(createApproximateMathPass(approximate));

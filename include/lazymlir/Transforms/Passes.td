@@ -353,6 +353,30 @@ def VectorizeTransposesPass
   ];
 }
 
+def VectorizeColumnReductionsPass
+    : Pass<"lazymlir-vectorize-column-reductions", "mlir::func::FuncOp"> {
+  let summary = "Sum columns in vector registers";
+  let description = [{
+    A bias gradient in NHWC (rows of pixels x channels, summed over the
+    rows) or over a linear layer's batch x sequence is a column reduction:
+    lowered to loops, each row's partial sums were loaded and stored back,
+    at 2-9 GB/s. Each top-level f32 linalg.generic whose loops are
+    reductions outside parallel loops, every operand read along the
+    innermost (parallel) loop, is tiled: the innermost parallel loop by up
+    to 64 (a multiple of 8 dividing it, or all of it), the innermost
+    reduction loop by 8, every other loop by 1, parallel tile loops outside
+    the reduction ones; each tile is vectorized (a vector.multi_reduction
+    over its 8 rows, lowered to elementwise vector adds in row order) and
+    the accumulator tile is carried through the reduction loops as a
+    vector.
+  }];
+  let dependentDialects = [
+    "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
+    "mlir::scf::SCFDialect", "mlir::vector::VectorDialect",
+    "mlir::affine::AffineDialect", "mlir::arith::ArithDialect",
+  ];
+}
+
 def ReassociateReductionsPass
     : Pass<"lazymlir-reassociate-reductions", "mlir::func::FuncOp"> {
   let summary = "Let floating-point reduction accumulations be reassociated";
