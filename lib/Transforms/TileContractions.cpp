@@ -10,6 +10,7 @@
 #include "lazymlir/Transforms/ParallelTiling.h"
 
 #include "IterationRuns.h"
+#include "VectorAccumulators.h"
 
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
@@ -28,7 +29,6 @@
 #include "mlir/Dialect/Vector/Transforms/VectorRewritePatterns.h"
 #include "mlir/Interfaces/TilingInterface.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-#include "mlir/Transforms/LoopInvariantCodeMotionUtils.h"
 
 namespace lazymlir {
 #define GEN_PASS_DEF_TILECONTRACTIONSPASS
@@ -461,17 +461,12 @@ struct TileContractionsPass
     vector::populateSinkVectorOpsPatterns(patterns);
     vector::TransferReadOp::getCanonicalizationPatterns(patterns, ctx);
     vector::TransferWriteOp::getCanonicalizationPatterns(patterns, ctx);
-    FrozenRewritePatternSet frozen(std::move(patterns));
-    (void)applyPatternsGreedily(func, frozen);
     // The accumulator tile is read and written back on every step of the
-    // reduction loop: carry it as a vector instead (it stays in registers),
-    // so that the epilogue reads the vector the loop yields, not a scratch
-    // tile in memory (which would also be shared by parallel tiles).
-    SmallVector<LoopLikeOpInterface> loops;
-    func.walk([&](scf::ForOp loop) { loops.push_back(loop); });
-    for (LoopLikeOpInterface loop : loops)
-      (void)hoistLoopInvariantSubsets(rewriter, loop);
-    (void)applyPatternsGreedily(func, frozen);
+    // reduction loop: carried as a vector instead, the epilogue reads the
+    // vector the loop yields, not a scratch tile in memory (which would
+    // also be shared by parallel tiles).
+    lazymlir::carryVectorAccumulators(
+        rewriter, func, FrozenRewritePatternSet(std::move(patterns)));
   }
 };
 

@@ -8,6 +8,8 @@
 
 #include "lazymlir/Transforms/Passes.h"
 
+#include "VectorAccumulators.h"
+
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -20,7 +22,6 @@
 #include "mlir/Dialect/Vector/Transforms/LoweringPatterns.h"
 #include "mlir/Interfaces/TilingInterface.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-#include "mlir/Transforms/LoopInvariantCodeMotionUtils.h"
 
 namespace lazymlir {
 #define GEN_PASS_DEF_VECTORIZECOLUMNREDUCTIONSPASS
@@ -141,15 +142,10 @@ struct VectorizeColumnReductionsPass
     vector::TransferWriteOp::getCanonicalizationPatterns(patterns, ctx);
     tensor::ExtractSliceOp::getCanonicalizationPatterns(patterns, ctx);
     scf::ForOp::getCanonicalizationPatterns(patterns, ctx);
-    FrozenRewritePatternSet frozen(std::move(patterns));
-    (void)applyPatternsGreedily(func, frozen);
     // The accumulator tile, read and written in every step of the reduction
-    // loops, is carried through them as a vector instead (innermost first).
-    SmallVector<LoopLikeOpInterface> loops;
-    func.walk([&](scf::ForOp loop) { loops.push_back(loop); });
-    for (LoopLikeOpInterface loop : loops)
-      (void)hoistLoopInvariantSubsets(rewriter, loop);
-    (void)applyPatternsGreedily(func, frozen);
+    // loops, is carried through them as a vector instead.
+    lazymlir::carryVectorAccumulators(
+        rewriter, func, FrozenRewritePatternSet(std::move(patterns)));
     // The reduction over a tile's rows: elementwise adds of the rows into
     // the accumulator, in row order (nothing later lowers it).
     RewritePatternSet lowering(ctx);
