@@ -24,6 +24,30 @@ using namespace mlir;
 
 namespace {
 
+/// A reduction whose inputs all read their dimensions in one order other
+/// than the loops' (a bias gradient whose loops are in NCHW order reading
+/// NHWC data: batch, channels, pixels over (batch, pixels, channels)): its
+/// loops are put in the inputs' order, so that the loops adjacent in memory
+/// are adjacent in the nest (and merge), and the innermost loop reads
+/// contiguously.
+linalg::GenericOp inInputOrder(RewriterBase &rewriter, linalg::GenericOp op) {
+  if (op.getNumReductionLoops() == 0 || op.getNumDpsInputs() == 0)
+    return op;
+  AffineMap first = op.getMatchingIndexingMap(op.getDpsInputOperand(0));
+  if (!first.isPermutation() || first.isIdentity())
+    return op;
+  for (OpOperand *input : op.getDpsInputOperands())
+    if (op.getMatchingIndexingMap(input) != first)
+      return op;
+  SmallVector<unsigned> order;
+  for (AffineExpr result : first.getResults())
+    order.push_back(cast<AffineDimExpr>(result).getPosition());
+  rewriter.setInsertionPoint(op);
+  FailureOr<linalg::GenericOp> reordered =
+      linalg::interchangeGenericOp(rewriter, op, order);
+  return succeeded(reordered) ? *reordered : op;
+}
+
 struct MergeLoopRunsPass
     : lazymlir::impl::MergeLoopRunsPassBase<MergeLoopRunsPass> {
   using Base::Base;
@@ -39,6 +63,7 @@ struct MergeLoopRunsPass
           ops.push_back(op);
     IRRewriter rewriter(&getContext());
     for (linalg::GenericOp op : ops) {
+      op = inInputOrder(rewriter, op);
       SmallVector<AffineMap> maps = op.getIndexingMapsArray();
       SmallVector<ReassociationIndices> runs =
           lazymlir::mergeableIterationRuns(maps, op.getIteratorTypesArray(),

@@ -139,3 +139,32 @@ func.func @reads_indices(%a: tensor<8x12xi64>) -> tensor<8x12xi64> {
   } -> tensor<8x12xi64>
   return %r : tensor<8x12xi64>
 }
+
+// -----
+
+#x = affine_map<(d0, d1, d2) -> (d0, d2, d1)>
+#c = affine_map<(d0, d1, d2) -> (d1)>
+// A bias gradient (through a relu's backward) over loops in NCHW order
+// (batch, channels, pixels) whose inputs are NHWC (batch, pixels,
+// channels): the loops are put in the
+// inputs' order, batch and pixels merge into one reduction loop outside
+// the channels: a column reduction read contiguously.
+// CHECK-LABEL: func.func @loops_in_input_order
+// CHECK:       tensor.collapse_shape %arg0 {{\[}}[0, 1], [2]] : tensor<64x676x32xf32> into tensor<43264x32xf32>
+// CHECK:       linalg.generic
+// CHECK-SAME:    iterator_types = ["reduction", "parallel"]
+// CHECK-SAME:    tensor<43264x32xf32>
+func.func @loops_in_input_order(%g: tensor<64x676x32xf32>, %m: tensor<64x676x32xf32>) -> tensor<32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<32xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<32xf32>) -> tensor<32xf32>
+  %r = linalg.generic {indexing_maps = [#x, #x, #c], iterator_types = ["reduction", "parallel", "reduction"]} ins(%g, %m : tensor<64x676x32xf32>, tensor<64x676x32xf32>) outs(%acc : tensor<32xf32>) {
+  ^bb0(%a: f32, %b: f32, %out: f32):
+    %zero_ = arith.constant 0.0 : f32
+    %dead = arith.cmpf ole, %a, %zero_ : f32
+    %p = arith.select %dead, %zero_, %b : f32
+    %s = arith.addf %p, %out : f32
+    linalg.yield %s : f32
+  } -> tensor<32xf32>
+  return %r : tensor<32xf32>
+}

@@ -319,7 +319,11 @@ def MergeLoopRunsPass
     parallel or all reduction) that every operand reads either not at all or
     as one contiguous run, in loop order, merged into one loop
     (upstream linalg::collapseOpIterationDims: operands and results are
-    reshaped, not copied). Contractions, ops with a dynamic shape and ops
+    reshaped, not copied). A reduction whose inputs all read their
+    dimensions in one order other than its loops' first has its loops put in
+    that order (upstream linalg::interchangeGenericOp: a bias gradient
+    written over NCHW-ordered loops reading NHWC data becomes a column
+    reduction over pixels). Contractions, ops with a dynamic shape and ops
     that read their loop indices (linalg.index: a merged loop's index would
     be divided back into the original ones for every element; pooling's
     argmax slowed down 2x) are left alone.
