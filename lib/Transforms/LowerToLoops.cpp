@@ -128,15 +128,14 @@ void carryReductionAccumulators(RewriterBase &rewriter, linalg::LinalgOp op,
     }
 
   rewriter.setInsertionPoint(outer);
-  SmallVector<Value> initial;
-  for (memref::LoadOp load : loads)
-    initial.push_back(memref::LoadOp::create(rewriter, load.getLoc(),
-                                             load.getMemRef(),
-                                             load.getIndices()));
   // Outer to inner: each loop carries the accumulators, initialized by
   // the loop around it (first yielding them unchanged; the loop inside
-  // then yields the new values).
-  SmallVector<Value> carried = initial;
+  // then yields the new values); the outermost by one load each.
+  SmallVector<Value> carried;
+  for (memref::LoadOp load : loads)
+    carried.push_back(memref::LoadOp::create(rewriter, load.getLoc(),
+                                             load.getMemRef(),
+                                             load.getIndices()));
   SmallVector<scf::ForOp> rebuilt;
   for (scf::ForOp loop : nest) {
     FailureOr<LoopLikeOpInterface> grown = loop.replaceWithAdditionalYields(

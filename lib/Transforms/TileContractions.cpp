@@ -12,7 +12,6 @@
 #include "IterationRuns.h"
 #include "VectorAccumulators.h"
 
-
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"

@@ -102,7 +102,6 @@ struct VectorizeColumnReductionsPass
 
     IRRewriter rewriter(ctx);
     SmallVector<linalg::LinalgOp> tiles;
-    SmallVector<LoopLikeOpInterface> reductionLoops;
     for (auto &[op, sizes] : found) {
       unsigned reductions = op.getNumReductionLoops();
       // Parallel loops outside, so that the accumulator tile is invariant
@@ -125,8 +124,6 @@ struct VectorizeColumnReductionsPass
       for (Operation *tiled : result->tiledOps)
         if (auto linalgOp = dyn_cast<linalg::LinalgOp>(tiled))
           tiles.push_back(linalgOp);
-      for (LoopLikeOpInterface loop : llvm::reverse(result->loops))
-        reductionLoops.push_back(loop);
     }
     for (linalg::LinalgOp tile : tiles) {
       rewriter.setInsertionPoint(tile);

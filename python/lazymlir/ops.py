@@ -43,7 +43,7 @@ def _functional(func, args, kwargs):
     if not kwargs:
         # The common case, kept lean: tensors and Python scalars, positionally.
         inputs, keys, frozen, node_args = [], [], [], []
-        blinded = None  # frozen, with floats blinded when the op lifts them (_meta_sig)
+        floats = False
         name = _op_names.get(id(func)) or _oid(func)
         for a in args:
             t = type(a)
@@ -54,10 +54,9 @@ def _functional(func, args, kwargs):
                 keys.append(id(a._lz_meta))
                 frozen.append(BLANK)
             elif t is float:  # freeze(), inlined
-                if blinded is None:
-                    blinded = name in LIFTED_OPS and len(frozen)
                 frozen.append(("f", a) if a == a and a != 0.0 else ("f", repr(a)))
                 node_args.append(a)
+                floats = True
             elif t is int or t is bool:
                 frozen.append(freeze(a))
                 node_args.append(a)
@@ -65,10 +64,10 @@ def _functional(func, args, kwargs):
                 break
         else:
             sig = (name, tuple(frozen), ())
-            if blinded is None or blinded is False:
-                msig = sig
-            else:  # _meta_sig(sig), built directly
+            if floats and name in LIFTED_OPS:  # _meta_sig(sig), built directly
                 msig = (name, tuple([_FLOAT if type(a) is float else f for a, f in zip(args, frozen)]), ())
+            else:
+                msig = sig
             hit = _meta_cache.get((msig, tuple(keys)))
             if hit is not None and hit is not _FAILED and hit[1]:
                 meta = hit[0]
