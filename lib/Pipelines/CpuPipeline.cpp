@@ -174,6 +174,8 @@ void lazymlir::buildCpuLLVMPipeline(OpPassManager &pm,
   if (options.threads > 1)
     pm.addPass(createConvertOpenMPToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
+  // Booleans as bytes: LLVM vectorizes loops over byte loads, not over i1's.
+  pm.addPass(createByteBoolAccessesPass());
   pm.addPass(createCanonicalizerPass());
 }
 

@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -34,35 +35,48 @@ namespace {
 
 constexpr int64_t kBlock = 16;
 
-/// For a pure transpose (one input, a bare yield, all loops parallel, the
-/// output in loop order) that reads its input's innermost dimension with a
-/// loop other than the innermost one: that loop. The tile is then
-/// kBlock x kBlock over it and the innermost loop: rows read contiguously,
-/// transposed in registers, rows written contiguously.
+/// For an elementwise op (all loops parallel, one output in loop order, a
+/// body of arith and math ops) with an input that is a transpose: read with
+/// a permutation whose innermost dimension is a loop other than the
+/// innermost one: that loop. The tile is then kBlock x kBlock over it and
+/// the innermost loop: rows read contiguously, transposed in registers,
+/// computed on and written as rows. Other inputs may be read in loop order
+/// or broadcast; every transposed input must read its rows with the same
+/// loop.
 std::optional<unsigned> transposedLoop(linalg::GenericOp op) {
-  if (op.getNumDpsInputs() != 1 || op.getNumDpsInits() != 1 ||
-      !op.hasPureTensorSemantics() || op.hasDynamicShape() ||
-      op.getNumReductionLoops() != 0 || op.getNumLoops() < 2)
+  if (op.getNumDpsInits() != 1 || !op.hasPureTensorSemantics() ||
+      op.hasDynamicShape() || op.getNumReductionLoops() != 0 ||
+      op.getNumLoops() < 2)
     return std::nullopt;
-  auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
-  if (yield.getNumOperands() != 1 ||
-      yield.getOperand(0) != op.getBody()->getArgument(0) ||
-      op.getBody()->getOperations().size() != 1)
+  for (Operation &inner : op.getBody()->without_terminator())
+    if (!isa<arith::ArithDialect, math::MathDialect>(inner.getDialect()))
+      return std::nullopt;
+  for (OpOperand &operand : op->getOpOperands()) {
+    Type element = getElementTypeOrSelf(operand.get().getType());
+    if (!element.isIntOrFloat() || element.isInteger(1))
+      return std::nullopt; // bit-packed vectors of i1 (see tile-contractions)
+  }
+  if (!op.getIndexingMapsArray().back().isIdentity())
     return std::nullopt;
-  AffineMap in = op.getIndexingMapsArray()[0];
-  AffineMap out = op.getIndexingMapsArray()[1];
-  if (!out.isIdentity() || !in.isPermutation())
-    return std::nullopt;
-  Type element = op.getDpsInputs()[0].getType();
-  if (!cast<ShapedType>(element).getElementType().isIntOrFloat() ||
-      cast<ShapedType>(element).getElementType().isInteger(1))
-    return std::nullopt; // bit-packed vectors of i1 (see tile-contractions)
   unsigned inner = op.getNumLoops() - 1;
-  unsigned read = cast<AffineDimExpr>(in.getResults().back()).getPosition();
-  if (read == inner)
-    return std::nullopt; // the innermost loop reads contiguously already
+  std::optional<unsigned> read;
+  for (OpOperand *input : op.getDpsInputOperands()) {
+    AffineMap map = op.getMatchingIndexingMap(input);
+    if (!map.isProjectedPermutation(/*allowZeroInResults=*/true))
+      return std::nullopt;
+    if (!map.isPermutation())
+      continue; // a scalar, a broadcast or a row: read as the tile needs
+    unsigned loop = cast<AffineDimExpr>(map.getResults().back()).getPosition();
+    if (loop == inner)
+      continue; // reads contiguously already
+    if (read && *read != loop)
+      return std::nullopt;
+    read = loop;
+  }
+  if (!read)
+    return std::nullopt;
   SmallVector<int64_t> bounds = op.getStaticLoopRanges();
-  if (bounds[inner] % kBlock != 0 || bounds[read] % kBlock != 0)
+  if (bounds[inner] % kBlock != 0 || bounds[*read] % kBlock != 0)
     return std::nullopt;
   return read;
 }
@@ -95,6 +109,29 @@ struct TransposeBelowLeadingUnitBroadcast
         rewriter, op.getLoc(), broadcast.getSource(), inner);
     rewriter.replaceOpWithNewOp<vector::BroadcastOp>(op, op.getResultVectorType(),
                                                      transposed);
+    return success();
+  }
+};
+
+/// transpose(broadcast(v : vector<N>) : vector<MxN>, [1, 0]) (a row of the
+/// transposed loop, such as a bias): broadcast(v as vector<Nx1>), each row
+/// a splat of one element instead of a 16x16 shuffle transpose.
+struct TransposedRowBroadcast : public OpRewritePattern<vector::TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(vector::TransposeOp op,
+                                PatternRewriter &rewriter) const override {
+    auto broadcast = op.getVector().getDefiningOp<vector::BroadcastOp>();
+    if (!broadcast || op.getResultVectorType().getRank() != 2)
+      return failure();
+    auto source = dyn_cast<VectorType>(broadcast.getSourceType());
+    if (!source || source.getRank() != 1)
+      return failure();
+    auto column = VectorType::get({source.getDimSize(0), 1},
+                                  source.getElementType());
+    Value shaped = vector::ShapeCastOp::create(rewriter, op.getLoc(), column,
+                                               broadcast.getSource());
+    rewriter.replaceOpWithNewOp<vector::BroadcastOp>(
+        op, op.getResultVectorType(), shaped);
     return success();
   }
 };
@@ -155,7 +192,8 @@ struct VectorizeTransposesPass
     RewritePatternSet patterns(ctx);
     vector::populateVectorTransferPermutationMapLoweringPatterns(patterns);
     vector::populateCastAwayVectorLeadingOneDimPatterns(patterns);
-    patterns.add<TransposeBelowLeadingUnitBroadcast>(ctx);
+    patterns.add<TransposeBelowLeadingUnitBroadcast, TransposedRowBroadcast>(
+        ctx);
     vector::BroadcastOp::getCanonicalizationPatterns(patterns, ctx);
     vector::ExtractOp::getCanonicalizationPatterns(patterns, ctx);
     vector::TransferReadOp::getCanonicalizationPatterns(patterns, ctx);

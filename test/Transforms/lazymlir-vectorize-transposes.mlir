@@ -39,23 +39,23 @@ func.func @layout_change(%x: tensor<4x576x64xf32>) -> tensor<4x64x576xf32> {
 // -----
 
 // Not transposes of this kind, left as they are: sizes not multiples of 16,
-// a transpose that also computes, a permutation that keeps the innermost
-// dimension innermost, and bools.
+// two inputs transposed by different loops, a permutation that keeps the
+// innermost dimension innermost, and bools.
 // CHECK-LABEL: func.func @left_alone
 // CHECK-NOT:   vector.transpose
 // CHECK-NOT:   scf.for
-func.func @left_alone(%a: tensor<26x26xf32>, %b: tensor<32x32xf32>, %c: tensor<4x8x32xf32>, %d: tensor<32x32xi1>) -> (tensor<26x26xf32>, tensor<32x32xf32>, tensor<8x4x32xf32>, tensor<32x32xi1>) {
+func.func @left_alone(%a: tensor<26x26xf32>, %b: tensor<32x32x32xf32>, %c: tensor<4x8x32xf32>, %d: tensor<32x32xi1>) -> (tensor<26x26xf32>, tensor<32x32x32xf32>, tensor<8x4x32xf32>, tensor<32x32xi1>) {
   %e0 = tensor.empty() : tensor<26x26xf32>
   %r0 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1, d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<26x26xf32>) outs(%e0 : tensor<26x26xf32>) {
   ^bb0(%in: f32, %out: f32):
     linalg.yield %in : f32
   } -> tensor<26x26xf32>
-  %e1 = tensor.empty() : tensor<32x32xf32>
-  %r1 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1, d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b : tensor<32x32xf32>) outs(%e1 : tensor<32x32xf32>) {
-  ^bb0(%in: f32, %out: f32):
-    %n = arith.negf %in : f32
+  %e1 = tensor.empty() : tensor<32x32x32xf32>
+  %r1 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2, d1)>, affine_map<(d0, d1, d2) -> (d1, d2, d0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%b, %b : tensor<32x32x32xf32>, tensor<32x32x32xf32>) outs(%e1 : tensor<32x32x32xf32>) {
+  ^bb0(%in: f32, %in2: f32, %out: f32):
+    %n = arith.addf %in, %in2 : f32
     linalg.yield %n : f32
-  } -> tensor<32x32xf32>
+  } -> tensor<32x32x32xf32>
   %e2 = tensor.empty() : tensor<8x4x32xf32>
   %r2 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d1, d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%c : tensor<4x8x32xf32>) outs(%e2 : tensor<8x4x32xf32>) {
   ^bb0(%in: f32, %out: f32):
@@ -66,5 +66,36 @@ func.func @left_alone(%a: tensor<26x26xf32>, %b: tensor<32x32xf32>, %c: tensor<4
   ^bb0(%in: i1, %out: i1):
     linalg.yield %in : i1
   } -> tensor<32x32xi1>
-  return %r0, %r1, %r2, %r3 : tensor<26x26xf32>, tensor<32x32xf32>, tensor<8x4x32xf32>, tensor<32x32xi1>
+  return %r0, %r1, %r2, %r3 : tensor<26x26xf32>, tensor<32x32x32xf32>, tensor<8x4x32xf32>, tensor<32x32xi1>
+}
+
+// -----
+
+// A transpose fused into elementwise work (GPT-2's MLP backward: the GELU
+// input's gradient written transposed for the weight gradient): the
+// transposed inputs are read as rows and transposed in registers, the bias
+// (indexed by the outer loop: one splat per row, not a transpose) and the
+// scalar are broadcast, the body runs on 16x16 vectors.
+// CHECK-LABEL: func.func @transpose_with_epilogue
+// CHECK:       scf.for %[[I:.*]] = %c0 to %c512 step %c16
+// CHECK:         scf.for %[[J:.*]] = %c0 to %c256 step %c16
+// CHECK-DAG:       %[[A:.*]] = vector.transfer_read %{{.*}} : tensor<16x16xf32>, vector<16x16xf32>
+// CHECK-DAG:       %[[AT:.*]] = vector.transpose %[[A]], [1, 0] : vector<16x16xf32> to vector<16x16xf32>
+// CHECK-DAG:       %[[C:.*]] = vector.transfer_read %{{.*}} : tensor<16xf32>, vector<16xf32>
+// CHECK-DAG:       %[[COL:.*]] = vector.shape_cast %[[C]] : vector<16xf32> to vector<16x1xf32>
+// CHECK-DAG:       %[[BIAS:.*]] = vector.broadcast %[[COL]] : vector<16x1xf32> to vector<16x16xf32>
+// CHECK:           %[[S:.*]] = arith.addf %[[AT]], %[[BIAS]] : vector<16x16xf32>
+// CHECK:           arith.mulf %[[S]], %{{.*}} : vector<16x16xf32>
+// CHECK:           vector.transfer_write %{{.*}} : vector<16x16xf32>, tensor<16x16xf32>
+// CHECK:         } {lazymlir.parallel_tiles = 131072 : i64}
+func.func @transpose_with_epilogue(%a: tensor<256x512xf32>, %bias: tensor<512xf32>, %s: tensor<f32>, %b: tensor<256x512xf32>) -> tensor<512x256xf32> {
+  %e = tensor.empty() : tensor<512x256xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1, d0)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d1, d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a, %bias, %s, %b : tensor<256x512xf32>, tensor<512xf32>, tensor<f32>, tensor<256x512xf32>) outs(%e : tensor<512x256xf32>) {
+  ^bb0(%x: f32, %c: f32, %k: f32, %y: f32, %out: f32):
+    %0 = arith.addf %x, %c : f32
+    %1 = arith.mulf %0, %k : f32
+    %2 = arith.mulf %1, %y : f32
+    linalg.yield %2 : f32
+  } -> tensor<512x256xf32>
+  return %r : tensor<512x256xf32>
 }

@@ -399,6 +399,25 @@ def ReassociateReductionsPass
   }];
 }
 
+def ByteBoolAccessesPass : Pass<"lazymlir-byte-bool-accesses"> {
+  let summary = "Load and store booleans as the bytes they are in memory";
+  let description = [{
+    A memref of i1 holds one byte per element (PyTorch's bool layout, and
+    the memref lowering's: its GEPs step over i1 by its one-byte alloc
+    size), but the LLVM dialect loads and stores it as `i1`. LLVM's loop
+    vectorizer cannot widen an `i1` load into a vector load (a `<16 x i1>`
+    load reads 16 bits, not 16 bytes), so it gathers every boolean with a
+    scalar load and an insertelement: a masked softmax's row loops ran at a
+    tenth of their unmasked speed. This pass, on the LLVM dialect, rewrites
+    each load of `i1` (or of a vector of `i1`) into a load of `i8` (or of a
+    vector of `i8`) and a truncation, and each store of an `i1` value into a
+    zero extension and a store of the byte. Bytes hold 0 or 1, so the values
+    are unchanged; vector loads of i1, which would read bits, become
+    correct byte loads.
+  }];
+  let dependentDialects = ["mlir::LLVM::LLVMDialect"];
+}
+
 def ChannelsLastPass : Pass<"lazymlir-channels-last", "mlir::func::FuncOp"> {
   let summary = "Rewrite NCHW convolutions and pooling to NHWC";
   let description = [{
