@@ -159,12 +159,18 @@ struct StreamingStoresPass
 
     rewriter.setInsertionPoint(branch.thenBlock()->getTerminator());
     SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+    // Every bound is defined above the nest: lazymlir::parallelizeLoopNest
+    // moves the outer loops' bounds into one scf.parallel there.
+    SmallVector<Value> upper, steps;
+    for (auto [dim, range] : llvm::enumerate(ranges)) {
+      upper.push_back(index(range));
+      steps.push_back(index(dim + 1 == ranges.size() ? width : 1));
+    }
+    Value zero = index(0);
     SmallVector<Operation *> loops;
     SmallVector<Value> ivs;
-    for (auto [dim, range] : llvm::enumerate(ranges)) {
-      int64_t step = dim + 1 == ranges.size() ? width : 1;
-      auto loop = scf::ForOp::create(rewriter, loc, index(0), index(range),
-                                     index(step));
+    for (auto [bound, step] : llvm::zip(upper, steps)) {
+      auto loop = scf::ForOp::create(rewriter, loc, zero, bound, step);
       loops.push_back(loop);
       ivs.push_back(loop.getInductionVar());
       rewriter.setInsertionPoint(loop.getBody()->getTerminator());

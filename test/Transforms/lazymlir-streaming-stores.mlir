@@ -14,8 +14,8 @@
 // CHECK: %[[REM:.+]] = arith.remui %[[ADDRESS]], %{{.+}} : index
 // CHECK: %[[ALIGNED:.+]] = arith.cmpi eq, %[[REM]], %{{.+}} : index
 // CHECK: scf.if %[[ALIGNED]] {
-// CHECK: scf.parallel (%[[ROW:.+]]) =
 // CHECK: %[[C16:.+]] = arith.constant 16 : index
+// CHECK: scf.parallel (%[[ROW:.+]]) =
 // CHECK: scf.for %[[COL:.+]] = %{{.+}} to %{{.+}} step %[[C16]] {
 // CHECK: vector.load %{{.+}}[%[[ROW]], %[[COL]]] : memref<256x1024xf32>, vector<16xf32>
 // CHECK: memref.load %{{.+}}[%[[ROW]]] : memref<256xf32>
@@ -210,6 +210,25 @@ func.func @scale_by_power_of_two(%a: memref<32768xf32>, %out: memref<32768xf32>)
     %n = arith.fptosi %x : f32 to i32
     %0 = llvm.intr.ldexp(%x, %n) : (f32, i32) -> f32
     linalg.yield %0 : f32
+  }
+  return
+}
+
+// -----
+
+// Too few images for one parallel loop: the image and row loops become one
+// 2-D scf.parallel, whose bounds are defined above it (they were built
+// inside the image loop once: a dominance error that failed causal
+// attention's compile at sequence length 1024).
+// CHECK-LABEL: func.func @two_images
+// CHECK: scf.if
+// CHECK: scf.parallel (%[[IMAGE:.+]], %[[ROW:.+]]) = (%{{.+}}, %{{.+}}) to (%{{.+}}, %{{.+}})
+// CHECK: vector.store %{{.+}}, %{{.+}}[%[[IMAGE]], %[[ROW]], %{{.+}}] {alignment = 64 : i64, nontemporal = true}
+func.func @two_images(%x: memref<2x32x1024xf32>, %out: memref<2x32x1024xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : memref<2x32x1024xf32>) outs(%out : memref<2x32x1024xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %s = math.sqrt %in : f32
+    linalg.yield %s : f32
   }
   return
 }

@@ -70,6 +70,26 @@ def test_softmax_kernels(native):
     assert run(lambda t: torch.softmax(t, -1), x, fusion=False) > 5
 
 
+def test_attention_with_bool_mask(native):
+    # The mask is read as bytes (lazymlir-byte-bool-accesses), so the masked
+    # softmax's row loops vectorize; rows that mask everything out give
+    # zeros (_safe_softmax), as in eager.
+    q, k, v = (torch.randn(2, 4, 64, 32) for _ in range(3))
+    mask = torch.rand(2, 1, 64, 64) > 0.3
+    mask[0, 0, 5] = False  # a fully masked row
+    run(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, mask)
+    run(lambda x: (x > 0.5) & (x < 0.9), torch.rand(64, 64))  # bools stored as bytes
+
+
+def test_causal_attention_with_streaming_stores(native):
+    # Scores of two heads, written with streaming stores: the head and row
+    # loops share one parallel loop (its bounds were once defined inside it,
+    # and causal attention at sequence length 1024 fell back to eager).
+    q, k, v = (torch.randn(1, 2, 256, 64) for _ in range(3))
+    run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v,
+        streaming_store_bytes=65536)
+
+
 def test_max_reductions_propagate_nan(native):
     # Max/min reductions may return either zero when -0.0 and +0.0 tie (as
     # eager's vectorized max may), but a NaN anywhere in a row propagates.
