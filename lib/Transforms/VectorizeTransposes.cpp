@@ -10,12 +10,14 @@
 #include "lazymlir/Transforms/ParallelTiling.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -76,7 +78,7 @@ std::optional<unsigned> transposedLoop(linalg::GenericOp op) {
   if (!read)
     return std::nullopt;
   SmallVector<int64_t> bounds = op.getStaticLoopRanges();
-  if (bounds[inner] % kBlock != 0 || bounds[*read] % kBlock != 0)
+  if (bounds[inner] < kBlock || bounds[*read] < kBlock)
     return std::nullopt;
   return read;
 }
@@ -136,6 +138,25 @@ struct TransposedRowBroadcast : public OpRewritePattern<vector::TransposeOp> {
   }
 };
 
+/// Marks the tiled ops (peeling copies them) until they are vectorized.
+constexpr llvm::StringLiteral kTileMarker = "lazymlir.transpose_tile";
+
+/// Peels the last, partial iteration off a tile loop whose trip is not a
+/// whole number of blocks.
+void peelPartialBlock(RewriterBase &rewriter, LoopLikeOpInterface tileLoop) {
+  auto loop = dyn_cast<scf::ForOp>(tileLoop.getOperation());
+  if (!loop)
+    return;
+  std::optional<int64_t> lower = getConstantIntValue(loop.getLowerBound());
+  std::optional<int64_t> upper = getConstantIntValue(loop.getUpperBound());
+  std::optional<int64_t> step = getConstantIntValue(loop.getStep());
+  if (!lower || !upper || !step || (*upper - *lower) % *step == 0)
+    return;
+  scf::ForOp partial;
+  rewriter.setInsertionPoint(loop);
+  (void)scf::peelForLoopAndSimplifyBounds(rewriter, loop, partial);
+}
+
 struct VectorizeTransposesPass
     : lazymlir::impl::VectorizeTransposesPassBase<VectorizeTransposesPass> {
   using Base::Base;
@@ -176,9 +197,32 @@ struct VectorizeTransposesPass
       // them in parallel.
       lazymlir::finishParallelTiling(rewriter, op, *result, op);
       for (Operation *tiled : result->tiledAndFusedOps)
-        if (auto linalgOp = dyn_cast<linalg::LinalgOp>(tiled))
-          tiles.push_back(linalgOp);
+        tiled->setAttr(kTileMarker, rewriter.getUnitAttr());
+      // A size that is not a multiple of 16 (a vocabulary of 1000): the
+      // last partial block of each tile loop peeled off (innermost first,
+      // so that peeling the outer loop copies both inner parts), each part
+      // then of static shape.
+      for (LoopLikeOpInterface tileLoop : llvm::reverse(result->loops))
+        peelPartialBlock(rewriter, tileLoop);
     }
+    {
+      // The partial blocks' loops have one iteration: folded away, their
+      // slices and ops get static shapes.
+      RewritePatternSet patterns(ctx);
+      affine::AffineMinOp::getCanonicalizationPatterns(patterns, ctx);
+      affine::AffineApplyOp::getCanonicalizationPatterns(patterns, ctx);
+      scf::ForOp::getCanonicalizationPatterns(patterns, ctx);
+      tensor::ExtractSliceOp::getCanonicalizationPatterns(patterns, ctx);
+      tensor::InsertSliceOp::getCanonicalizationPatterns(patterns, ctx);
+      tensor::CastOp::getCanonicalizationPatterns(patterns, ctx);
+      ctx->getLoadedDialect<linalg::LinalgDialect>()
+          ->getCanonicalizationPatterns(patterns);
+      (void)applyPatternsGreedily(func, std::move(patterns));
+    }
+    func.walk([&](linalg::LinalgOp op) {
+      if (op->removeAttr(kTileMarker) && !op.hasDynamicShape())
+        tiles.push_back(op);
+    });
     for (linalg::LinalgOp tile : tiles) {
       rewriter.setInsertionPoint(tile);
       FailureOr<linalg::VectorizationResult> vectorized =

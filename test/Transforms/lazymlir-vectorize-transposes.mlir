@@ -38,18 +38,18 @@ func.func @layout_change(%x: tensor<4x576x64xf32>) -> tensor<4x64x576xf32> {
 
 // -----
 
-// Not transposes of this kind, left as they are: sizes not multiples of 16,
+// Not transposes of this kind, left as they are: a transposed size under 16,
 // two inputs transposed by different loops, a permutation that keeps the
 // innermost dimension innermost, and bools.
 // CHECK-LABEL: func.func @left_alone
 // CHECK-NOT:   vector.transpose
 // CHECK-NOT:   scf.for
-func.func @left_alone(%a: tensor<26x26xf32>, %b: tensor<32x32x32xf32>, %c: tensor<4x8x32xf32>, %d: tensor<32x32xi1>) -> (tensor<26x26xf32>, tensor<32x32x32xf32>, tensor<8x4x32xf32>, tensor<32x32xi1>) {
-  %e0 = tensor.empty() : tensor<26x26xf32>
-  %r0 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1, d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<26x26xf32>) outs(%e0 : tensor<26x26xf32>) {
+func.func @left_alone(%a: tensor<40x8xf32>, %b: tensor<32x32x32xf32>, %c: tensor<4x8x32xf32>, %d: tensor<32x32xi1>) -> (tensor<8x40xf32>, tensor<32x32x32xf32>, tensor<8x4x32xf32>, tensor<32x32xi1>) {
+  %e0 = tensor.empty() : tensor<8x40xf32>
+  %r0 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1, d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<40x8xf32>) outs(%e0 : tensor<8x40xf32>) {
   ^bb0(%in: f32, %out: f32):
     linalg.yield %in : f32
-  } -> tensor<26x26xf32>
+  } -> tensor<8x40xf32>
   %e1 = tensor.empty() : tensor<32x32x32xf32>
   %r1 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2, d1)>, affine_map<(d0, d1, d2) -> (d1, d2, d0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%b, %b : tensor<32x32x32xf32>, tensor<32x32x32xf32>) outs(%e1 : tensor<32x32x32xf32>) {
   ^bb0(%in: f32, %in2: f32, %out: f32):
@@ -66,7 +66,7 @@ func.func @left_alone(%a: tensor<26x26xf32>, %b: tensor<32x32x32xf32>, %c: tenso
   ^bb0(%in: i1, %out: i1):
     linalg.yield %in : i1
   } -> tensor<32x32xi1>
-  return %r0, %r1, %r2, %r3 : tensor<26x26xf32>, tensor<32x32x32xf32>, tensor<8x4x32xf32>, tensor<32x32xi1>
+  return %r0, %r1, %r2, %r3 : tensor<8x40xf32>, tensor<32x32x32xf32>, tensor<8x4x32xf32>, tensor<32x32xi1>
 }
 
 // -----
@@ -98,4 +98,27 @@ func.func @transpose_with_epilogue(%a: tensor<256x512xf32>, %bias: tensor<512xf3
     linalg.yield %2 : f32
   } -> tensor<512x256xf32>
   return %r : tensor<512x256xf32>
+}
+
+// -----
+
+// A vocabulary of 1000 (the LM head's weight): 62 blocks of 16 and a last
+// partial block of 8 peeled off, of static shape: an 8x16 read transposed
+// into a 16x8 write.
+// CHECK-LABEL: func.func @vocab_transpose
+// CHECK:       scf.for %[[I:.*]] = %c0 to %c128 step %c16
+// CHECK:         scf.for %[[J:.*]] = %c0 to %c992 step %c16
+// CHECK:           vector.transpose %{{.*}}, [1, 0] : vector<16x16xf32> to vector<16x16xf32>
+// CHECK:         } {lazymlir.parallel_tiles = 128000 : i64}
+// CHECK:         tensor.extract_slice %arg0[992, %[[I]]] [8, 16] [1, 1]
+// CHECK:         vector.transpose %{{.*}}, [1, 0] : vector<8x16xf32> to vector<16x8xf32>
+// CHECK:         tensor.insert_slice %{{.*}}[%[[I]], 992] [16, 8] [1, 1]
+// CHECK:       } {lazymlir.parallel_tiles = 128000 : i64}
+func.func @vocab_transpose(%w: tensor<1000x128xf32>) -> tensor<128x1000xf32> {
+  %e = tensor.empty() : tensor<128x1000xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1, d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%w : tensor<1000x128xf32>) outs(%e : tensor<128x1000xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<128x1000xf32>
+  return %r : tensor<128x1000xf32>
 }
