@@ -1,5 +1,7 @@
 # -*- Python -*-
+import glob
 import os
+import sys
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -19,3 +21,28 @@ llvm_config.add_tool_substitutions(
     ["lazymlir-opt"], [config.lazymlir_tools_dir]
 )
 llvm_config.add_tool_substitutions(["FileCheck", "not"], [config.llvm_tools_dir])
+
+# The GPU pipeline's checks need libdevice (linked into kernels that call
+# math functions) and ptxas (assembles the PTX): from the nvidia-nvvm and
+# nvidia-cuda-nvcc wheels `make test` installs into .venv, LAZYMLIR_CUDA_PATH
+# or /usr/local/cuda. Tests that need them say REQUIRES: libdevice / ptxas.
+
+
+def _cuda_roots():
+    if os.environ.get("LAZYMLIR_CUDA_PATH"):
+        yield os.environ["LAZYMLIR_CUDA_PATH"]
+    repo = os.path.dirname(config.test_source_root)
+    yield from sorted(glob.glob(os.path.join(repo, ".venv", "lib", "python3*", "site-packages", "nvidia", "cu13")))
+    yield "/usr/local/cuda"
+
+
+for root in _cuda_roots():
+    libdevice = os.path.join(root, "nvvm", "libdevice", "libdevice.10.bc")
+    if "libdevice" not in config.available_features and os.path.exists(libdevice):
+        config.available_features.add("libdevice")
+        config.substitutions.append(("%libdevice", libdevice))
+    ptxas = os.path.join(root, "bin", "ptxas")
+    if "ptxas" not in config.available_features and os.access(ptxas, os.X_OK):
+        config.available_features.add("ptxas")
+        config.substitutions.append(("%ptxas", ptxas))
+config.substitutions.append(("%python", sys.executable))

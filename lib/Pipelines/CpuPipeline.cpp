@@ -198,4 +198,9 @@ void lazymlir::registerAllPassesAndPipelines() {
       "Lower linalg-on-tensors to the LLVM dialect for the CPU, results as "
       "out-parameters",
       buildCpuPipeline);
+  PassPipelineRegistration<GpuPipelineOptions>(
+      "lazymlir-gpu-pipeline",
+      "Lower linalg-on-tensors to PTX kernels for NVIDIA GPUs (gpu.binary) "
+      "and a host function that launches them",
+      buildGpuPipeline);
 }

@@ -16,6 +16,7 @@
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
 #include <algorithm>
@@ -29,6 +30,8 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   mlir::registerAllDialects(registry);
   mlir::registerAllExtensions(registry);
+  // gpu-module-to-binary translates kernel modules to LLVM IR.
+  mlir::registerAllToLLVMIRTranslations(registry);
   // Unless the command line sets it (either way).
   std::vector<char *> args(argv, argv + argc);
   static char allowUnregistered[] = "--allow-unregistered-dialect";

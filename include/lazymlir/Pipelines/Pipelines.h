@@ -110,6 +110,41 @@ void buildCpuBufferizePipeline(mlir::OpPassManager &pm,
 void buildCpuLLVMPipeline(mlir::OpPassManager &pm,
                           const CpuPipelineOptions &options);
 
+struct GpuPipelineOptions
+    : public mlir::PassPipelineOptions<GpuPipelineOptions> {
+  Option<std::string> chip{
+      *this, "chip",
+      llvm::cl::desc("NVIDIA GPU architecture the kernels are compiled for "
+                     "(sm_80, sm_90, ...)"),
+      llvm::cl::init("sm_90")};
+  Option<std::string> features{
+      *this, "features",
+      llvm::cl::desc("PTX features (+ptx80, ...); empty: the lowest PTX "
+                     "version the chip takes"),
+      llvm::cl::init("")};
+  Option<std::string> libdevice{
+      *this, "libdevice",
+      llvm::cl::desc("Path of libdevice.10.bc, linked into every kernel "
+                     "module (math ops call it); kernels that need it fail "
+                     "with a diagnostic without it"),
+      llvm::cl::init("")};
+  Option<int64_t> blockSize{*this, "block-size",
+                            llvm::cl::desc("Threads per block"),
+                            llvm::cl::init(256)};
+  Option<bool> fusion{*this, "fusion",
+                      llvm::cl::desc("Fuse elementwise producers into their "
+                                     "consumers (lazymlir-fuse-elementwise)"),
+                      llvm::cl::init(true)};
+};
+
+/// linalg-on-tensors to kernels in PTX for NVIDIA GPUs: fusion, then one
+/// GPU thread per output element (blocks of `block-size` threads, thread x
+/// on the innermost dimension), outlined into gpu.modules lowered through
+/// NVVM to PTX (gpu.binary, format isa); the host side stays a function of
+/// gpu.launch_func ops on memrefs, results as out-parameters.
+void buildGpuPipeline(mlir::OpPassManager &pm,
+                      const GpuPipelineOptions &options);
+
 /// Registers our passes and pipelines with the global registry (for
 /// lazymlir-opt and textual pipelines).
 void registerAllPassesAndPipelines();

@@ -20,6 +20,11 @@ inline constexpr llvm::StringLiteral kOutlinedKernelAttr = "lazymlir.kernel";
 inline constexpr llvm::StringLiteral kProfileSitesAttr =
     "lazymlir.profile_sites";
 
+/// The lowest PTX ISA version (major * 10 + minor) LLVM's NVPTX backend
+/// takes for an NVIDIA `chip` (sm_80 -> 70), or 0 for a chip
+/// lazymlir-verify-nvvm-targets does not accept.
+int minimumPtxVersion(llvm::StringRef chip);
+
 #define GEN_PASS_DECL
 #include "lazymlir/Transforms/Passes.h.inc"
 

@@ -418,6 +418,44 @@ def ByteBoolAccessesPass : Pass<"lazymlir-byte-bool-accesses"> {
   let dependentDialects = ["mlir::LLVM::LLVMDialect"];
 }
 
+def GpuTileParallelLoopsPass
+    : Pass<"lazymlir-gpu-tile-parallel-loops", "mlir::func::FuncOp"> {
+  let summary = "Tile each outermost scf.parallel into GPU blocks of threads";
+  let description = [{
+    After linalg ops become scf.parallel loops (one iteration per output
+    element, reductions as sequential inner loops), each outermost
+    scf.parallel with constant bounds is tiled (upstream
+    scf::tileParallelLoop, full tiles with a bounds guard): the innermost
+    loop by up to `block-size` iterations, the next one by what is left of
+    the block, the others by 1. gpu-map-parallel-loops (innermost-first)
+    then maps the tile loops to blocks and the inner loops to threads, so
+    that consecutive threads of a warp (thread x) walk the innermost,
+    contiguous dimension: coalesced loads and stores.
+  }];
+  let dependentDialects = ["mlir::scf::SCFDialect", "mlir::arith::ArithDialect"];
+  let options = [
+    Option<"blockSize", "block-size", "int64_t", /*default=*/"256",
+           "Threads per block">,
+  ];
+}
+
+def VerifyNvvmTargetsPass
+    : Pass<"lazymlir-verify-nvvm-targets", "mlir::ModuleOp"> {
+  let summary = "Reject NVVM targets that would abort the compiler";
+  let description = [{
+    Runs right before gpu-module-to-binary. LLVM's NVPTX backend aborts the
+    process (`LLVM ERROR: PTX version 6.0 does not support target 'sm_90'`)
+    on a chip it does not know or a PTX version below the chip's, and a
+    kernel that calls libdevice (`__nv_expf`: every math op) without it
+    linked gives PTX that ptxas rejects. For each #nvvm.target of each
+    gpu.module this pass checks the chip (sm_75 to sm_120, the ones CUDA
+    13's ptxas assembles), the PTX version of its features (`+ptxNN`, at
+    least the chip's minimum), that every linked file exists, and that a
+    module declaring `__nv_*` functions links a libdevice; each failure is a
+    diagnostic on the module, and the pass fails.
+  }];
+}
+
 def ChannelsLastPass : Pass<"lazymlir-channels-last", "mlir::func::FuncOp"> {
   let summary = "Rewrite NCHW convolutions and pooling to NHWC";
   let description = [{

@@ -1,0 +1,86 @@
+//===- GpuPipeline.cpp - linalg-on-tensors to PTX for NVIDIA GPUs ---------===//
+//
+// Upstream's parallel-loop mapping, kernel outlining and NVVM lowering (the
+// route checked in docs/gpu-notes.md); ours are fusion, the block shape
+// (lazymlir-gpu-tile-parallel-loops) and the target check that keeps LLVM
+// from aborting (lazymlir-verify-nvvm-targets).
+//
+//===----------------------------------------------------------------------===//
+
+#include "lazymlir/Pipelines/Pipelines.h"
+#include "lazymlir/Transforms/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+void lazymlir::buildGpuPipeline(OpPassManager &pm,
+                                const GpuPipelineOptions &options) {
+  pm.addPass(createVerifyBackendContractPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  if (options.fusion) {
+    pm.addNestedPass<func::FuncOp>(createFuseElementwisePass());
+    pm.addPass(createCanonicalizerPass());
+    pm.addPass(createCSEPass());
+  }
+
+  // Destination passing, as on the CPU (DESIGN.md, decision 4).
+  bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion =
+      bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  pm.addPass(createCanonicalizerPass());
+  bufferization::BufferResultsToOutParamsPassOptions outParams;
+  outParams.hoistStaticAllocs = true;
+  outParams.modifyPublicFunctions = true;
+  pm.addPass(bufferization::createBufferResultsToOutParamsPass(outParams));
+  pm.addPass(createCanonicalizerPass());
+
+  // One thread per output element; thread x on the innermost dimension.
+  pm.addNestedPass<func::FuncOp>(createConvertLinalgToParallelLoopsPass());
+  GpuTileParallelLoopsPassOptions tiles;
+  tiles.blockSize = options.blockSize;
+  pm.addNestedPass<func::FuncOp>(createGpuTileParallelLoopsPass(tiles));
+  GpuMapParallelLoopsPassOptions mapping;
+  mapping.mappingPolicyStr = "innermost-first";
+  pm.addNestedPass<func::FuncOp>(createGpuMapParallelLoopsPass(mapping));
+  pm.addNestedPass<func::FuncOp>(createConvertParallelLoopToGpuPass());
+  pm.addPass(createGpuLaunchSinkIndexComputationsPass());
+  pm.addPass(createGpuKernelOutliningPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+
+  // NVVM, then PTX. The PTX version is explicit: LLVM's default for the
+  // chip may be one it rejects by aborting.
+  GpuNVVMAttachTargetOptions target;
+  target.chip = options.chip;
+  target.features = options.features;
+  if (target.features.empty())
+    target.features =
+        "+ptx" + std::to_string(std::max(minimumPtxVersion(options.chip), 70));
+  target.optLevel = 3;
+  if (!options.libdevice.empty())
+    target.linkLibs.push_back(options.libdevice);
+  pm.addPass(createGpuNVVMAttachTarget(target));
+  OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
+  kernels.addPass(createLowerAffinePass());
+  kernels.addPass(createSCFToControlFlowPass());
+  ConvertGpuOpsToNVVMOpsOptions toNVVM;
+  toNVVM.useBarePtrCallConv = true;
+  kernels.addPass(createConvertGpuOpsToNVVMOps(toNVVM));
+  kernels.addPass(createCanonicalizerPass());
+  kernels.addPass(createCSEPass());
+  kernels.addPass(createReconcileUnrealizedCastsPass());
+  pm.addPass(createVerifyNvvmTargetsPass());
+  GpuModuleToBinaryPassOptions binary;
+  binary.compilationTarget = "isa";
+  pm.addPass(createGpuModuleToBinaryPass(binary));
+}

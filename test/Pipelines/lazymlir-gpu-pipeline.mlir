@@ -1,0 +1,72 @@
+// REQUIRES: libdevice, ptxas
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-gpu-pipeline="libdevice=%libdevice" | FileCheck %s
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-gpu-pipeline="chip=sm_80 libdevice=%libdevice" | FileCheck %s --check-prefix=SM80
+// ptxas assembles what the pipeline emits (the first case, for sm_90):
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-gpu-pipeline="libdevice=%libdevice" -o %t.mlir
+// RUN: %python %S/Inputs/ptx_of.py %t.mlir %t.ptx
+// RUN: %ptxas -arch=sm_90 %t.ptx -o %t.cubin
+
+// A fused elementwise chain (mul, add, exp, max) is one kernel: 256 threads
+// per block on the innermost dimension (coalesced), one block per 256
+// elements of a row; exp calls libdevice, which is linked in (no .extern
+// left in the PTX). The host function launches it on the out-parameter.
+// CHECK-LABEL: func.func @main(
+// CHECK-SAME:    %[[X:.*]]: memref<128x512xf32>, %[[Y:.*]]: memref<512xf32>, %[[OUT:.*]]: memref<128x512xf32>)
+// CHECK:         gpu.launch_func @main_kernel::@main_kernel blocks in (%{{.*}}, %{{.*}}, %{{.*}}) threads in (%c256, %c1, %c1)
+// CHECK-SAME:      %[[X]] : memref<128x512xf32>, %[[Y]] : memref<512xf32>, %[[OUT]] : memref<128x512xf32>
+// CHECK-NOT:     gpu.launch_func
+// CHECK:       gpu.binary @main_kernel
+// CHECK-SAME:    #nvvm.target<O = 3, chip = "sm_90", features = "+ptx78"
+// CHECK-SAME:    .target sm_90
+// CHECK-SAME:    .visible .entry main_kernel(
+// CHECK-SAME:    %tid.x
+// CHECK-SAME:    ld.global
+// CHECK-SAME:    ex2.approx
+// CHECK-SAME:    st.global
+// CHECK-NOT:     .extern
+// SM80-LABEL: func.func @main(
+// SM80:       gpu.binary @main_kernel
+// SM80-SAME:    chip = "sm_80", features = "+ptx70"
+// SM80-SAME:    .target sm_80
+func.func @main(%x: tensor<128x512xf32>, %y: tensor<512xf32>) -> tensor<128x512xf32> {
+  %c = arith.constant 0.5 : f32
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<128x512xf32>
+  %0 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %y : tensor<128x512xf32>, tensor<512xf32>) outs(%e : tensor<128x512xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.mulf %a, %c : f32
+    %s = arith.addf %m, %b : f32
+    linalg.yield %s : f32
+  } -> tensor<128x512xf32>
+  %1 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%0 : tensor<128x512xf32>) outs(%e : tensor<128x512xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %x1 = math.exp %a : f32
+    %r = arith.maximumf %x1, %z : f32
+    linalg.yield %r : f32
+  } -> tensor<128x512xf32>
+  return %1 : tensor<128x512xf32>
+}
+
+// -----
+
+// A row sum: the accumulator's fill, then one thread per row (a loop over
+// the row in each thread; block reductions are to come), rows spread over
+// 256-thread blocks.
+// CHECK-LABEL: func.func @main(
+// CHECK:         gpu.launch_func @main_kernel::@main_kernel blocks in (%c4, %c1, %c1) threads in (%c256, %c1, %c1)
+// CHECK:         gpu.launch_func @main_kernel_0::@main_kernel blocks in (%c4, %c1, %c1) threads in (%c256, %c1, %c1)
+// CHECK:       gpu.binary @main_kernel_0
+// CHECK-SAME:    .visible .entry main_kernel(
+// CHECK-SAME:    add.rn.f32
+// CHECK-NOT:     .extern
+func.func @main(%x: tensor<1024x64xf32>) -> tensor<1024xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1024xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<1024xf32>) -> tensor<1024xf32>
+  %0 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<1024x64xf32>) outs(%f : tensor<1024xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %s = arith.addf %a, %o : f32
+    linalg.yield %s : f32
+  } -> tensor<1024xf32>
+  return %0 : tensor<1024xf32>
+}
