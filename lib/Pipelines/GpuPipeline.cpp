@@ -22,7 +22,14 @@ using namespace mlir;
 
 void lazymlir::buildGpuPipeline(OpPassManager &pm,
                                 const GpuPipelineOptions &options) {
+  // As on the CPU: TMTensor ops to loops (kernels of one thread for now),
+  // the contract check, and checks that set a flag instead of aborting
+  // (a kernel cannot abort the process either: `__assertfail` kills the
+  // CUDA context). The flag's global is cloned into each gpu.module that
+  // sets it: the runtime reads it from the module after a run.
+  pm.addPass(createLowerTMTensorPass());
   pm.addPass(createVerifyBackendContractPass());
+  pm.addPass(createGuardRuntimeChecksPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   if (options.fusion) {
@@ -45,7 +52,12 @@ void lazymlir::buildGpuPipeline(OpPassManager &pm,
   pm.addPass(createCanonicalizerPass());
 
   // One thread per output element; thread x on the innermost dimension.
+  // Strided copies are kernels too (contiguous ones stay host-side copies);
+  // work outside parallel loops (full reductions, scalars) becomes kernels
+  // of one thread.
+  pm.addNestedPass<func::FuncOp>(createStridedCopiesToLinalgPass());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToParallelLoopsPass());
+  pm.addNestedPass<func::FuncOp>(createGpuWrapHostWorkPass());
   GpuTileParallelLoopsPassOptions tiles;
   tiles.blockSize = options.blockSize;
   pm.addNestedPass<func::FuncOp>(createGpuTileParallelLoopsPass(tiles));

@@ -70,3 +70,40 @@ func.func @main(%x: tensor<1024x64xf32>) -> tensor<1024xf32> {
   } -> tensor<1024xf32>
   return %0 : tensor<1024xf32>
 }
+
+// -----
+
+// A full sum has no parallel loop: it runs as a kernel of one thread (the
+// host function only launches). A gather by data-dependent indices is
+// checked (lazymlir-guard-runtime-checks, the check hoisted into a
+// reduction over the indices, here run by the one-thread kernel): an index
+// out of range reads element 0 and sets the kernel module's own flag global,
+// which the runtime reads back; nothing aborts (no __assertfail).
+// CHECK-LABEL: func.func @main(
+// CHECK:         gpu.launch_func @main_kernel::@main_kernel blocks in (%c1, %c1, %c1) threads in (%c1, %c1, %c1)
+// CHECK:         gpu.launch_func @main_kernel_0::@main_kernel
+// CHECK-NOT:     memref.load
+// CHECK-NOT:     scf.for
+// CHECK:         return
+// CHECK-NOT:     __assertfail
+// CHECK:       gpu.binary @main_kernel
+// CHECK-SAME:    .visible .global .align 4 .u32 __lazymlir_check_failed
+// CHECK-NOT:     __assertfail
+func.func @main(%x: tensor<1024xf32>, %table: tensor<100xf32>, %idx: tensor<64xi64>) -> (tensor<f32>, tensor<64xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<f32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<f32>) -> tensor<f32>
+  %sum = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = ["reduction"]} ins(%x : tensor<1024xf32>) outs(%f : tensor<f32>) {
+  ^bb0(%a: f32, %o: f32):
+    %s = arith.addf %a, %o : f32
+    linalg.yield %s : f32
+  } -> tensor<f32>
+  %e2 = tensor.empty() : tensor<64xf32>
+  %g = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%idx : tensor<64xi64>) outs(%e2 : tensor<64xf32>) {
+  ^bb0(%i: i64, %o: f32):
+    %j = arith.index_cast %i : i64 to index
+    %v = tensor.extract %table[%j] : tensor<100xf32>
+    linalg.yield %v : f32
+  } -> tensor<64xf32>
+  return %sum, %g : tensor<f32>, tensor<64xf32>
+}

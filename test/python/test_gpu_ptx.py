@@ -62,6 +62,10 @@ def ptx_kernels(fn, args, tmp_path, chip="sm_90"):
         done = subprocess.run([lazymlir_opt(), graph, f"--lazymlir-gpu-pipeline=chip={chip} libdevice={libdevice}",
                                "-o", str(gpu)], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-4000:]
+        host = [line for line in gpu.read_text().splitlines() if "gpu.binary" not in line]
+        for op in ("memref.load", "memref.store", "scf.for", "scf.parallel", "cf.assert"):
+            # The host only allocates, views, copies and launches.
+            assert not any(op in line for line in host), f"{op} left on the host in {graph}"
         listed = subprocess.run([sys.executable, PTX_OF, str(gpu), "--all", str(tmp_path / f"g{i}")],
                                 capture_output=True, text=True, check=True)
         for ptx in listed.stdout.split():

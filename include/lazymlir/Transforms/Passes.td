@@ -439,6 +439,28 @@ def GpuTileParallelLoopsPass
   ];
 }
 
+def GpuWrapHostWorkPass
+    : Pass<"lazymlir-gpu-wrap-host-work", "mlir::func::FuncOp"> {
+  let summary = "Move work left outside parallel loops into one-thread "
+                "parallel loops, so that it runs on the GPU";
+  let description = [{
+    After linalg ops become scf.parallel loops, what touches memory outside
+    them (a full reduction's scf.for nest, scalar loads and stores, a
+    division of two scalars) would run on the host, reading GPU memory. This
+    pass moves each run of consecutive such ops (with the pure ops that
+    compute on their results) into a one-iteration scf.parallel, which
+    becomes a kernel of one thread: correct, not fast (block reductions are
+    to come). What may stay on the host is what a launch plan can do:
+    allocations and deallocations, views (subview, reshapes), copies
+    between contiguous buffers, constants, pure arithmetic on values the
+    host has, and the parallel loops themselves; a deallocation, a copy and
+    a parallel loop end a run, so program order is kept. A run whose
+    results are used outside it (a data-dependent view) is left on the host
+    with a warning.
+  }];
+  let dependentDialects = ["mlir::scf::SCFDialect", "mlir::arith::ArithDialect"];
+}
+
 def VerifyNvvmTargetsPass
     : Pass<"lazymlir-verify-nvvm-targets", "mlir::ModuleOp"> {
   let summary = "Reject NVVM targets that would abort the compiler";
