@@ -95,4 +95,5 @@ void lazymlir::buildGpuPipeline(OpPassManager &pm,
   GpuModuleToBinaryPassOptions binary;
   binary.compilationTarget = "isa";
   pm.addPass(createGpuModuleToBinaryPass(binary));
+  pm.addPass(createGpuLaunchPlanPass());
 }

@@ -10,6 +10,9 @@
 // per block on the innermost dimension (coalesced), one block per 256
 // elements of a row; exp calls libdevice, which is linked in (no .extern
 // left in the PTX). The host function launches it on the out-parameter.
+// The launch plan (lazymlir-gpu-launch-plan; JSON, quotes escaped as \22):
+// three buffers, one launch of the kernel on them, its PTX.
+// CHECK:       lazymlir.launch_plan = "{\22arguments\22:[{\22dtype\22:\22float32\22,\22offset\22:0,\22shape\22:[128,512],\22strides\22:[512,1]},{{.*}}\22format\22:\22lazymlir-gpu-plan\22,\22modules\22:{\22main_kernel\22:{\22check_flag\22:false,\22chip\22:\22sm_90\22,\22ptx\22:{{.*}}.visible .entry main_kernel({{.*}}\22steps\22:[{\22args\22:[{\22i64\22:1},{\22i64\22:256},{\22buffer\22:0},{\22buffer\22:1},{\22buffer\22:2}],\22block\22:[256,1,1],\22grid\22:[2,128,1],\22kernel\22:\22main_kernel\22,\22module\22:\22main_kernel\22,\22op\22:\22launch\22}],\22version\22:1}"
 // CHECK-LABEL: func.func @main(
 // CHECK-SAME:    %[[X:.*]]: memref<128x512xf32>, %[[Y:.*]]: memref<512xf32>, %[[OUT:.*]]: memref<128x512xf32>)
 // CHECK:         gpu.launch_func @main_kernel::@main_kernel blocks in (%{{.*}}, %{{.*}}, %{{.*}}) threads in (%c256, %c1, %c1)

@@ -20,6 +20,10 @@ inline constexpr llvm::StringLiteral kOutlinedKernelAttr = "lazymlir.kernel";
 inline constexpr llvm::StringLiteral kProfileSitesAttr =
     "lazymlir.profile_sites";
 
+/// On the module, from lazymlir-gpu-launch-plan: the GPU executable's launch
+/// plan (a JSON string, with the kernels' PTX).
+inline constexpr llvm::StringLiteral kLaunchPlanAttr = "lazymlir.launch_plan";
+
 /// The lowest PTX ISA version (major * 10 + minor) LLVM's NVPTX backend
 /// takes for an NVIDIA `chip` (sm_80 -> 70), or 0 for a chip
 /// lazymlir-verify-nvvm-targets does not accept.

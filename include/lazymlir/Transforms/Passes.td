@@ -461,6 +461,40 @@ def GpuWrapHostWorkPass
   let dependentDialects = ["mlir::scf::SCFDialect", "mlir::arith::ArithDialect"];
 }
 
+def GpuLaunchPlanPass : Pass<"lazymlir-gpu-launch-plan", "mlir::ModuleOp"> {
+  let summary = "Describe the GPU pipeline's host function as a launch plan "
+                "(JSON) a runtime without MLIR executes";
+  let description = [{
+    After gpu-module-to-binary, the entry function must only allocate,
+    view, copy and launch (lazymlir-gpu-wrap-host-work); this pass writes
+    what it does, with every kernel module's PTX, as the module attribute
+    `lazymlir.launch_plan` (a JSON string, format "lazymlir-gpu-plan",
+    version 1):
+
+    - `arguments`: the entry's buffers in order (inputs, then the outputs
+      bufferization turned into out-parameters), each a layout `{shape,
+      strides, offset, dtype}` (torch dtype names); they are buffers 0..n-1;
+    - `steps`, in program order: `alloc` (a new buffer of a layout),
+      `view` (a new buffer viewing `source` with a static layout), `copy`
+      (`source` into `target`), `constant` (a new buffer holding a constant
+      global's bytes, base64), `dealloc`, and `launch` (`module`, `kernel`,
+      `grid` and `block` sizes, `args`: each `{buffer: id}` or a scalar
+      `{i64|i32|f32: value}`, the bare-pointer calling convention: a buffer
+      is passed as its aligned data pointer);
+    - `modules`: per kernel module, its `ptx`, `chip`, and `check_flag`
+      (whether it defines the runtime-check flag global
+      `__lazymlir_check_failed`, which the runtime reads after a run).
+
+    Anything else in the entry (work left on the host, dynamic shapes or
+    strides, dynamic shared memory, a non-constant launch size, a global
+    that is not a constant) is a diagnostic and the pass fails.
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"main\"",
+           "The host function the plan describes">,
+  ];
+}
+
 def VerifyNvvmTargetsPass
     : Pass<"lazymlir-verify-nvvm-targets", "mlir::ModuleOp"> {
   let summary = "Reject NVVM targets that would abort the compiler";
