@@ -11,6 +11,8 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
@@ -100,6 +102,9 @@ const DialectRegistry &dialectRegistry() {
     registerBuiltinDialectTranslation(*r);
     registerLLVMDialectTranslation(*r);
     registerOpenMPDialectTranslation(*r);
+    // The GPU pipeline's gpu-module-to-binary translates kernel modules.
+    registerGPUDialectTranslation(*r);
+    registerNVVMDialectTranslation(*r);
     return r;
   }();
   return *registry;

@@ -179,3 +179,42 @@ def compile_linalg(linalg_text: str, **options):
     looked up there first.
     """
     return _native.compile_cpu(linalg_text, _options(options))
+
+
+def cuda_toolkit() -> str:
+    """The directory holding ptxas (``bin/``) and libdevice
+    (``nvvm/libdevice/libdevice.10.bc``) the GPU target uses: LAZYMLIR_CUDA_PATH,
+    else the nvidia-cuda-nvcc / nvidia-nvvm wheels in this Python's
+    site-packages (``nvidia/cu13``, what ``make`` installs), else
+    /usr/local/cuda. Raises FileNotFoundError naming where it looked."""
+    import glob
+    import os
+    import sys
+
+    tried = []
+    if os.environ.get("LAZYMLIR_CUDA_PATH"):
+        tried.append(os.environ["LAZYMLIR_CUDA_PATH"])
+    tried += sorted(glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cu13")))
+    tried.append("/usr/local/cuda")
+    for root in tried:
+        if os.path.exists(os.path.join(root, "nvvm", "libdevice", "libdevice.10.bc")):
+            return root
+    raise FileNotFoundError("lazymlir: no libdevice.10.bc under " + ", ".join(tried) +
+                            " (pip install nvidia-nvvm nvidia-cuda-nvcc, or set LAZYMLIR_CUDA_PATH)")
+
+
+def compile_gpu(linalg_text: str, chip: str = "sm_90", *, libdevice: str = "", features: str = "",
+                block_size: int = 256, fusion: bool = True) -> dict:
+    """Compile linalg-on-tensors text for an NVIDIA GPU (``chip``: sm_80,
+    sm_90, ...) on any machine: the launch plan (a dict; see
+    lazymlir.gpu_runtime, which runs it with torch and the CUDA driver) with
+    every kernel's PTX. ``libdevice`` defaults to the one in
+    :func:`cuda_toolkit`; ``features`` to the chip's lowest PTX version.
+    Raises :data:`CompileError` with MLIR's diagnostics (an unknown chip or a
+    PTX version too low for it included)."""
+    import json
+    import os
+
+    if not libdevice:
+        libdevice = os.path.join(cuda_toolkit(), "nvvm", "libdevice", "libdevice.10.bc")
+    return json.loads(_native.compile_gpu(linalg_text, chip, libdevice, features, block_size, fusion))

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "lazymlir/Compiler/CompileGpu.h"
 #include "lazymlir/Runtime/CpuExecutable.h"
 
 #include <nanobind/nanobind.h>
@@ -340,5 +341,26 @@ NB_MODULE(_native, m) {
       },
       nb::arg("source"), nb::arg("options"),
       "Compile linalg-on-tensors text for this CPU. Releases the GIL; raises "
+      "CompileError with MLIR's diagnostics.");
+  m.def(
+      "compile_gpu",
+      [](const std::string &source, const std::string &chip,
+         const std::string &libdevice, const std::string &features,
+         int64_t blockSize, bool fusion) {
+        GpuCompileOptions options;
+        options.chip = chip;
+        options.libdevice = libdevice;
+        options.features = features;
+        options.blockSize = blockSize;
+        options.fusion = fusion;
+        nb::gil_scoped_release release;
+        return compileGpuPlan(source, options);
+      },
+      nb::arg("source"), nb::arg("chip"), nb::arg("libdevice"),
+      nb::arg("features") = "", nb::arg("block_size") = 256,
+      nb::arg("fusion") = true,
+      "Compile linalg-on-tensors text for an NVIDIA GPU (`chip`, e.g. "
+      "sm_90): the launch plan as JSON, with the kernels' PTX (see "
+      "lazymlir.gpu_runtime). Needs no GPU. Releases the GIL; raises "
       "CompileError with MLIR's diagnostics.");
 }

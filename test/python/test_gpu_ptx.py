@@ -23,14 +23,12 @@ PTX_OF = os.path.join(REPO, "test", "Pipelines", "Inputs", "ptx_of.py")
 
 
 def cuda_root():
-    roots = [os.environ.get("LAZYMLIR_CUDA_PATH")]
-    roots += glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cu13"))
-    roots.append("/usr/local/cuda")
-    for root in roots:
-        if root and os.path.exists(os.path.join(root, "nvvm", "libdevice", "libdevice.10.bc")) \
-                and os.access(os.path.join(root, "bin", "ptxas"), os.X_OK):
-            return root
-    pytest.fail("no ptxas and libdevice: `make test` installs nvidia-cuda-nvcc and nvidia-nvvm into .venv")
+    from lazymlir import compiler
+
+    root = compiler.cuda_toolkit()
+    assert os.access(os.path.join(root, "bin", "ptxas"), os.X_OK), \
+        f"no ptxas in {root}/bin: `make test` installs nvidia-cuda-nvcc into .venv"
+    return root
 
 
 def lazymlir_opt():
