@@ -135,6 +135,11 @@ class _Eager:
 # (ops.py makes it run eagerly for those dtypes).
 unsupported_op_listeners: List[Callable] = []
 
+# Called with (graph name, trace.Graph, linalg text) for each graph lowered
+# for the native compiler (lazymlir.aot compiles them for a GPU too); while
+# any is registered, graphs are lowered even when the disk cache holds them.
+lowered_graph_listeners: List[Callable] = []
+
 
 class _Split:
     """What _compile returns for a graph that holds ops that do not lower
@@ -245,7 +250,8 @@ def _compile(graph: trace.Graph):
             # compiled graph on disk (no torch-mlir, no MLIR work). Dumps
             # want the IR, so they always lower.
             # A profiled graph needs its call sites, which only a compile gives.
-            record = cache.record_key(native, graph.key) if disk and not (config.dump_dir or config.profile) else None
+            record = cache.record_key(native, graph.key) \
+                if disk and not (config.dump_dir or config.profile or lowered_graph_listeners) else None
             if record is not None:
                 found = cache.read_record(native, record)
                 if found is not None:
@@ -258,6 +264,8 @@ def _compile(graph: trace.Graph):
                 if config.dump_dir:  # before compiling: what a compiler crash was given
                     debug.dump(name, "torch", lowered.torch_mlir)
                     debug.dump(name, "linalg", lowered.linalg)
+                for listener in lowered_graph_listeners:
+                    listener(name, graph, lowered.linalg)
                 try:
                     executable = native.compile_linalg(lowered.linalg, keep_llvm_dialect=bool(config.dump_dir),
                                                        profile=config.profile, **options)

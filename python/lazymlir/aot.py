@@ -1,0 +1,92 @@
+"""Ahead-of-time compilation for the NVVM GPU target, on a machine without a
+GPU: trace a step on the lazy device (it runs, compiled for this CPU, so its
+results are real) and compile every graph it records for an NVIDIA chip into
+one bundle (lazymlir.gpu_runtime's format: versioned, checksummed, per graph
+its launch plan with the kernels' PTX).
+
+    bundle = lazymlir.aot.compile_step(step, x, y, chip="sm_90", path="step.lzgpu")
+
+or from the command line, with a function that returns ``(step, args)``:
+
+    python -m lazymlir.aot my_module:make_step --chip sm_90 -o step.lzgpu
+
+Each graph is keyed by its trace's name (the hash of the recorded ops,
+shapes and dtypes: what the lazy device computes for the same step on the
+GPU machine) and records how many of its buffers are inputs (the trace's
+device data, then its lifted scalars as 0-d tensors); the rest are its
+outputs, written in place.
+"""
+
+import argparse
+import importlib
+import sys
+from typing import Callable, Dict
+
+from . import compilation, compiler, gpu_runtime
+from . import cache as _cache
+from .tensor import mark_step
+
+
+def compile_step(step: Callable, *args, chip: str = "sm_90", path: str = None, steps: int = 1,
+                 libdevice: str = "") -> Dict[str, dict]:
+    """Runs ``step(*args)`` ``steps`` times on the lazy device (each followed
+    by mark_step; what it returns and what it updates is computed) and compiles every graph it records for ``chip``: a dict of
+    graph name -> launch plan (plus ``"inputs"``: the number of its buffers
+    that are inputs), also saved as a bundle at ``path`` when given. A graph
+    the GPU compiler rejects raises its CompileError (AOT must not ship a
+    bundle with holes)."""
+    graphs: Dict[str, dict] = {}
+    errors = []
+
+    def capture(name, graph, linalg):
+        if name in graphs:
+            return
+        try:
+            plan = compiler.compile_gpu(linalg, chip, libdevice=libdevice)
+        except compiler.CompileError as e:
+            errors.append((name, e))
+            return
+        plan["inputs"] = len(graph.inputs) + len(graph.scalars)
+        graphs[name] = plan
+
+    _cache.clear()  # every graph of the step is lowered again, and seen
+    compilation.lowered_graph_listeners.append(capture)
+    try:
+        for _ in range(steps):
+            result = step(*args)  # held: mark_step computes what is still alive
+            mark_step()
+            del result
+    finally:
+        compilation.lowered_graph_listeners.remove(capture)
+    if errors:
+        name, error = errors[0]
+        raise compiler.CompileError(f"lazymlir: graph {name} does not compile for {chip} "
+                                    f"({len(errors)} of {len(errors) + len(graphs)} graphs fail): {error}")
+    if not graphs:
+        raise RuntimeError("lazymlir: the step recorded no graph for the lazy device (are its tensors on 'lazy'?)")
+    if path:
+        gpu_runtime.save_bundle(path, graphs, chip, producer=f"lazymlir.aot {compiler.code_identity()[:16]}")
+    return graphs
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lazymlir.aot", description=__doc__.split("\n\n")[0])
+    parser.add_argument("factory", help="MODULE:FUNCTION returning (step, args); the args are moved to 'lazy'")
+    parser.add_argument("--chip", default="sm_90", help="NVIDIA architecture (sm_80, sm_90, ...)")
+    parser.add_argument("-o", "--output", required=True, help="the bundle to write")
+    parser.add_argument("--steps", type=int, default=1, help="steps to trace (a second one records the graphs "
+                                                               "of a step after the first optimizer update)")
+    options = parser.parse_args(argv)
+    module_name, _, function_name = options.factory.partition(":")
+    if not function_name:
+        parser.error("the factory is MODULE:FUNCTION")
+    step, args = getattr(importlib.import_module(module_name), function_name)()
+    args = [a.to("lazy") if hasattr(a, "to") else a for a in args]
+    graphs = compile_step(step, *args, chip=options.chip, path=options.output, steps=options.steps)
+    kernels = sum(len(plan["modules"]) for plan in graphs.values())
+    print(f"lazymlir.aot: {len(graphs)} graphs, {kernels} kernels for {options.chip} -> {options.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
