@@ -15,7 +15,6 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
-#include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
@@ -56,7 +55,11 @@ void lazymlir::buildGpuPipeline(OpPassManager &pm,
   // work outside parallel loops (full reductions, scalars) becomes kernels
   // of one thread.
   pm.addNestedPass<func::FuncOp>(createStridedCopiesToLinalgPass());
-  pm.addNestedPass<func::FuncOp>(createConvertLinalgToParallelLoopsPass());
+  // A reduction carries its accumulator in a register (lower-to-loops),
+  // not in global memory as convert-linalg-to-parallel-loops leaves it.
+  LowerToLoopsPassOptions toLoops;
+  toLoops.allParallel = true;
+  pm.addNestedPass<func::FuncOp>(createLowerToLoopsPass(toLoops));
   pm.addNestedPass<func::FuncOp>(createGpuWrapHostWorkPass());
   GpuTileParallelLoopsPassOptions tiles;
   tiles.blockSize = options.blockSize;

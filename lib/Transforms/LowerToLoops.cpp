@@ -195,7 +195,8 @@ struct LowerToLoopsPass
     });
     for (linalg::LinalgOp op : ops) {
       rewriter.setInsertionPoint(op);
-      unsigned depth = lazymlir::isLargeKernel(op, parallelThreshold)
+      unsigned depth = allParallel ? lazymlir::disjointParallelDepth(op)
+                       : lazymlir::isLargeKernel(op, parallelThreshold)
                            ? lazymlir::kernelParallelDepth(op)
                            : 0;
       FailureOr<linalg::LinalgLoops> loops =

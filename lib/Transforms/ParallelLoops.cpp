@@ -53,6 +53,13 @@ unsigned lazymlir::kernelParallelDepth(linalg::LinalgOp op) {
   return leadingParallelDepth(ArrayRef(ranges).take_front(allowed));
 }
 
+unsigned lazymlir::disjointParallelDepth(linalg::LinalgOp op) {
+  unsigned depth = 0;
+  while (depth < op.getNumLoops() && writesDisjointly(op, depth))
+    ++depth;
+  return depth;
+}
+
 scf::ParallelOp lazymlir::parallelizeLoopNest(RewriterBase &rewriter,
                                               ArrayRef<Operation *> loops,
                                               unsigned depth) {

@@ -34,6 +34,11 @@ bool isLargeKernel(mlir::linalg::LinalgOp op, int64_t parallelThreshold);
 /// loops (it is the one LLVM vectorizes). 0: none.
 unsigned kernelParallelDepth(mlir::linalg::LinalgOp op);
 
+/// The number of leading loops of `op` that are parallel and index every
+/// output (their iterations write disjoint elements), whatever their sizes:
+/// on a GPU each of their iterations is a thread.
+unsigned disjointParallelDepth(mlir::linalg::LinalgOp op);
+
 /// Replaces the outer `depth` loops of a perfect scf.for nest by one
 /// scf.parallel over the same iteration space.
 mlir::scf::ParallelOp

@@ -53,14 +53,20 @@ func.func @main(%x: tensor<128x512xf32>, %y: tensor<512xf32>) -> tensor<128x512x
 // -----
 
 // A row sum: the accumulator's fill, then one thread per row (a loop over
-// the row in each thread; block reductions are to come), rows spread over
-// 256-thread blocks.
+// the row in each thread, the accumulator in a register: one store after
+// the loop; block reductions are to come), rows spread over 256-thread
+// blocks.
 // CHECK-LABEL: func.func @main(
 // CHECK:         gpu.launch_func @main_kernel::@main_kernel blocks in (%c4, %c1, %c1) threads in (%c256, %c1, %c1)
 // CHECK:         gpu.launch_func @main_kernel_0::@main_kernel blocks in (%c4, %c1, %c1) threads in (%c256, %c1, %c1)
 // CHECK:       gpu.binary @main_kernel_0
 // CHECK-SAME:    .visible .entry main_kernel(
+// CHECK-SAME:    $L__BB0_1:
+// CHECK-NOT:     st.global
 // CHECK-SAME:    add.rn.f32
+// CHECK-NOT:     st.global
+// CHECK-SAME:    bra
+// CHECK-SAME:    st.global
 // CHECK-NOT:     .extern
 func.func @main(%x: tensor<1024x64xf32>) -> tensor<1024xf32> {
   %z = arith.constant 0.0 : f32

@@ -703,6 +703,11 @@ def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
            /*default=*/"0",
            "Smallest iteration space (points) lowered to parallel loops; "
            "0: none">,
+    Option<"allParallel", "all-parallel", "bool", /*default=*/"false",
+           "Every leading loop whose iterations write disjoint outputs "
+           "becomes parallel, whatever its size (the GPU pipeline: a thread "
+           "per output element, reductions still carrying their "
+           "accumulators in registers)">,
   ];
 }
 
