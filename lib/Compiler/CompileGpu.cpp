@@ -15,6 +15,10 @@ using namespace mlir;
 std::string lazymlir::compileGpuPlan(const std::string &source,
                                      const GpuCompileOptions &options) {
   MLIRContext ctx(dialectRegistry(), MLIRContext::Threading::DISABLED);
+  // torch-mlir's TMTensor ops arrive in the generic form (unregistered);
+  // lazymlir-lower-tm-tensor rewrites them, the contract check rejects any
+  // other.
+  ctx.allowUnregisteredDialects();
   DiagnosticCollector diagnostics(ctx);
   OwningOpRef<ModuleOp> module =
       parseSourceString<ModuleOp>(source, ParserConfig(&ctx), "graph");

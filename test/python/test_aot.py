@@ -77,3 +77,24 @@ def test_a_step_that_records_nothing_is_an_error(native):
     with pytest.raises(RuntimeError, match="recorded no graph"):
         aot.compile_step(lambda: None)
     assert lazymlir.metrics.counter_value("EagerGraph") == 0
+
+
+def test_gpt2_training_step_to_a_bundle(native, tmp_path):
+    # A Hugging Face decoder (random weights, no download): attention with
+    # its causal mask, embeddings and their scatter-add backward, AdamW.
+    torch.manual_seed(0)
+    model, make_batch, loss_fn = testing.hf_model("gpt2")
+    model = model.to("lazy")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batch = make_batch("lazy")
+
+    def step():
+        optimizer.zero_grad()
+        loss = loss_fn(model, batch)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    graphs = aot.compile_step(step, chip="sm_90", path=str(tmp_path / "gpt2.lzgpu"))
+    assert load_bundle(str(tmp_path / "gpt2.lzgpu"), device_chip="sm_90").keys() == graphs.keys()
+    assert assemble_all(graphs, "sm_90", tmp_path) > 100
