@@ -36,6 +36,11 @@ void lazymlir::buildGpuPipeline(OpPassManager &pm,
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
   }
+  // Long reductions with few outputs (losses, sums of gradients) become
+  // many parallel partial sums and a short final one.
+  pm.addNestedPass<func::FuncOp>(createMergeLoopRunsPass());
+  pm.addNestedPass<func::FuncOp>(createGpuSplitReductionsPass());
+  pm.addPass(createCanonicalizerPass());
 
   // Destination passing, as on the CPU (DESIGN.md, decision 4).
   bufferization::OneShotBufferizePassOptions bufferize;

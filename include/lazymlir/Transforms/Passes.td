@@ -418,6 +418,37 @@ def ByteBoolAccessesPass : Pass<"lazymlir-byte-bool-accesses"> {
   let dependentDialects = ["mlir::LLVM::LLVMDialect"];
 }
 
+def GpuSplitReductionsPass
+    : Pass<"lazymlir-gpu-split-reductions", "mlir::func::FuncOp"> {
+  let summary = "Split long reductions with few outputs into a parallel "
+                "partial reduction and a short final one";
+  let description = [{
+    On the GPU each output element of a reduction is one thread: a loss, a
+    `.sum()` of a weight gradient or a norm is one thread looping over the
+    whole tensor. This pass (on tensors, after fusion; a reduction's runs of
+    loops first merged by lazymlir-merge-loop-runs) rewrites each
+    linalg.generic with one reduction loop of at least `min-length`
+    iterations and fewer than `max-outputs` output elements with upstream
+    linalg::splitReduction: the reduction loop of length K becomes R
+    parallel partial reductions (R the largest divisor of K up to `ratio`
+    leaving at least 16 elements each), the partials interleaved
+    (element i of thread j is j + i * R: consecutive threads read
+    consecutive elements, coalesced), then a final reduction over R. The
+    combiner must be one splitReduction knows (add, mul, max, min, and, or,
+    ...); other reductions are left alone.
+  }];
+  let dependentDialects = ["mlir::linalg::LinalgDialect",
+                           "mlir::tensor::TensorDialect"];
+  let options = [
+    Option<"ratio", "ratio", "int64_t", /*default=*/"1024",
+           "Most partial reductions (threads) per output">,
+    Option<"minLength", "min-length", "int64_t", /*default=*/"4096",
+           "Shortest reduction split">,
+    Option<"maxOutputs", "max-outputs", "int64_t", /*default=*/"1024",
+           "Most output elements of a reduction split">,
+  ];
+}
+
 def GpuTileParallelLoopsPass
     : Pass<"lazymlir-gpu-tile-parallel-loops", "mlir::func::FuncOp"> {
   let summary = "Tile each outermost scf.parallel into GPU blocks of threads";
