@@ -96,6 +96,9 @@ void lazymlir::buildGpuPipeline(OpPassManager &pm,
   ConvertGpuOpsToNVVMOpsOptions toNVVM;
   toNVVM.useBarePtrCallConv = true;
   kernels.addPass(createConvertGpuOpsToNVVMOps(toNVVM));
+  // Math ops NVVM has no lowering for (math.absi: T5's relative position
+  // buckets) become LLVM intrinsics.
+  kernels.addPass(createConvertMathToLLVMPass());
   kernels.addPass(createCanonicalizerPass());
   kernels.addPass(createCSEPass());
   kernels.addPass(createReconcileUnrealizedCastsPass());

@@ -116,3 +116,21 @@ func.func @main(%x: tensor<1024xf32>, %table: tensor<100xf32>, %idx: tensor<64xi
   } -> tensor<64xf32>
   return %sum, %g : tensor<f32>, tensor<64xf32>
 }
+
+// -----
+
+// An integer absolute value (T5's relative position buckets): NVVM's
+// lowering has none, LLVM's abs intrinsic takes it (convert-math-to-llvm
+// after the NVVM conversion).
+// CHECK-LABEL: func.func @main(
+// CHECK:       gpu.binary @main_kernel
+// CHECK-SAME:    abs.s64
+func.func @main(%x: tensor<64xi64>) -> tensor<64xi64> {
+  %e = tensor.empty() : tensor<64xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%x : tensor<64xi64>) outs(%e : tensor<64xi64>) {
+  ^bb0(%a: i64, %o: i64):
+    %b = math.absi %a : i64
+    linalg.yield %b : i64
+  } -> tensor<64xi64>
+  return %r : tensor<64xi64>
+}
