@@ -54,16 +54,7 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   pm.addPass(createCountKernelsPass(count));
 }
 
-void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
-                                         const CpuPipelineOptions &options) {
-  pm.addNestedPass<func::FuncOp>(createDistinctResultsPass());
-  // The caller's tensors are never updated in place.
-  ReadonlyArgumentsPassOptions readonly;
-  readonly.entry = options.entry;
-  pm.addPass(createReadonlyArgumentsPass(readonly));
-  // After the last CSE: parallel tile loops get per-iteration scratch.
-  pm.addNestedPass<func::FuncOp>(createPrivatizeTileScratchPass());
-
+void lazymlir::addBufferizeWithOutParams(OpPassManager &pm) {
   // Identity layouts at the function boundary: the runtime passes contiguous
   // torch buffers, and static strides let LLVM vectorize the loops.
   bufferization::OneShotBufferizePassOptions bufferize;
@@ -84,6 +75,19 @@ void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
   outParams.modifyPublicFunctions = true;
   pm.addPass(bufferization::createBufferResultsToOutParamsPass(outParams));
   pm.addPass(createCanonicalizerPass());
+}
+
+void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
+                                         const CpuPipelineOptions &options) {
+  pm.addNestedPass<func::FuncOp>(createDistinctResultsPass());
+  // The caller's tensors are never updated in place.
+  ReadonlyArgumentsPassOptions readonly;
+  readonly.entry = options.entry;
+  pm.addPass(createReadonlyArgumentsPass(readonly));
+  // After the last CSE: parallel tile loops get per-iteration scratch.
+  pm.addNestedPass<func::FuncOp>(createPrivatizeTileScratchPass());
+
+  addBufferizeWithOutParams(pm);
   pm.addNestedPass<func::FuncOp>(createHoistRedundantTransfersPass());
   // Per-tile temporaries (accumulators) are allocated once, outside the tile
   // loops, and on the stack when small: no malloc per tile.

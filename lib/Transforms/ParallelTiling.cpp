@@ -2,6 +2,12 @@
 
 #include "lazymlir/Transforms/ParallelTiling.h"
 
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/SCF/Transforms/Transforms.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
 using namespace mlir;
 
 void lazymlir::finishParallelTiling(RewriterBase &rewriter, Operation *root,
@@ -15,4 +21,33 @@ void lazymlir::finishParallelTiling(RewriterBase &rewriter, Operation *root,
   for (OpResult value : root->getResults())
     if (Value replacement = result.replacements.lookup(value))
       rewriter.replaceAllUsesWith(value, replacement);
+}
+
+bool lazymlir::peelPartialTile(RewriterBase &rewriter,
+                               LoopLikeOpInterface tileLoop) {
+  auto loop = dyn_cast<scf::ForOp>(tileLoop.getOperation());
+  if (!loop)
+    return false;
+  std::optional<int64_t> lower = getConstantIntValue(loop.getLowerBound());
+  std::optional<int64_t> upper = getConstantIntValue(loop.getUpperBound());
+  std::optional<int64_t> step = getConstantIntValue(loop.getStep());
+  if (!lower || !upper || !step || (*upper - *lower) % *step == 0)
+    return false;
+  scf::ForOp partial;
+  rewriter.setInsertionPoint(loop);
+  return succeeded(scf::peelForLoopAndSimplifyBounds(rewriter, loop, partial));
+}
+
+void lazymlir::foldPeeledTiles(Operation *root) {
+  MLIRContext *ctx = root->getContext();
+  RewritePatternSet patterns(ctx);
+  affine::AffineMinOp::getCanonicalizationPatterns(patterns, ctx);
+  affine::AffineApplyOp::getCanonicalizationPatterns(patterns, ctx);
+  scf::ForOp::getCanonicalizationPatterns(patterns, ctx);
+  tensor::ExtractSliceOp::getCanonicalizationPatterns(patterns, ctx);
+  tensor::InsertSliceOp::getCanonicalizationPatterns(patterns, ctx);
+  tensor::CastOp::getCanonicalizationPatterns(patterns, ctx);
+  ctx->getLoadedDialect<linalg::LinalgDialect>()->getCanonicalizationPatterns(
+      patterns);
+  (void)applyPatternsGreedily(root, std::move(patterns));
 }

@@ -206,24 +206,9 @@ struct TileContractionsPass
                         ArrayRef<LoopLikeOpInterface> loops) {
     bool peeled = false;
     for (size_t i = 0; i < std::min<size_t>(2, loops.size()); ++i)
-      peeled |= peelPartialTile(
+      peeled |= lazymlir::peelPartialTile(
           rewriter, LoopLikeOpInterface(loops[loops.size() - 1 - i]));
     return peeled;
-  }
-
-  bool peelPartialTile(RewriterBase &rewriter, LoopLikeOpInterface tileLoop) {
-    auto loop = dyn_cast<scf::ForOp>(tileLoop.getOperation());
-    if (!loop)
-      return false;
-    std::optional<int64_t> lower = getConstantIntValue(loop.getLowerBound());
-    std::optional<int64_t> upper = getConstantIntValue(loop.getUpperBound());
-    std::optional<int64_t> step = getConstantIntValue(loop.getStep());
-    if (!lower || !upper || !step || (*upper - *lower) % *step == 0)
-      return false;
-    scf::ForOp partial;
-    rewriter.setInsertionPoint(loop);
-    return succeeded(
-        scf::peelForLoopAndSimplifyBounds(rewriter, loop, partial));
   }
 
   SmallVector<int64_t> reductionTiles(linalg::LinalgOp op) {
@@ -397,20 +382,8 @@ struct TileContractionsPass
       tile->setAttr(kReductionMarker, rewriter.getUnitAttr());
       peeled |= peelPartialTiles(rewriter, loops);
     }
-    if (peeled) {
-      // The partial tile's loop has one iteration: folded away, its slices
-      // and ops get static shapes (the full tiles' already have them).
-      RewritePatternSet patterns(ctx);
-      affine::AffineMinOp::getCanonicalizationPatterns(patterns, ctx);
-      affine::AffineApplyOp::getCanonicalizationPatterns(patterns, ctx);
-      scf::ForOp::getCanonicalizationPatterns(patterns, ctx);
-      tensor::ExtractSliceOp::getCanonicalizationPatterns(patterns, ctx);
-      tensor::InsertSliceOp::getCanonicalizationPatterns(patterns, ctx);
-      tensor::CastOp::getCanonicalizationPatterns(patterns, ctx);
-      ctx->getLoadedDialect<linalg::LinalgDialect>()
-          ->getCanonicalizationPatterns(patterns);
-      (void)applyPatternsGreedily(func, std::move(patterns));
-    }
+    if (peeled)
+      lazymlir::foldPeeledTiles(func);
     // Each tile (two of a peeled loop) gets its reduction split.
     SmallVector<linalg::LinalgOp> tiles;
     func.walk([&](linalg::LinalgOp op) {

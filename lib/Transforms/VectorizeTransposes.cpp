@@ -141,22 +141,6 @@ struct TransposedRowBroadcast : public OpRewritePattern<vector::TransposeOp> {
 /// Marks the tiled ops (peeling copies them) until they are vectorized.
 constexpr llvm::StringLiteral kTileMarker = "lazymlir.transpose_tile";
 
-/// Peels the last, partial iteration off a tile loop whose trip is not a
-/// whole number of blocks.
-void peelPartialBlock(RewriterBase &rewriter, LoopLikeOpInterface tileLoop) {
-  auto loop = dyn_cast<scf::ForOp>(tileLoop.getOperation());
-  if (!loop)
-    return;
-  std::optional<int64_t> lower = getConstantIntValue(loop.getLowerBound());
-  std::optional<int64_t> upper = getConstantIntValue(loop.getUpperBound());
-  std::optional<int64_t> step = getConstantIntValue(loop.getStep());
-  if (!lower || !upper || !step || (*upper - *lower) % *step == 0)
-    return;
-  scf::ForOp partial;
-  rewriter.setInsertionPoint(loop);
-  (void)scf::peelForLoopAndSimplifyBounds(rewriter, loop, partial);
-}
-
 struct VectorizeTransposesPass
     : lazymlir::impl::VectorizeTransposesPassBase<VectorizeTransposesPass> {
   using Base::Base;
@@ -203,22 +187,9 @@ struct VectorizeTransposesPass
       // so that peeling the outer loop copies both inner parts), each part
       // then of static shape.
       for (LoopLikeOpInterface tileLoop : llvm::reverse(result->loops))
-        peelPartialBlock(rewriter, tileLoop);
+        lazymlir::peelPartialTile(rewriter, tileLoop);
     }
-    {
-      // The partial blocks' loops have one iteration: folded away, their
-      // slices and ops get static shapes.
-      RewritePatternSet patterns(ctx);
-      affine::AffineMinOp::getCanonicalizationPatterns(patterns, ctx);
-      affine::AffineApplyOp::getCanonicalizationPatterns(patterns, ctx);
-      scf::ForOp::getCanonicalizationPatterns(patterns, ctx);
-      tensor::ExtractSliceOp::getCanonicalizationPatterns(patterns, ctx);
-      tensor::InsertSliceOp::getCanonicalizationPatterns(patterns, ctx);
-      tensor::CastOp::getCanonicalizationPatterns(patterns, ctx);
-      ctx->getLoadedDialect<linalg::LinalgDialect>()
-          ->getCanonicalizationPatterns(patterns);
-      (void)applyPatternsGreedily(func, std::move(patterns));
-    }
+    lazymlir::foldPeeledTiles(func);
     func.walk([&](linalg::LinalgOp op) {
       if (op->removeAttr(kTileMarker) && !op.hasDynamicShape())
         tiles.push_back(op);

@@ -105,6 +105,11 @@ void buildCpuLoweringPipeline(mlir::OpPassManager &pm,
 void buildCpuBufferizePipeline(mlir::OpPassManager &pm,
                                const CpuPipelineOptions &options);
 
+/// One-shot bufferization with identity layouts at the function boundary and
+/// the results as out-parameters (destination passing), shared by the CPU
+/// and GPU pipelines.
+void addBufferizeWithOutParams(mlir::OpPassManager &pm);
+
 /// Loops and memrefs to the LLVM dialect. Runs on a whole module, or on a
 /// module holding one outlined kernel (the runtime compiles each apart).
 void buildCpuLLVMPipeline(mlir::OpPassManager &pm,

@@ -30,6 +30,17 @@ void finishParallelTiling(mlir::RewriterBase &rewriter, mlir::Operation *root,
                           const mlir::scf::SCFTileAndFuseResult &result,
                           mlir::linalg::LinalgOp sized);
 
+/// Splits a tile loop (scf.for) whose step does not divide its constant range
+/// into the full tiles and a last partial one (upstream
+/// peelForLoopAndSimplifyBounds). Returns whether it peeled.
+bool peelPartialTile(mlir::RewriterBase &rewriter,
+                     mlir::LoopLikeOpInterface tileLoop);
+
+/// After peeling: each partial tile's loop has one iteration; folds it away
+/// so that its slices and ops get static shapes (the full tiles' already
+/// have them) and can be vectorized.
+void foldPeeledTiles(mlir::Operation *root);
+
 } // namespace lazymlir
 
 #endif // LAZYMLIR_TRANSFORMS_PARALLELTILING_H
