@@ -34,7 +34,9 @@ def compile_step(step: Callable, *args, chip: str = "sm_90", path: str = None, s
     graph name -> launch plan (plus ``"inputs"``: the number of its buffers
     that are inputs), also saved as a bundle at ``path`` when given. A graph
     the GPU compiler rejects raises its CompileError (AOT must not ship a
-    bundle with holes)."""
+    bundle with holes). The in-memory graph cache is cleared first, so that
+    every graph of the step is lowered (and later steps compile again, or
+    load from the disk cache)."""
     graphs: Dict[str, dict] = {}
     errors = []
 
