@@ -64,6 +64,16 @@ def can_run(chip: str, device_chip: str) -> bool:
     return _chip_number(chip) <= _chip_number(device_chip)
 
 
+def check_chips(chips: List[str], device_chip: str) -> None:
+    """Raises BundleError unless a device of ``device_chip`` can run kernels
+    compiled for each of ``chips`` (before the driver fails to load them with
+    a less telling error)."""
+    for chip in chips:
+        if not can_run(chip, device_chip):
+            raise BundleError(f"lazymlir: the graph was compiled for {chip}; this device is {device_chip}, which "
+                              "cannot run it: compile it for this device's chip")
+
+
 class GpuExecutable:
     """One compiled graph: ``run(buffers)`` executes its plan on the current
     CUDA device (all arguments, inputs then outputs, CUDA tensors of the
@@ -97,6 +107,7 @@ class GpuExecutable:
                 raise ValueError(f"lazymlir: buffer {i} must be a {layout['dtype']} tensor of shape {layout['shape']} "
                                  f"and strides {layout['strides']} on {device}, got {t.dtype} {list(t.shape)} "
                                  f"{list(t.stride())} on {t.device}")
+        check_chips(self.chips, chip_of_capability(*torch.cuda.get_device_capability(device)))
         driver = _driver()
         with torch.cuda.device(device):
             modules = self._modules(driver, device.index)

@@ -106,6 +106,9 @@ def test_plan_checks():
         GpuExecutable({"format": "lazymlir-gpu-plan", "version": 1, "arguments": [], "modules": {},
                        "steps": [{"op": "launch", "module": "nope"}]})
     assert can_run("sm_80", "sm_90") and not can_run("sm_90", "sm_80")
+    gpu_runtime.check_chips(["sm_80"], "sm_90")
+    with pytest.raises(BundleError, match="compiled for sm_90; this device is sm_86"):
+        gpu_runtime.check_chips(["sm_90"], "sm_86")
     assert can_run("sm_90a", "sm_90a") and not can_run("sm_90a", "sm_100")
 
 
