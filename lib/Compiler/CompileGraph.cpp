@@ -57,7 +57,11 @@ void collectSignatures(TypeRange types, std::vector<TensorSignature> &out) {
     auto elementType = toElementType(tensorType.getElementType());
     if (!elementType)
       return;
-    out.push_back({*elementType, tensorType.getShape().vec()});
+    std::vector<int64_t> shape = tensorType.getShape().vec();
+    for (int64_t &size : shape)
+      if (ShapedType::isDynamic(size))
+        size = kDynamicSize;
+    out.push_back({*elementType, std::move(shape)});
   }
 }
 

@@ -60,12 +60,20 @@ double since(Clock::time_point start) {
 
 } // namespace
 
+bool TensorSignature::isDynamic() const {
+  return std::find(shape.begin(), shape.end(), kDynamicSize) != shape.end();
+}
+
 void CpuExecutable::Impl::buildArgumentBlock() {
   for (const auto *list : {&inputs, &outputs}) {
     for (const TensorSignature &signature : *list) {
       size_t bytes = elementBytes(signature.elementType);
       for (int64_t size : signature.shape)
         bytes *= size;
+      if (signature.isDynamic()) {
+        dynamic = true;
+        bytes = 0; // known per run (the descriptor's sizes are filled then)
+      }
       bufferBytes.push_back(bytes);
       pointerSlots.push_back(argumentBlock.size());
       argumentBlock.insert(argumentBlock.end(), {0, 0, 0});
@@ -144,13 +152,29 @@ bool CpuExecutable::Impl::loadFromDisk(const std::string &key,
   return true;
 }
 
-void CpuExecutable::Impl::invoke(const std::vector<void *> &data,
-                                 bool background) const {
+void CpuExecutable::Impl::invoke(
+    const std::vector<void *> &data, bool background,
+    const std::vector<const std::vector<int64_t> *> *sizes) const {
   std::vector<int64_t> scalars = argumentBlock;
+  if (dynamic && (!sizes || sizes->size() != data.size()))
+    throw std::invalid_argument(
+        "a graph with dynamic dimensions runs on buffers of known sizes");
   for (size_t i = 0; i < data.size(); ++i) {
     auto pointer = reinterpret_cast<int64_t>(data[i]);
-    scalars[pointerSlots[i]] = pointer;
-    scalars[pointerSlots[i] + 1] = pointer;
+    size_t slot = pointerSlots[i];
+    scalars[slot] = pointer;
+    scalars[slot + 1] = pointer;
+    if (dynamic) {
+      // The descriptor: pointers, offset, sizes..., strides... (contiguous).
+      const std::vector<int64_t> &dims = *(*sizes)[i];
+      size_t rank = dims.size();
+      int64_t stride = 1;
+      for (size_t d = rank; d-- > 0;) {
+        scalars[slot + 3 + d] = dims[d];
+        scalars[slot + 3 + rank + d] = stride;
+        stride *= dims[d];
+      }
+    }
   }
   std::vector<void *> args(scalars.size());
   for (size_t i = 0; i < scalars.size(); ++i)
@@ -191,6 +215,7 @@ const std::vector<TensorSignature> &CpuExecutable::outputs() const {
 }
 int64_t CpuExecutable::kernelCount() const { return impl->kernelCount; }
 bool CpuExecutable::hasRuntimeChecks() const { return impl->linkage->hasChecks; }
+bool CpuExecutable::isDynamic() const { return impl->dynamic; }
 const std::string &CpuExecutable::llvmDialect() const {
   return impl->llvmDialect;
 }
@@ -229,9 +254,14 @@ void checkBuffer(const BufferView &buffer, const TensorSignature &signature,
                                 elementTypeName(buffer.elementType) +
                                 ", expected " +
                                 elementTypeName(signature.elementType));
-  if (buffer.sizes != signature.shape)
+  bool shapeMatches = buffer.sizes.size() == signature.shape.size();
+  for (size_t d = 0; shapeMatches && d < buffer.sizes.size(); ++d)
+    shapeMatches = buffer.sizes[d] == signature.shape[d] ||
+                   (signature.shape[d] == kDynamicSize && buffer.sizes[d] >= 0);
+  if (!shapeMatches)
     throw std::invalid_argument(where() + ": shape " + describe(buffer.sizes) +
-                                ", expected " + describe(signature.shape));
+                                ", expected " + describe(signature.shape) +
+                                " (-1: any size)");
   if (buffer.strides.size() != buffer.sizes.size())
     throw std::invalid_argument(where() + ": strides and sizes differ in rank");
   // The compiled code assumes the identity layout; a dimension of size 1 may
@@ -265,17 +295,25 @@ void CpuExecutable::run(const std::vector<BufferView> &inputs,
     checkBuffer(outputs[i], impl->outputs[i], "output", i);
 
   std::vector<void *> data;
+  std::vector<const std::vector<int64_t> *> sizes;
   data.reserve(inputs.size() + outputs.size());
+  sizes.reserve(inputs.size() + outputs.size());
   for (const auto *list : {&inputs, &outputs})
-    for (const BufferView &buffer : *list)
+    for (const BufferView &buffer : *list) {
       data.push_back(buffer.data);
-  impl->invoke(data, background);
+      sizes.push_back(&buffer.sizes);
+    }
+  impl->invoke(data, background, &sizes);
 }
 
 void CpuExecutable::run(const std::vector<RawBuffer> &inputs,
                         const std::vector<RawBuffer> &outputs,
                         bool background) const {
   checkCounts(inputs.size(), outputs.size());
+  if (impl->dynamic)
+    throw std::invalid_argument(
+        "this graph has dynamic dimensions: run it on buffers with shapes "
+        "(run), not on raw buffers");
   std::vector<void *> data;
   data.reserve(inputs.size() + outputs.size());
   auto check = [&](const std::vector<RawBuffer> &buffers,

@@ -33,8 +33,12 @@ struct CpuExecutable::Impl {
   std::vector<int64_t> argumentBlock;
   /// Where each buffer's allocated pointer sits in argumentBlock.
   std::vector<size_t> pointerSlots;
-  /// Each buffer's size in bytes, inputs then outputs.
+  /// Each buffer's size in bytes, inputs then outputs (0 for a buffer with
+  /// a dynamic dimension: see `dynamic`).
   std::vector<size_t> bufferBytes;
+  /// Some signature has a dynamic dimension: runs fill the descriptors'
+  /// sizes and strides from their buffers' (run on BufferViews only).
+  bool dynamic = false;
   /// The timed kernel call sites (compiled for the profiler), and the
   /// calls timed since takeProfileEvents.
   std::vector<ProfileSite> profileSites;
@@ -59,8 +63,11 @@ struct CpuExecutable::Impl {
   bool loadFromDisk(const std::string &key, const CompileOptions &options,
                     KernelCompiler compiler);
 
-  /// Calls the entry on buffers that match the signatures, inputs first.
-  void invoke(const std::vector<void *> &data, bool background) const;
+  /// Calls the entry on buffers that match the signatures, inputs first;
+  /// `sizes` (required when `dynamic`): each buffer's sizes.
+  void invoke(const std::vector<void *> &data, bool background,
+              const std::vector<const std::vector<int64_t> *> *sizes =
+                  nullptr) const;
 };
 
 } // namespace lazymlir

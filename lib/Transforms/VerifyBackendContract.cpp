@@ -36,8 +36,6 @@ std::optional<std::string> boundaryProblem(Type type) {
   auto tensorType = dyn_cast<RankedTensorType>(type);
   if (!tensorType)
     return "must be a ranked tensor";
-  if (!tensorType.hasStaticShape())
-    return "must have a static shape";
   if (!isSupportedElementType(tensorType.getElementType()))
     return "has an element type the runtime cannot map to a torch dtype";
   if (tensorType.getEncoding())

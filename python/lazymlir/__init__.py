@@ -11,9 +11,12 @@ from .tensor import LazyTensor, device, kernel_count, mark_step, sync
 from . import ops, registration  # noqa: F401,E402  (op handlers, Lazy-key kernels)
 from .runtime import empty_cache, wait_device_ops
 from .profiler import profile
+from .dynamic import mark_dynamic, mark_static
 
 __all__ = [
     "LazyTensor",
+    "mark_dynamic",
+    "mark_static",
     "cache",
     "config",
     "device",

@@ -86,8 +86,11 @@ def clear() -> None:
     """Forget every compiled graph (in memory; the disk cache stays) and reset
     the statistics."""
     global _hits, _misses, _compile_seconds, _disk_hits, _disk_misses
+    from . import dynamic
+
     _entries.clear()
     _shapes_by_structure.clear()
+    dynamic.clear()
     _hits = _misses = _disk_hits = _disk_misses = 0
     _compile_seconds = 0.0
 

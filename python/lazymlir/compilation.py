@@ -14,7 +14,7 @@ from typing import Callable, List
 
 import torch
 
-from . import cache, config, debug, decompositions, lowering, metrics, trace
+from . import cache, config, debug, decompositions, dynamic, lowering, metrics, trace
 from . import dtypes as dtype_table
 
 # The native compiler (lazymlir.compiler over the C++ build), imported at the
@@ -62,12 +62,15 @@ class _Compiled:
     """A graph compiled by the native compiler: its executable (a
     ``lazymlir._native.CpuExecutable``) and the buffers its results go in."""
 
-    __slots__ = ("name", "executable", "out_specs", "checked", "gm")
+    __slots__ = ("name", "executable", "out_specs", "checked", "gm", "dynamic")
 
     def __init__(self, name, executable, out_specs, gm):
         self.name = name  # the graph's hash (dumps, the profiler)
         self.executable = executable
-        self.out_specs = out_specs  # (shape, dtype) of each result
+        # (shape, dtype) of each result; None for a dynamic graph, whose
+        # results' shapes are each trace's (trace.Graph.output_specs).
+        self.out_specs = out_specs
+        self.dynamic = executable.is_dynamic
         # The first run checks every buffer's dtype, shape and layout; the
         # cache key fixes them for the runs after it, which check sizes only.
         self.checked = False
@@ -84,7 +87,7 @@ class _Compiled:
         t0 = time.perf_counter()
         exe = self.executable
         try:
-            if self.checked:
+            if self.checked and not self.dynamic:
                 _compiler.run_allocated(exe, inputs, outs, background=background)
             else:
                 exe.run(inputs, outs, background=background)
@@ -154,28 +157,78 @@ class _Split:
 def _note_shapes(graph: trace.Graph, name: str) -> None:
     """Recompiling one graph structure for new input shapes is the recompilation
     storm users of lazy systems dread: it is counted, and reported when it
-    repeats (config.recompile_warning_at). Best effort: a graph whose ops
-    carry sizes (view, zeros) looks new, not recompiled, when those sizes
-    change."""
-    n_inputs = len(graph.inputs)
-    entries = graph.key[0]
+    repeats (config.recompile_warning_at), naming the dimensions that
+    changed. The structure is the trace without its integers (dynamic.decompose):
+    a view to a size that changed with the inputs counts as the same graph."""
+    skeleton = dynamic.decompose(graph.key)[0]
     shapes = tuple(tuple(n.data.shape) for n in graph.inputs)
-    structure = (tuple(e if type(e[0]) is not torch.Size else (len(e[0]),) + e[1:] for e in entries),) + graph.key[1:]
-    seen = cache.shapes_seen(structure)
+    seen = cache.shapes_seen(skeleton)
     if seen:
         metrics.counter("RecompileShapeChange")
-        changed = [i for i in range(n_inputs) if shapes[i] != seen[-1][i]]
+        last = seen[-1]
+        changed = [f"input {i} dim {d}: {a} -> {b}" for i, (old, new) in enumerate(zip(last, shapes))
+                   for d, (a, b) in enumerate(zip(old, new)) if a != b] if len(last) == len(shapes) else []
         if config.verbose:
-            print(f"lazymlir: recompiling graph {name}: input shapes changed at {changed}: "
-                  f"{[seen[-1][i] for i in changed]} -> {[shapes[i] for i in changed]}")
+            print(f"lazymlir: recompiling graph {name}: {', '.join(changed) or 'constants changed'}")
         if len(seen) + 1 == config.recompile_warning_at:
             warnings.warn(
                 f"lazymlir: one graph ({len(graph.nodes)} ops, now {name}) has been compiled for "
-                f"{config.recompile_warning_at} different input shapes; pad or bucket the shapes to stop recompiling",
+                f"{config.recompile_warning_at} different input shapes (last: {', '.join(changed) or 'constants changed'}); "
+                "these sizes were not made dynamic (a size of 1, lazymlir.mark_static, LAZYMLIR_DYNAMIC=0, or "
+                "constants that do not follow the sizes): pad or bucket the shapes to stop recompiling",
                 RuntimeWarning,
                 stacklevel=4,
             )
     seen.append(shapes)
+
+
+def _dynamic_dims(graph: trace.Graph, template) -> list:
+    """For each argument of the graph (the leaves' buffers, then the lifted
+    scalars), the dimensions that are symbols."""
+    dims = []
+    perms = graph.input_perms or [None] * len(graph.inputs)
+    for logical, perm in zip(template.dynamic_dims(len(graph.inputs)), perms):
+        dims.append(logical if perm is None else {q for q, d in enumerate(perm) if d in logical})
+    return dims + [set() for _ in graph.scalars]
+
+
+def _compile_dynamic(graph: trace.Graph, template, native, name: str, options: dict):
+    """The template's graph compiled with its symbols ``?``: a _Compiled, or
+    None when that fails (the caller compiles the trace static). Named (dumps,
+    profiles) by the trace's structure and its symbols, not by its sizes."""
+    name = trace.graph_hash((dynamic.decompose(graph.key)[0], sorted(template.symbols),
+                             sorted(template.exprs.items())))
+    try:
+        t1 = time.perf_counter()
+        gm = trace.to_fx(graph, dynamic.fx_rewriter(template, graph))
+        lowered = lowering.lower(gm, graph.input_values(), origins=config.profile,
+                                 dynamic=_dynamic_dims(graph, template))
+        metrics.timing("LoweringTime", time.perf_counter() - t1)
+        if config.dump_dir:
+            debug.dump(name, "torch", lowered.torch_mlir)
+            debug.dump(name, "linalg", lowered.linalg)
+        t1 = time.perf_counter()
+        executable = native.compile_linalg(lowered.linalg, keep_llvm_dialect=bool(config.dump_dir),
+                                           profile=config.profile, **options)
+        metrics.timing("CompileTime", time.perf_counter() - t1)
+    except Exception as e:
+        template.failed = True
+        metrics.counter("DynamicCompileFallback")
+        if config.verbose:
+            print(f"lazymlir: graph {name} compiles static: dynamic in {template.describe()} failed: {str(e)[:500]}")
+        return None
+    if config.dump_dir:
+        debug.dump(name, "llvm", executable.llvm_dialect, executable.kernel_count)
+    template.guards, template.shape_env = lowered.guards, lowered.shape_env
+    _note_compile(executable.compile_stats, False)
+    metrics.sample("KernelCount", executable.kernel_count)
+    metrics.counter("DynamicCompile")
+    metrics.counter("UncachedCompile")
+    entry = _Compiled(name, executable, None if executable.is_dynamic else graph.output_specs(), gm)
+    template.entry = entry
+    if config.verbose:
+        print(f"lazymlir: graph {name} compiled with dynamic {template.describe()}")
+    return entry
 
 
 def _zero_size(graph: trace.Graph) -> bool:
@@ -245,6 +298,14 @@ def _compile(graph: trace.Graph):
                            parallel_threshold=config.parallel_threshold,
                            streaming_store_bytes=config.streaming_store_bytes, tiered=config.tiered,
                            tier_up_runs=config.tier_up_runs)
+            # A trace like one compiled before, with sizes changed: compiled
+            # once for every size of them, if it can be (lazymlir.dynamic).
+            template = dynamic.generalize(graph) if not lowered_graph_listeners else None
+            if template is not None:
+                entry = _compile_dynamic(graph, template, native, name, options)
+                if entry is not None:
+                    cache.insert(graph.key, entry, time.perf_counter() - t0)
+                    return entry
             executable = None
             # A trace compiled by an earlier process: its record names the
             # compiled graph on disk (no torch-mlir, no MLIR work). Dumps

@@ -118,6 +118,12 @@ tier_up_runs: int = max(1, int(_env_str("LAZYMLIR_TIER_UP_RUNS", "4")))
 # LAZYMLIR_RECOMPILE_WARNING_AT, a count of shapes, default 8; 0: never warn.
 recompile_warning_at: int = int(_env_str("LAZYMLIR_RECOMPILE_WARNING_AT", "8"))
 
+# Automatic dynamic dimensions (LAZYMLIR_DYNAMIC, default on): a graph traced
+# again with the same ops and some input sizes changed is compiled once with
+# those dimensions symbolic (lazymlir.dynamic), instead of once per size.
+# 0: every new size compiles a new graph (lazymlir.mark_dynamic still works).
+dynamic: bool = _env_bool("LAZYMLIR_DYNAMIC", True)
+
 # Profile the whole process (LAZYMLIR_PROFILE=1): graphs compile with their
 # kernel calls timed and the per-kernel table prints at exit (see
 # lazymlir.profiler; ``lazymlir.profile()`` sets it for a block).  Part of the
@@ -130,7 +136,7 @@ verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 _NAMES = ("dump_dir", "cache_dir", "cache_max_bytes", "tiered", "tier_up_runs", "device", "fusion", "channels_last",
           "threads", "parallel_threshold", "streaming_store_bytes",
           "force_eager", "force_fallback", "async_execution", "max_in_flight", "recompile_warning_at", "profile",
-          "verbose")
+          "verbose", "dynamic")
 
 
 def options_key() -> tuple:

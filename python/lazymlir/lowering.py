@@ -11,7 +11,7 @@ miss comes here, so the torch-mlir imports are deferred to the first miss.
 import contextlib
 import operator
 import re
-from typing import List, NamedTuple, Set
+from typing import Any, List, NamedTuple, Optional, Sequence, Set
 
 import torch
 
@@ -24,17 +24,42 @@ class Lowered(NamedTuple):
     # to one SSA value are returned twice; the native pipeline gives each its
     # own copy (lazymlir-distinct-results).
     linalg: str
+    # Dynamic graphs (see lower's ``dynamic``): what the decomposition
+    # assumed of the symbolic sizes, as an expression over the inputs t0,
+    # t1, ... (None: nothing), and the ShapeEnv that evaluates it.
+    guards: Any = None
+    shape_env: Any = None
 
 
 # The TMTensor ops the native compiler lowers (lazymlir-lower-tm-tensor).
 _NATIVE_TM_TENSOR_OPS = frozenset({"scatter", "scan", "sort", "yield"})
 
 
-def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], origins: bool = False) -> torch.fx.GraphModule:
+def _symbolic_inputs(example_inputs: List[torch.Tensor], dynamic: Sequence[Set[int]]):
+    """Fake tensors of the inputs whose dimensions in ``dynamic[i]`` are
+    symbols (the others static), and their ShapeEnv.  No duck sizing: two
+    symbolic sizes equal in these inputs are not assumed equal; what the graph
+    needs of them becomes a guard."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    env = ShapeEnv(duck_shape=False)
+    mode = FakeTensorMode(shape_env=env)
+    fakes = []
+    for t, dims in zip(example_inputs, dynamic):
+        sizes = [DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(t.dim())]
+        fakes.append(mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
+    return fakes, mode, env
+
+
+def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], origins: bool = False,
+              dynamic: Optional[Sequence[Set[int]]] = None):
     """The graph in the ops torch-mlir lowers.  ``origins``: each node of the
     result carries, as its stack trace, the op of ``gm`` it came from, which
     torch-mlir's importer turns into the location ``"op:aten.<op>":<index>:0`` of
-    what it emits (the profiler names kernels by them)."""
+    what it emits (the profiler names kernels by them).  ``dynamic``: for each
+    input, the dimensions that stay symbolic; then returns (graph, guards,
+    shape env), see :class:`Lowered`."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     traced, context = gm, contextlib.nullcontext()
@@ -46,9 +71,53 @@ def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], orig
                 node.meta["stack_trace"] = f'  File "op:{_op_name(node.target)}", line {i}, in lazymlir\n'
         interpreter = torch.fx.Interpreter(gm)  # it sets each node's meta as current
         traced, context = (lambda *args: interpreter.run(*args)), fx_traceback.preserve_node_meta()
-    with context:
-        return make_fx(traced, decomposition_table=decomposition_table(), tracing_mode="fake")(
-            *_distinct(example_inputs))
+    if dynamic is None:
+        with context:
+            return make_fx(traced, decomposition_table=decomposition_table(), tracing_mode="fake")(
+                *_distinct(example_inputs))
+    fakes, mode, env = _symbolic_inputs(_distinct(example_inputs), dynamic)
+    with context, mode:
+        out = make_fx(traced, decomposition_table=decomposition_table(), tracing_mode="symbolic")(*fakes)
+    _fold_size_bounds(out, env)
+    return out, env.produce_guards_expression(fakes), env
+
+
+def _fold_size_bounds(gm: torch.fx.GraphModule, env) -> None:
+    """``sym_max(s, 1)`` and ``sym_min(s, c)`` on a symbolic size whose range
+    decides them (a symbol is at least 2) become ``s`` (or ``c``): contiguous
+    strides are computed with them, and torch-mlir's importer does not take
+    them."""
+    import torch.fx.experimental.sym_node  # noqa: F401  (torch.sym_max)
+
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in (torch.sym_max, torch.sym_min) or len(node.args) != 2:
+            continue
+        bounds = []
+        for a in node.args:
+            if isinstance(a, int):
+                bounds.append((a, a))
+            elif isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.SymInt):
+                r = env.bound_sympy(a.meta["val"].node.expr)
+                bounds.append((r.lower, r.upper))
+            else:
+                bounds = None
+                break
+        if bounds is None:
+            continue
+        (lo0, hi0), (lo1, hi1) = bounds
+        keep = None
+        if node.target is torch.sym_max:
+            keep = 0 if lo0 >= hi1 else 1 if lo1 >= hi0 else None
+        else:
+            keep = 0 if hi0 <= lo1 else 1 if hi1 <= lo0 else None
+        if keep is not None:
+            node.replace_all_uses_with(node.args[keep])
+            gm.graph.erase_node(node)
+            changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
 
 
 def _op_name(target) -> str:
@@ -74,15 +143,20 @@ def _distinct(example_inputs: List[torch.Tensor]) -> List[torch.Tensor]:
     return out
 
 
-def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], origins: bool = False) -> Lowered:
+def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], origins: bool = False,
+          dynamic: Optional[Sequence[Set[int]]] = None) -> Lowered:
     """Raises LoweringError (with torch-mlir's diagnostics) on any failure.
     ``origins``: the linalg text keeps locations naming the op of ``gm`` each
-    op came from (see :func:`decompose`)."""
+    op came from (see :func:`decompose`).  ``dynamic``: for each input, the
+    dimensions that stay symbolic (``?`` in the IR)."""
+    guards = shape_env = None
     try:
         from torch_mlir import fx as tm_fx
         from torch_mlir.compiler_utils import OutputType, lower_mlir_module
 
-        decomposed = decompose(gm, example_inputs, origins)
+        decomposed = decompose(gm, example_inputs, origins, dynamic)
+        if dynamic is not None:
+            decomposed, guards, shape_env = decomposed
         _refuse_frontend_failures(decomposed)
         module = tm_fx.stateless_fx_import(decomposed, output_type=OutputType.TORCH, model_name="main")
         torch_text = str(module)
@@ -104,7 +178,7 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], origins:
             linalg = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=origins)
     except Exception as e:  # torch-mlir raises many kinds; all mean "cannot compile"
         raise LoweringError(f"{type(e).__name__}: {e}") from e
-    return Lowered(torch_text, linalg)
+    return Lowered(torch_text, linalg, guards, shape_env)
 
 
 def _integer_input(node) -> bool:

@@ -19,7 +19,7 @@ from typing import List, Sequence
 
 import torch
 
-from . import cache, compilation, config, lowering, metrics, profiler, trace
+from . import cache, compilation, config, dynamic, lowering, metrics, profiler, trace
 from . import dtypes as dtype_table
 # Re-exported: tests and tools reach the compiled-graph types and the native
 # compiler through the runtime.
@@ -50,6 +50,13 @@ def execute(outputs: Sequence[trace.Node], now: bool = False):
     graph = trace.collect(outputs, config.options_key())
     metrics.timing("CollectTime", time.perf_counter() - t0)
     entry = cache.lookup(graph.key)
+    if entry is None and dynamic.has_templates():
+        entry = dynamic.lookup(graph)  # a dynamic graph this trace is an instance of
+        if entry is not None:
+            cache.insert(graph.key, entry, 0.0)
+            metrics.counter("CachedCompile")
+    elif type(entry) is _Compiled:
+        metrics.counter("CachedCompile")
     if entry is None:
         entry = _compile(graph)
         if type(entry) is _Split:
@@ -57,8 +64,6 @@ def execute(outputs: Sequence[trace.Node], now: bool = False):
             # the graph is traced again without them and compiled.
             _run_in_place(graph, entry.ops)
             return _execute_rest(outputs, now)
-    elif type(entry) is _Compiled:
-        metrics.counter("CachedCompile")
     if type(entry) is _Eager:
         metrics.counter(entry.counter)
     deps = []
@@ -72,7 +77,7 @@ def execute(outputs: Sequence[trace.Node], now: bool = False):
     ahead = now and not deps and _in_flight and not _running(entry)
     if _in_flight and not ahead:
         _throttle()  # before this graph's outputs are allocated
-    outs = [_empty(shape, dtype) for shape, dtype in entry.out_specs]
+    outs = [_empty(shape, dtype) for shape, dtype in (entry.out_specs or graph.output_specs())]
     inputs = graph.input_values()
     if ahead:
         metrics.counter("RunAhead")

@@ -65,7 +65,8 @@ def inverse_perm(perm):
 
 
 class Node:
-    __slots__ = ("op", "args", "kwargs", "inputs", "sig", "meta", "data", "job", "kernels")
+    # __weakref__: lazymlir.dynamic's marks on device data (no per-op cost).
+    __slots__ = ("op", "args", "kwargs", "inputs", "sig", "meta", "data", "job", "kernels", "__weakref__")
 
     def __init__(self, op, args, kwargs, inputs, sig, meta):
         self.op = op  # an OpOverload, or operator.getitem on a multi-output node
@@ -353,10 +354,12 @@ def map_nodes(a, fn):
     return a
 
 
-def to_fx(graph: Graph) -> torch.fx.GraphModule:
+def to_fx(graph: Graph, rewrite=None) -> torch.fx.GraphModule:
     """The graph as an FX GraphModule of aten ops on CPU tensors: placeholders are
     the device-data inputs, then the lifted scalars; outputs are returned as a
-    tuple."""
+    tuple.  ``rewrite(g, env, node, args, kwargs)`` (dynamic graphs) may replace
+    a node's constant arguments by FX nodes before it is emitted; ``env`` maps
+    each leaf to its FX value in the logical order."""
     g = torch.fx.Graph()
     env = {}
     perms = graph.input_perms or [None] * len(graph.inputs)
@@ -371,22 +374,25 @@ def to_fx(graph: Graph) -> torch.fx.GraphModule:
 
     for n in graph.nodes:
         op = n.op
+        args, kwargs = n.args, n.kwargs
+        if rewrite is not None:
+            args, kwargs = rewrite(g, env, n, args, kwargs)
         if n in graph.lifted:
             first, positions = graph.lifted[n]
-            env[n] = _lifted_call(g, n, fx_arg(n.args), {k: fx_arg(v) for k, v in n.kwargs.items()},
+            env[n] = _lifted_call(g, n, fx_arg(args), {k: fx_arg(v) for k, v in kwargs.items()},
                                   dict(zip(positions, scalars[first:first + len(positions)])))
         elif op in AS_RESHAPE:
-            env[n] = g.call_function(aten.reshape.default, (env[n.args[0]], list(n.args[1])))
+            env[n] = g.call_function(aten.reshape.default, (env[args[0]], list(args[1])))
         elif op is operator.getitem:
-            env[n] = g.call_function(operator.getitem, (env[n.args[0]], n.args[1]))
+            env[n] = g.call_function(operator.getitem, (env[args[0]], args[1]))
         elif op in ADDRESSES_STORAGE:
             # Recorded on a value laid out contiguously (ops._as_strided):
             # in eager execution of the graph, its input may be permuted.
-            args = fx_arg(n.args)
+            args = fx_arg(args)
             first = g.call_function(aten.clone.default, (args[0],), {"memory_format": torch.contiguous_format})
-            env[n] = g.call_function(op, (first,) + tuple(args[1:]), {k: fx_arg(v) for k, v in n.kwargs.items()})
+            env[n] = g.call_function(op, (first,) + tuple(args[1:]), {k: fx_arg(v) for k, v in kwargs.items()})
         else:
-            env[n] = g.call_function(op, fx_arg(n.args), {k: fx_arg(v) for k, v in n.kwargs.items()})
+            env[n] = g.call_function(op, fx_arg(args), {k: fx_arg(v) for k, v in kwargs.items()})
     outs = []
     for o, perm in zip(graph.outputs, graph.output_perms or [None] * len(graph.outputs)):
         v = env[o]

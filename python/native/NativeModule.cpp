@@ -94,6 +94,10 @@ NB_MODULE(_native, m) {
       .def_prop_ro("has_runtime_checks", &CpuExecutable::hasRuntimeChecks,
                    "Whether runs read the compiled code's check flag "
                    "(and raise CheckFailed when a check failed)")
+      .def_prop_ro("is_dynamic", &CpuExecutable::isDynamic,
+                   "Whether some input or output has a dynamic dimension "
+                   "(-1 in its shape): runs take tensors (run), not raw "
+                   "buffers (run_raw)")
       .def_prop_ro("llvm_dialect", &CpuExecutable::llvmDialect,
                    "LLVM-dialect text (empty unless kept at compile time)")
       .def_prop_ro("cache_key", &CpuExecutable::cacheKey,

@@ -32,10 +32,16 @@ enum class ElementType : uint8_t { F16, BF16, F32, F64, I1, I8, I16, I32, I64 };
 /// Name as in MLIR ("f32", "i1", ...).
 const char *elementTypeName(ElementType type);
 
-/// One argument or result of the entry function.
+/// A dimension whose size each run's buffers give (a `?` in the IR).
+constexpr int64_t kDynamicSize = -1;
+
+/// One argument or result of the entry function; dynamic dimensions are
+/// kDynamicSize.
 struct TensorSignature {
   ElementType elementType;
   std::vector<int64_t> shape;
+
+  bool isDynamic() const;
 };
 
 /// A caller-owned contiguous buffer of a known signature: its address and
@@ -198,6 +204,9 @@ public:
   const std::vector<TensorSignature> &outputs() const;
   /// Whether the compiled code has runtime checks (a flag read after runs).
   bool hasRuntimeChecks() const;
+  /// Some input or output has a dynamic dimension (kDynamicSize): runs
+  /// take buffers with shapes (not RawBuffers).
+  bool isDynamic() const;
   /// Loop nests in the compiled entry function after fusion and tiling
   /// (lazymlir-count-kernels).
   int64_t kernelCount() const;

@@ -1,0 +1,390 @@
+"""Dynamic dimensions: one compiled graph for every size of a dimension.
+
+A trace's cache key (``trace.collect``) splits into a *skeleton* (the ops,
+which node feeds which, dtypes, every constant but integers) and its
+*numbers*: the input sizes and the integer constants (view sizes, slice
+bounds, ...), in key order.  When a graph is traced again with the skeleton
+of one compiled before and different numbers, the input dimensions that
+changed become symbols, and each other number that changed is fitted as a
+function of them from the two traces (``a*s + b``, or ``a*s*t + b`` for the
+product of two: a view to ``B*T`` rows).  That is a :class:`Template`: the
+graph is compiled once, with those dimensions ``?`` in the IR and those
+numbers computed from the inputs' sizes (``aten.sym_size``) in the FX graph.
+
+A later trace runs the template's executable only when its numbers are
+exactly the template's at its own sizes: the inputs' static dimensions and
+every constant equal, every fitted number equal to its function, each
+symbolic size at least 2 (size 1 broadcasts, and PyTorch specializes it),
+and the guards the decomposition recorded about the symbols hold.  The
+executable then computes exactly what the static graph of that trace would:
+a wrong guess of a function only costs a compile, never a wrong value.
+
+``mark_dynamic(t, dim)`` makes a dimension symbolic before a second size is
+seen, ``mark_static(t, dim)`` keeps one static; ``LAZYMLIR_DYNAMIC=0``
+(``config.dynamic``) turns the automatic part off.
+"""
+
+import operator
+import weakref
+from typing import Dict, List, Optional
+
+import torch
+
+from . import config, metrics
+
+aten = torch.ops.aten
+
+_INT = ("int",)  # where a number was, in a skeleton
+
+
+def _split(value, numbers: list):
+    t = type(value)
+    if t is int:
+        numbers.append(value)
+        return _INT
+    if t is tuple or t is list:
+        return tuple([_split(v, numbers) for v in value])
+    return value
+
+
+def decompose(key: tuple):
+    """(skeleton, numbers, first number of each leaf's sizes) of a graph key."""
+    entries, outputs, perms, options = key
+    numbers = []
+    skeleton = []
+    leaf_starts = []
+    for e in entries:
+        head = e[0]
+        if type(head) is torch.Size:  # a leaf: (shape, dtype[, perm])
+            leaf_starts.append(len(numbers))
+            numbers.extend(head)
+            skeleton.append((len(head),) + e[1:])
+        else:  # (signature, input indices): structure, kept
+            skeleton.append((_split(head, numbers), e[1]))
+    return (tuple(skeleton), outputs, perms, options), numbers, leaf_starts
+
+
+# ----------------------------------------------------------------------------
+# Marks: mark_dynamic / mark_static, on the device data of a tensor.
+
+_marks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # leaf Node -> {dim: bool}
+
+
+def _leaf_of(t, what: str):
+    from .tensor import LazyTensor
+
+    if type(t) is not LazyTensor:
+        raise TypeError(f"lazymlir.{what}: not a lazy tensor")
+    if t._lz_chain:
+        raise ValueError(f"lazymlir.{what}: the tensor is a view; mark the tensor it views")
+    return t._lz_storage.base
+
+
+def _mark(t, dims, value: bool, what: str) -> None:
+    node = _leaf_of(t, what)
+    for dim in [dims] if isinstance(dims, int) else dims:
+        if not -t.dim() <= dim < t.dim():
+            raise IndexError(f"lazymlir.{what}: dimension {dim} out of range for a {t.dim()}-d tensor")
+        _marks.setdefault(node, {})[dim % t.dim()] = value
+
+
+def mark_dynamic(t: torch.Tensor, dim) -> None:
+    """Compile the graphs that read ``t`` with dimension ``dim`` (an int or a
+    list) symbolic from the first trace on, like torch._dynamo.mark_dynamic.
+    ``t``: a lazy tensor that is not a view (a batch moved to the device).
+    A size below 2 stays static (PyTorch specializes 0 and 1)."""
+    _mark(t, dim, True, "mark_dynamic")
+
+
+def mark_static(t: torch.Tensor, dim) -> None:
+    """Never make dimension ``dim`` of ``t`` symbolic: each size compiles its
+    own graph (a shape the kernels should be specialized for)."""
+    _mark(t, dim, False, "mark_static")
+
+
+def _leaf_marks(graph, leaf_starts) -> Dict[int, bool]:
+    """Number index -> marked dynamic (True) or static (False)."""
+    found = {}
+    if not len(_marks):
+        return found
+    for leaf, start in zip(graph.inputs, leaf_starts):
+        m = _marks.get(leaf)
+        if m:
+            for dim, value in m.items():
+                found[start + dim] = value
+    return found
+
+
+# ----------------------------------------------------------------------------
+# Templates.
+
+
+class Template:
+    """A dynamic graph: which numbers are symbols (input dimensions), which
+    are functions of them, and the compiled entry."""
+
+    __slots__ = ("base", "symbols", "exprs", "leaf_of", "entry", "guards", "shape_env", "failed")
+
+    def __init__(self, base, symbols, exprs, leaf_of):
+        self.base = base  # the numbers of the trace it was made from
+        self.symbols = symbols  # frozenset of number indices (input dimensions)
+        self.exprs = exprs  # number index -> (a, (symbol indices...), b): a * prod(symbols) + b
+        self.leaf_of = leaf_of  # symbol index -> (input position, dimension)
+        self.entry = None
+        self.guards = None
+        self.shape_env = None
+        self.failed = False
+
+    def matches(self, numbers, inputs) -> bool:
+        base = self.base
+        if len(numbers) != len(base):
+            return False
+        symbols, exprs = self.symbols, self.exprs
+        for i, v in enumerate(numbers):
+            if i in symbols:
+                if v < 2:
+                    return False
+            elif i in exprs:
+                a, syms, b = exprs[i]
+                p = a
+                for s in syms:
+                    p *= numbers[s]
+                if p + b != v:
+                    return False
+            elif v != base[i]:
+                return False
+        if self.guards is not None:
+            try:
+                return bool(self.shape_env.evaluate_guards_expression(self.guards, inputs))
+            except Exception:
+                return False
+        return True
+
+    def dynamic_dims(self, n_inputs: int) -> List[set]:
+        dims = [set() for _ in range(n_inputs)]
+        for s in self.symbols:
+            i, d = self.leaf_of[s]
+            dims[i].add(d)
+        return dims
+
+    def describe(self) -> str:
+        return ", ".join(f"input {i} dim {d}" for i, d in sorted(self.leaf_of[s] for s in self.symbols))
+
+
+def _eval(expr, numbers) -> int:
+    a, syms, b = expr
+    for s in syms:
+        a *= numbers[s]
+    return a + b
+
+
+def _fit(c0: int, c1: int, n0, n1, changed: List[int]):
+    """A function of the changed symbols taking c0 at n0 and c1 at n1: the
+    simplest first (no offset before an offset, one symbol before two)."""
+    found = []
+    for k in changed:
+        d = n1[k] - n0[k]
+        if d and (c1 - c0) % d == 0:
+            a = (c1 - c0) // d
+            found.append((c0 - a * n0[k] != 0, 0, (a, (k,), c0 - a * n0[k])))
+    for x in range(len(changed)):
+        for y in range(x, len(changed)):
+            k, j = changed[x], changed[y]
+            p0, p1 = n0[k] * n0[j], n1[k] * n1[j]
+            if p1 != p0 and (c1 - c0) % (p1 - p0) == 0:
+                a = (c1 - c0) // (p1 - p0)
+                found.append((c0 - a * p0 != 0, 1, (a, (k, j), c0 - a * p0)))
+    return min(found)[2] if found else None
+
+
+def _guess(c: int, n, marked: List[int]):
+    """A function of the marked symbols for a number seen once (mark_dynamic):
+    the symbol itself, or a multiple of it."""
+    for k in marked:
+        v = n[k]
+        if c == v:
+            return (1, (k,), 0)
+    for k in marked:
+        v = n[k]
+        if v > 2 and c > v and c % v == 0:
+            return (c // v, (k,), 0)
+    return None
+
+
+class _Family:
+    """Everything compiled for one skeleton: the numbers of its first trace
+    (the base the next ones are compared with) and its templates."""
+
+    __slots__ = ("base", "templates")
+
+    def __init__(self, base):
+        self.base = base
+        self.templates: List[Template] = []
+
+
+_families: Dict[tuple, _Family] = {}
+_MAX_TEMPLATES = 8
+
+
+_template_count = 0
+
+
+def clear() -> None:
+    global _template_count
+    _families.clear()
+    _template_count = 0
+
+
+def has_templates() -> bool:
+    return _template_count > 0
+
+
+def _leaf_positions(leaf_starts, numbers_len, graph):
+    """number index -> (input position, dimension) for every input size."""
+    where = {}
+    for i, (leaf, start) in enumerate(zip(graph.inputs, leaf_starts)):
+        for d in range(len(leaf.data.shape)):
+            where[start + d] = (i, d)
+    return where
+
+
+def lookup(graph):
+    """The compiled entry of a template ``graph`` is an instance of, or None.
+    Called on an in-memory cache miss; the caller caches the entry under the
+    graph's own key."""
+    skeleton, numbers, _ = decompose(graph.key)
+    family = _families.get(skeleton)
+    if family is None or not family.templates:
+        return None
+    inputs = None
+    for t in family.templates:
+        if t.entry is not None and not t.failed:
+            if inputs is None:
+                inputs = graph.input_values()
+            if t.matches(numbers, inputs):
+                metrics.counter("DynamicGraphHit")
+                return t.entry
+    return None
+
+
+def generalize(graph) -> Optional[Template]:
+    """The template to compile ``graph`` as (a new one, its entry not
+    compiled yet), or None: compile it static.  Records ``graph`` as the base
+    of its skeleton when it is the first."""
+    skeleton, numbers, leaf_starts = decompose(graph.key)
+    family = _families.get(skeleton)
+    marks = _leaf_marks(graph, leaf_starts)
+    where = _leaf_positions(leaf_starts, len(numbers), graph)
+    forced = sorted(k for k, v in marks.items() if v and numbers[k] >= 2)
+    pinned = {k for k, v in marks.items() if not v}
+    if family is None:
+        _families[skeleton] = family = _Family(numbers)
+        if not forced:
+            return None
+        base = numbers
+        symbols = list(forced)
+        exprs = {}
+        for i, c in enumerate(numbers):
+            if i not in where:
+                e = _guess(c, numbers, symbols)
+                if e is not None:
+                    exprs[i] = e
+    else:
+        if not (config.dynamic or forced) or len(family.templates) >= _MAX_TEMPLATES:
+            return None
+        base = family.base
+        if len(base) != len(numbers):
+            return None
+        changed = [i for i, (a, b) in enumerate(zip(base, numbers)) if a != b]
+        symbols = sorted({i for i in changed if i in where} | set(forced))
+        if not symbols or pinned & set(symbols) or any(numbers[s] < 2 for s in symbols):
+            return None
+        moved = [s for s in symbols if base[s] != numbers[s]]
+        exprs = {}
+        for i in changed:
+            if i in where:
+                continue
+            e = _fit(base[i], numbers[i], base, numbers, moved) if moved else None
+            if e is None:
+                return None  # a constant that changed with no explanation: not a shape change
+            exprs[i] = e
+        if forced:  # numbers that did not change may still follow a marked symbol
+            for i, c in enumerate(numbers):
+                if i not in where and i not in exprs and c == base[i]:
+                    e = _guess(c, numbers, [s for s in forced if s not in moved])
+                    if e is not None:
+                        exprs[i] = e
+        base = numbers
+    t = Template(tuple(base), frozenset(symbols), exprs, {s: where[s] for s in symbols})
+    for old in family.templates:
+        if old.symbols == t.symbols:
+            # Compiled before for these symbols, and this trace is not an
+            # instance: a number that is not the function fitted (or a guard
+            # that failed). More fits from two sizes would guess again:
+            # sizes like this one compile static.
+            return None
+    global _template_count
+    family.templates.append(t)
+    _template_count += 1
+    return t
+
+
+def fx_rewriter(template: Template, graph):
+    """The ``rewrite`` for trace.to_fx: each fitted number becomes FX
+    arithmetic on ``aten.sym_size`` of the inputs."""
+    # Where each node's numbers start among the graph's numbers: the key's
+    # entries are the leaves and the nodes, in the order of graph.nodes.
+    first = {}
+    pos = 0
+    nodes = iter(graph.nodes)
+    for e in graph.key[0]:
+        head = e[0]
+        if type(head) is torch.Size:
+            pos += len(head)
+        else:
+            counted = []
+            _split(head, counted)
+            first[next(nodes)] = pos
+            pos += len(counted)
+    exprs = template.exprs
+    syms = {}
+
+    def symbol(g, env, s):
+        node = syms.get(s)
+        if node is None:
+            i, d = template.leaf_of[s]
+            node = syms[s] = g.call_function(aten.sym_size.int, (env[graph.inputs[i]], d))
+        return node
+
+    def rewrite(g, env, n, args, kwargs):
+        start = first[n]
+        counter = [start]
+
+        def sub(v):
+            t = type(v)
+            if t is int:
+                i = counter[0]
+                counter[0] += 1
+                e = exprs.get(i)
+                if e is None:
+                    return v
+                a, ss, b = e
+                x = symbol(g, env, ss[0])
+                for s in ss[1:]:
+                    x = g.call_function(operator.mul, (x, symbol(g, env, s)))
+                if a != 1:
+                    x = g.call_function(operator.mul, (x, a))
+                if b:
+                    x = g.call_function(operator.add, (x, b))
+                return x
+            if t is list or t is tuple:
+                return t(sub(x) for x in v)
+            return v
+
+        # The same order as the signature (trace.signature / freeze): the
+        # arguments, then the keyword arguments' values.
+        args = sub(args)
+        kwargs = {key: sub(v) for key, v in kwargs.items()}
+        return args, kwargs
+
+    return rewrite
