@@ -7,6 +7,7 @@ op by op (a graph that cannot compile, with the reason as a counter), or a
 """
 
 import atexit
+import json
 import threading
 import time
 import warnings
@@ -192,12 +193,54 @@ def _dynamic_dims(graph: trace.Graph, template) -> list:
     return dims + [set() for _ in graph.scalars]
 
 
-def _compile_dynamic(graph: trace.Graph, template, native, name: str, options: dict):
+def _templates_key(native, skeleton):
+    return cache.record_key(native, ("dynamic-templates", skeleton))
+
+
+def _write_templates(native, skeleton, records) -> None:
+    key = _templates_key(native, skeleton)
+    if key is not None:
+        native.disk_cache_write(key, json.dumps(records).encode())
+
+
+def _disk_templates(native, name: str, options: dict):
+    """(load, read) for dynamic.lookup: the dynamic graphs an earlier
+    process compiled for a skeleton, from the disk cache."""
+
+    def read(skeleton):
+        key = _templates_key(native, skeleton)
+        payload = native.disk_cache_read(key) if key is not None else None
+        if payload is None:
+            return None
+        try:
+            records = json.loads(payload.decode())
+        except ValueError:
+            return None
+        return records if isinstance(records, list) else None
+
+    def load(template, graph):
+        executable = native.load_cached(template.graph_key, **options)
+        if executable is None or not executable.is_dynamic:
+            return None
+        _note_compile(executable.compile_stats, True)
+        gm = trace.to_fx(graph, dynamic.fx_rewriter(template, graph))
+        return _Compiled(_dynamic_name(graph, template), executable, None, gm)
+
+    return load, read
+
+
+def _dynamic_name(graph: trace.Graph, template) -> str:
+    """A dynamic graph's name (dumps, profiles): of the trace's structure and
+    its symbols, not of its sizes."""
+    return trace.graph_hash((dynamic.decompose(graph.key)[0], sorted(template.symbols),
+                             sorted(template.exprs.items())))
+
+
+def _compile_dynamic(graph: trace.Graph, template, native, name: str, options: dict, disk: bool):
     """The template's graph compiled with its symbols ``?``: a _Compiled, or
     None when that fails (the caller compiles the trace static). Named (dumps,
     profiles) by the trace's structure and its symbols, not by its sizes."""
-    name = trace.graph_hash((dynamic.decompose(graph.key)[0], sorted(template.symbols),
-                             sorted(template.exprs.items())))
+    name = _dynamic_name(graph, template)
     try:
         t1 = time.perf_counter()
         gm = trace.to_fx(graph, dynamic.fx_rewriter(template, graph))
@@ -219,8 +262,8 @@ def _compile_dynamic(graph: trace.Graph, template, native, name: str, options: d
         return None
     if config.dump_dir:
         debug.dump(name, "llvm", executable.llvm_dialect, executable.kernel_count)
-    template.guards, template.shape_env = lowered.guards, lowered.shape_env
-    _note_compile(executable.compile_stats, False)
+    template.guards = lowered.guards
+    _note_compile(executable.compile_stats, disk)
     metrics.sample("KernelCount", executable.kernel_count)
     metrics.counter("DynamicCompile")
     metrics.counter("UncachedCompile")
@@ -298,12 +341,24 @@ def _compile(graph: trace.Graph):
                            parallel_threshold=config.parallel_threshold,
                            streaming_store_bytes=config.streaming_store_bytes, tiered=config.tiered,
                            tier_up_runs=config.tier_up_runs)
+            plain = not (config.dump_dir or config.profile or lowered_graph_listeners)
+            # A dynamic graph an earlier process compiled for this structure
+            # (the disk cache keeps them by skeleton): no compile at all.
+            if disk and plain:
+                entry = dynamic.lookup(graph, _disk_templates(native, name, options))
+                if entry is not None:
+                    metrics.counter("UncachedCompile")
+                    cache.insert(graph.key, entry, time.perf_counter() - t0)
+                    return entry
             # A trace like one compiled before, with sizes changed: compiled
             # once for every size of them, if it can be (lazymlir.dynamic).
             template = dynamic.generalize(graph) if not lowered_graph_listeners else None
             if template is not None:
-                entry = _compile_dynamic(graph, template, native, name, options)
+                entry = _compile_dynamic(graph, template, native, name, options, disk)
                 if entry is not None:
+                    if disk and plain and entry.executable.cache_key:
+                        loader, read = _disk_templates(native, name, options)
+                        dynamic.save(graph, template, read, lambda sk, records: _write_templates(native, sk, records))
                     cache.insert(graph.key, entry, time.perf_counter() - t0)
                     return entry
             executable = None
@@ -311,8 +366,7 @@ def _compile(graph: trace.Graph):
             # compiled graph on disk (no torch-mlir, no MLIR work). Dumps
             # want the IR, so they always lower.
             # A profiled graph needs its call sites, which only a compile gives.
-            record = cache.record_key(native, graph.key) \
-                if disk and not (config.dump_dir or config.profile or lowered_graph_listeners) else None
+            record = cache.record_key(native, graph.key) if disk and plain else None
             if record is not None:
                 found = cache.read_record(native, record)
                 if found is not None:

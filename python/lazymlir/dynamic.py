@@ -123,17 +123,19 @@ class Template:
     """A dynamic graph: which numbers are symbols (input dimensions), which
     are functions of them, and the compiled entry."""
 
-    __slots__ = ("base", "symbols", "exprs", "leaf_of", "entry", "guards", "shape_env", "failed")
+    __slots__ = ("base", "symbols", "exprs", "leaf_of", "entry", "guards", "failed", "graph_key")
 
     def __init__(self, base, symbols, exprs, leaf_of):
         self.base = base  # the numbers of the trace it was made from
         self.symbols = symbols  # frozenset of number indices (input dimensions)
         self.exprs = exprs  # number index -> (a, (symbol indices...), b): a * prod(symbols) + b
         self.leaf_of = leaf_of  # symbol index -> (input position, dimension)
-        self.entry = None
+        self.entry = None  # the compiled graph (compilation._Compiled)
+        # What the decomposition assumed of the symbols: a ShapeEnv guard
+        # expression over the graph's arguments t0, t1, ... (None: nothing).
         self.guards = None
-        self.shape_env = None
         self.failed = False
+        self.graph_key = None  # the native compiler's disk key of a template loaded from disk
 
     def matches(self, numbers, inputs) -> bool:
         base = self.base
@@ -154,11 +156,28 @@ class Template:
             elif v != base[i]:
                 return False
         if self.guards is not None:
-            try:
-                return bool(self.shape_env.evaluate_guards_expression(self.guards, inputs))
+            from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+            try:  # ShapeEnv.evaluate_guards_expression, without a ShapeEnv
+                return bool(eval(self.guards, SYMPY_INTERP, {"L": {f"t{i}": a for i, a in enumerate(inputs)}}))
             except Exception:
                 return False
         return True
+
+    def to_json(self) -> dict:
+        return {"base": list(self.base), "symbols": sorted(self.symbols),
+                "exprs": [[i, a, list(syms), b] for i, (a, syms, b) in sorted(self.exprs.items())],
+                "leaf_of": [[s, i, d] for s, (i, d) in sorted(self.leaf_of.items())],
+                "guards": self.guards, "graph": self.entry.executable.cache_key}
+
+    @staticmethod
+    def from_json(d: dict) -> "Template":
+        t = Template(tuple(d["base"]), frozenset(d["symbols"]),
+                     {i: (a, tuple(syms), b) for i, a, syms, b in d["exprs"]},
+                     {s: (i, d_) for s, i, d_ in d["leaf_of"]})
+        t.guards = d["guards"]
+        t.graph_key = str(d["graph"])
+        return t
 
     def dynamic_dims(self, n_inputs: int) -> List[set]:
         dims = [set() for _ in range(n_inputs)]
@@ -215,11 +234,12 @@ class _Family:
     """Everything compiled for one skeleton: the numbers of its first trace
     (the base the next ones are compared with) and its templates."""
 
-    __slots__ = ("base", "templates")
+    __slots__ = ("base", "templates", "looked_on_disk")
 
     def __init__(self, base):
-        self.base = base
+        self.base = base  # None until a trace of it is compiled here
         self.templates: List[Template] = []
+        self.looked_on_disk = False
 
 
 _families: Dict[tuple, _Family] = {}
@@ -248,23 +268,57 @@ def _leaf_positions(leaf_starts, numbers_len, graph):
     return where
 
 
-def lookup(graph):
+def lookup(graph, disk=None):
     """The compiled entry of a template ``graph`` is an instance of, or None.
     Called on an in-memory cache miss; the caller caches the entry under the
-    graph's own key."""
+    graph's own key. ``disk``: (load, read) callables of the disk cache, to
+    find templates an earlier process compiled for this skeleton (see
+    :func:`save`): ``read(skeleton)`` gives their records, ``load(template,
+    graph)`` the entry of one that matches (None when gone from disk)."""
     skeleton, numbers, _ = decompose(graph.key)
     family = _families.get(skeleton)
+    if disk is not None and (family is None or not family.looked_on_disk):
+        if family is None:
+            _families[skeleton] = family = _Family(None)
+        family.looked_on_disk = True
+        _adopt(family, disk[1](skeleton))
     if family is None or not family.templates:
         return None
     inputs = None
     for t in family.templates:
-        if t.entry is not None and not t.failed:
-            if inputs is None:
-                inputs = graph.input_values()
-            if t.matches(numbers, inputs):
-                metrics.counter("DynamicGraphHit")
-                return t.entry
+        if t.failed or (t.entry is None and t.graph_key is None):
+            continue
+        if inputs is None:
+            inputs = graph.input_values()
+        if t.matches(numbers, inputs):
+            if t.entry is None:
+                t.entry = disk[0](t, graph) if disk is not None else None
+                if t.entry is None:
+                    t.failed = True
+                    continue
+            metrics.counter("DynamicGraphHit")
+            return t.entry
     return None
+
+
+def _adopt(family, records) -> None:
+    global _template_count
+    for d in records or ():
+        try:
+            t = Template.from_json(d)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if not any(old.symbols == t.symbols for old in family.templates):
+            family.templates.append(t)
+            _template_count += 1
+
+
+def save(graph, template, read, write) -> None:
+    """Keep ``template`` (compiled) in the disk cache under its skeleton, with
+    the others already there: ``read(skeleton)`` / ``write(skeleton, records)``."""
+    skeleton = decompose(graph.key)[0]
+    records = [d for d in (read(skeleton) or ()) if sorted(d.get("symbols", ())) != sorted(template.symbols)]
+    write(skeleton, (records + [template.to_json()])[-_MAX_TEMPLATES:])
 
 
 def generalize(graph) -> Optional[Template]:
@@ -278,7 +332,9 @@ def generalize(graph) -> Optional[Template]:
     forced = sorted(k for k, v in marks.items() if v and numbers[k] >= 2)
     pinned = {k for k, v in marks.items() if not v}
     if family is None:
-        _families[skeleton] = family = _Family(numbers)
+        _families[skeleton] = family = _Family(None)
+    if family.base is None:  # the first trace of this skeleton compiled here
+        family.base = numbers
         if not forced:
             return None
         base = numbers

@@ -212,3 +212,47 @@ func.func @main(%arg0: tensor<?x4xf32>) -> tensor<?x4xf32> {
         exe.run([torch.randn(3, 5)], [torch.empty(3, 5)])
     with pytest.raises(ValueError, match="dynamic"):
         compiler.run_allocated(exe, [torch.randn(3, 4)], [torch.empty(3, 4)])
+
+
+_DISK_SCRIPT = r"""
+import json, sys, torch, torch.nn as nn
+import lazymlir
+from lazymlir import metrics
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10)).to("lazy")
+worst = 0.0
+with torch.no_grad():
+    for b in json.loads(sys.argv[1]):
+        x = torch.randn(b, 64)
+        got = m(x.to("lazy")).cpu()
+        want = m.to("cpu")(x); m.to("lazy")
+        worst = max(worst, (got - want).abs().max().item())
+print(json.dumps({k: metrics.counter_value(k) for k in
+                  ("UncachedCompile", "DynamicCompile", "DynamicGraphHit", "DiskCacheHit")} | {"worst": worst}))
+"""
+
+
+def test_disk_cache_keeps_dynamic_graphs(tmp_path):
+    """A second process finds the first one's dynamic graph on disk: sizes it
+    never saw run without any compile."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, LAZYMLIR_CACHE_DIR=str(tmp_path))
+
+    def run(sizes):
+        out = subprocess.run([sys.executable, "-c", _DISK_SCRIPT, json.dumps(sizes)], capture_output=True,
+                             text=True, env=env, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = run([2, 3, 4])
+    assert (first["UncachedCompile"], first["DynamicCompile"], first["DynamicGraphHit"]) == (2, 1, 1)
+    second = run([7, 9, 30])
+    assert second["DynamicCompile"] == 0
+    assert second["UncachedCompile"] == 1  # loaded from disk, not compiled
+    assert second["DiskCacheHit"] == 1
+    assert second["DynamicGraphHit"] == 3
+    assert max(first["worst"], second["worst"]) < 1e-5
