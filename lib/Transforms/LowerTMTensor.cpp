@@ -112,9 +112,15 @@ Value inlineBody(OpBuilder &b, Block *body, ValueRange args) {
   return map.lookupOrDefault(body->back().getOperand(0));
 }
 
-RankedTensorType getStaticTensorType(Value v) {
-  auto type = dyn_cast<RankedTensorType>(v.getType());
-  return type && type.hasStaticShape() ? type : RankedTensorType();
+/// Ranked tensors, of static or dynamic shape (`?` sizes are read with
+/// tensor.dim).
+RankedTensorType getTensorType(Value v) {
+  return dyn_cast<RankedTensorType>(v.getType());
+}
+
+/// Whether two sizes may be equal (equal, or one of them dynamic).
+bool compatible(int64_t a, int64_t b) {
+  return a == b || ShapedType::isDynamic(a) || ShapedType::isDynamic(b);
 }
 
 /// A destination the loops write into in place. A splat constant becomes a
@@ -146,11 +152,18 @@ SmallVector<Value> zeros(OpBuilder &b, Location loc, unsigned n) {
 SmallVector<Value> ones(OpBuilder &b, Location loc, unsigned n) {
   return SmallVector<Value>(n, cst(b, loc, 1));
 }
-SmallVector<Value> dims(OpBuilder &b, Location loc, RankedTensorType type,
+/// The size of dimension `d` of tensor `v`: a constant, or tensor.dim.
+Value dimValue(OpBuilder &b, Location loc, Value v, int64_t d) {
+  int64_t size = cast<RankedTensorType>(v.getType()).getDimSize(d);
+  if (!ShapedType::isDynamic(size))
+    return cst(b, loc, size);
+  return tensor::DimOp::create(b, loc, v, d);
+}
+SmallVector<Value> dims(OpBuilder &b, Location loc, Value v,
                         ArrayRef<int64_t> which) {
   SmallVector<Value> out;
   for (int64_t d : which)
-    out.push_back(cst(b, loc, type.getDimSize(d)));
+    out.push_back(dimValue(b, loc, v, d));
   return out;
 }
 
@@ -167,14 +180,16 @@ LogicalResult lowerScatter(Operation *op) {
     return op->emitError("expected ins(updates, indices) outs(original) and "
                          "one result");
   Value updates = inputs[0], indices = inputs[1], original = outputs[0];
-  auto updType = getStaticTensorType(updates);
-  auto idxType = getStaticTensorType(indices);
-  auto origType = getStaticTensorType(original);
+  auto updType = getTensorType(updates);
+  auto idxType = getTensorType(indices);
+  auto origType = getTensorType(original);
   if (!updType || !idxType || !origType)
-    return op->emitError("expected statically shaped tensor operands");
+    return op->emitError("expected ranked tensor operands");
   if (idxType.getRank() != 2 || !idxType.getElementType().isSignlessInteger())
     return op->emitError("expected indices of rank 2 and integer type");
   int64_t depth = idxType.getDimSize(1);
+  if (ShapedType::isDynamic(depth))
+    return op->emitError("expected a static index depth (indices' dimension 1)");
   auto dimMap = dyn_cast_or_null<DenseI64ArrayAttr>(
       getOpAttr(op, "dimension_map"));
   if (!dimMap || (int64_t)dimMap.size() != depth)
@@ -182,15 +197,24 @@ LogicalResult lowerScatter(Operation *op) {
   int64_t origRank = origType.getRank(), updRank = updType.getRank();
   int64_t offset = origRank - (updRank - 1);
   if (updRank < 1 || offset < 0 ||
-      updType.getDimSize(0) != idxType.getDimSize(0))
+      !compatible(updType.getDimSize(0), idxType.getDimSize(0)))
     return op->emitError("update and indices shapes do not match");
   for (int64_t d : dimMap.asArrayRef())
     if (d < 0 || d >= origRank)
       return op->emitError("dimension_map entry out of range");
-  for (int64_t d = offset; d < origRank; ++d)
-    if (updType.getDimSize(d - offset + 1) > origType.getDimSize(d) &&
-        !llvm::is_contained(dimMap.asArrayRef(), d))
+  for (int64_t d = offset; d < origRank; ++d) {
+    int64_t upd = updType.getDimSize(d - offset + 1);
+    int64_t orig = origType.getDimSize(d);
+    if (llvm::is_contained(dimMap.asArrayRef(), d))
+      continue;
+    // A dynamic size there could write past the original: refused (the
+    // graph then compiles with static shapes).
+    if (ShapedType::isDynamic(upd) || ShapedType::isDynamic(orig))
+      return op->emitError("update slice of dynamic size in a dimension "
+                           "that is not indexed");
+    if (upd > orig)
       return op->emitError("update slice larger than the original");
+  }
   Block *body = getBody(op, 2);
   if (!body)
     return failure();
@@ -203,8 +227,10 @@ LogicalResult lowerScatter(Operation *op) {
   OpBuilder b(op);
   Value init = prepareDestination(b, loc, original);
   SmallVector<int64_t> updDims = llvm::to_vector(llvm::seq<int64_t>(0, updRank));
+  SmallVector<Value> origSizes =
+      dims(b, loc, original, llvm::to_vector(llvm::seq<int64_t>(0, origRank)));
   scf::LoopNest nest = scf::buildLoopNest(
-      b, loc, zeros(b, loc, updRank), dims(b, loc, updType, updDims),
+      b, loc, zeros(b, loc, updRank), dims(b, loc, updates, updDims),
       ones(b, loc, updRank), ValueRange{init},
       [&](OpBuilder &b, Location loc, ValueRange ivs,
           ValueRange iter) -> scf::ValueVector {
@@ -230,8 +256,7 @@ LogicalResult lowerScatter(Operation *op) {
           Value ge = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
                                            starts[d], zero);
           Value lt = arith::CmpIOp::create(
-              b, loc, arith::CmpIPredicate::slt, starts[d],
-              cst(b, loc, origType.getDimSize(d)));
+              b, loc, arith::CmpIPredicate::slt, starts[d], origSizes[d]);
           Value ok = arith::AndIOp::create(b, loc, ge, lt);
           inBounds = inBounds ? arith::AndIOp::create(b, loc, inBounds, ok)
                                     .getResult()
@@ -282,20 +307,23 @@ LogicalResult lowerScan(Operation *op) {
     return op->emitError("expected ins(input) outs(output, accumulator) and "
                          "two results");
   Value input = inputs[0], output = outputs[0], accInit = outputs[1];
-  auto inType = getStaticTensorType(input);
-  auto outType = getStaticTensorType(output);
-  auto accType = getStaticTensorType(accInit);
+  auto inType = getTensorType(input);
+  auto outType = getTensorType(output);
+  auto accType = getTensorType(accInit);
   if (!inType || !outType || !accType)
-    return op->emitError("expected statically shaped tensor operands");
+    return op->emitError("expected ranked tensor operands");
   auto dimAttr = dyn_cast_or_null<IntegerAttr>(getOpAttr(op, "dimension"));
   auto inclusiveAttr = dyn_cast_or_null<BoolAttr>(getOpAttr(op, "inclusive"));
   if (!dimAttr || !inclusiveAttr)
     return op->emitError("expected `dimension` and `inclusive` attributes");
   int64_t rank = inType.getRank(), dim = dimAttr.getInt();
   bool inclusive = inclusiveAttr.getValue();
-  if (dim < 0 || dim >= rank || outType.getShape() != inType.getShape() ||
+  if (dim < 0 || dim >= rank || outType.getRank() != rank ||
       accType.getRank() != rank - 1)
     return op->emitError("scan shapes do not match");
+  for (int64_t d = 0; d < rank; ++d)
+    if (!compatible(outType.getDimSize(d), inType.getDimSize(d)))
+      return op->emitError("scan shapes do not match");
   Block *body = getBody(op, 2);
   if (!body)
     return failure();
@@ -305,8 +333,11 @@ LogicalResult lowerScan(Operation *op) {
       accType.getElementType() != elemType)
     return op->emitError("region types do not match the element types");
 
+  // The scan length: static, or a `?` read at run time (kDynamic here).
   int64_t n = inType.getDimSize(dim);
+  bool dynamicLength = ShapedType::isDynamic(n);
   OpBuilder b(op);
+  Value nV = dimValue(b, loc, input, dim);
   // Every element of the output is written: a fill of it (torch-mlir zeroes
   // it first) is dead, write into the fill's destination instead.
   Value init = output;
@@ -329,7 +360,7 @@ LogicalResult lowerScan(Operation *op) {
                           fn) -> Value {
     unsigned count = which.size();
     scf::LoopNest nest = scf::buildLoopNest(
-        b, loc, zeros(b, loc, count), dims(b, loc, inType, which),
+        b, loc, zeros(b, loc, count), dims(b, loc, input, which),
         ones(b, loc, count), ValueRange{iter},
         [&](OpBuilder &b, Location loc, ValueRange ivs,
             ValueRange it) -> scf::ValueVector {
@@ -340,9 +371,8 @@ LogicalResult lowerScan(Operation *op) {
     return nest.results[0];
   };
 
-  Value result = init;
-  if (n > 0) {
-    result = nestOver(
+  auto scanAll = [&](OpBuilder &b, Location loc) -> Value {
+    return nestOver(
         b, loc, outerDims, init,
         [&](OpBuilder &b, Location loc, ValueRange outer, Value out) {
           // out[.., 0, ..]
@@ -364,7 +394,7 @@ LogicalResult lowerScan(Operation *op) {
                     .getResult();
               });
           if (n == 1)
-            return out;
+            return out; // (a dynamic length of 1 runs no iteration below)
           if (innerDims.empty()) {
             // Scan along the innermost dimension: the running value stays
             // in a register (loop-carried scalar), not reloaded from the
@@ -377,7 +407,7 @@ LogicalResult lowerScan(Operation *op) {
                     : tensor::ExtractOp::create(b, loc, accInit, outer)
                           .getResult();
             auto loop = scf::ForOp::create(
-                b, loc, cst(b, loc, 1), cst(b, loc, n), cst(b, loc, 1),
+                b, loc, cst(b, loc, 1), nV, cst(b, loc, 1),
                 ValueRange{out, first},
                 [&](OpBuilder &b, Location loc, Value i, ValueRange it) {
                   Value iMinus1 =
@@ -392,7 +422,7 @@ LogicalResult lowerScan(Operation *op) {
             return loop.getResult(0);
           }
           auto loop = scf::ForOp::create(
-              b, loc, cst(b, loc, 1), cst(b, loc, n), cst(b, loc, 1),
+              b, loc, cst(b, loc, 1), nV, cst(b, loc, 1),
               ValueRange{out},
               [&](OpBuilder &b, Location loc, Value i, ValueRange it) {
                 Value iMinus1 = arith::SubIOp::create(b, loc, i, cst(b, loc, 1));
@@ -414,17 +444,54 @@ LogicalResult lowerScan(Operation *op) {
               });
           return loop.getResult(0);
         });
-  }
-  Value acc = accInit;
-  if (n >= 2) {
+  };
+  // The last slice along the scan dimension: the accumulator's result.
+  auto lastSlice = [&](OpBuilder &b, Location loc, Value result) -> Value {
     SmallVector<OpFoldResult> offsets(rank, b.getIndexAttr(0));
-    offsets[dim] = b.getIndexAttr(n - 1);
+    offsets[dim] = dynamicLength
+                       ? OpFoldResult(arith::SubIOp::create(
+                             b, loc, nV, cst(b, loc, 1)).getResult())
+                       : OpFoldResult(b.getIndexAttr(n - 1));
     SmallVector<OpFoldResult> sizes;
     for (int64_t d = 0; d < rank; ++d)
-      sizes.push_back(b.getIndexAttr(d == dim ? 1 : inType.getDimSize(d)));
+      sizes.push_back(d == dim ? OpFoldResult(b.getIndexAttr(1))
+                               : tensor::getMixedSize(b, loc, input, d));
     SmallVector<OpFoldResult> strides(rank, b.getIndexAttr(1));
-    acc = tensor::ExtractSliceOp::create(b, loc, accType, result, offsets,
-                                         sizes, strides);
+    return tensor::ExtractSliceOp::create(b, loc, accType, result, offsets,
+                                          sizes, strides);
+  };
+  Value result = init;
+  Value acc = accInit;
+  if (!dynamicLength) {
+    if (n > 0)
+      result = scanAll(b, loc);
+    if (n >= 2)
+      acc = lastSlice(b, loc, result);
+  } else {
+    // A length known at run time: nothing is read or written when it is 0,
+    // and the accumulator is the last slice from 2 elements on.
+    Value positive = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt,
+                                           nV, cst(b, loc, 0));
+    result = scf::IfOp::create(
+                 b, loc, positive,
+                 [&](OpBuilder &b, Location loc) {
+                   scf::YieldOp::create(b, loc, scanAll(b, loc));
+                 },
+                 [&](OpBuilder &b, Location loc) {
+                   scf::YieldOp::create(b, loc, init);
+                 })
+                 .getResult(0);
+    Value two = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, nV,
+                                      cst(b, loc, 2));
+    acc = scf::IfOp::create(
+              b, loc, two,
+              [&](OpBuilder &b, Location loc) {
+                scf::YieldOp::create(b, loc, lastSlice(b, loc, result));
+              },
+              [&](OpBuilder &b, Location loc) {
+                scf::YieldOp::create(b, loc, accInit);
+              })
+              .getResult(0);
   }
   op->getResult(0).replaceAllUsesWith(result);
   op->getResult(1).replaceAllUsesWith(acc);
@@ -444,13 +511,13 @@ LogicalResult lowerSort(Operation *op) {
   unsigned k = outputs.size();
   if (!inputs.empty() || k == 0 || op->getNumResults() != k)
     return op->emitError("expected outs(operands...) and one result each");
-  auto type0 = getStaticTensorType(outputs[0]);
+  auto type0 = getTensorType(outputs[0]);
   if (!type0)
-    return op->emitError("expected statically shaped tensor operands");
+    return op->emitError("expected ranked tensor operands");
   for (Value v : outputs) {
-    auto t = getStaticTensorType(v);
+    auto t = getTensorType(v);
     if (!t || t.getShape() != type0.getShape())
-      return op->emitError("expected operands of one static shape");
+      return op->emitError("expected operands of one shape");
   }
   auto dimAttr = dyn_cast_or_null<IntegerAttr>(getOpAttr(op, "dimension"));
   if (!dimAttr)
@@ -471,6 +538,10 @@ LogicalResult lowerSort(Operation *op) {
     return op->emitError("expected the comparator to yield i1");
 
   int64_t n = type0.getDimSize(dim);
+  // The merge passes are counted at compile time.
+  if (ShapedType::isDynamic(n))
+    return op->emitError("sorting along a dynamic dimension is not "
+                         "supported (the graph compiles with static shapes)");
   OpBuilder b(op);
   SmallVector<Value> init;
   for (Value v : outputs)
@@ -490,9 +561,15 @@ LogicalResult lowerSort(Operation *op) {
   // equal tensor.empty ops (two i64 operands' scratch tensors), and one-shot
   // bufferization then gave both loop-carried scratch tensors one buffer.
   SmallVector<Value> scratch;
-  for (Value v : outputs)
-    scratch.push_back(bufferization::AllocTensorOp::create(
-        b, loc, cast<RankedTensorType>(v.getType()), ValueRange{}));
+  for (Value v : outputs) {
+    auto type = cast<RankedTensorType>(v.getType());
+    SmallVector<Value> dynamicSizes;
+    for (int64_t d = 0; d < rank; ++d)
+      if (type.isDynamicDim(d))
+        dynamicSizes.push_back(tensor::DimOp::create(b, loc, v, d));
+    scratch.push_back(
+        bufferization::AllocTensorOp::create(b, loc, type, dynamicSizes));
+  }
   SmallVector<int64_t> sliceDims;
   for (int64_t d = 0; d < rank; ++d)
     if (d != dim)
@@ -572,7 +649,7 @@ LogicalResult lowerSort(Operation *op) {
 
   scf::LoopNest nest = scf::buildLoopNest(
       b, loc, zeros(b, loc, sliceDims.size()),
-      dims(b, loc, type0, sliceDims), ones(b, loc, sliceDims.size()),
+      dims(b, loc, outputs[0], sliceDims), ones(b, loc, sliceDims.size()),
       iterInit,
       [&](OpBuilder &b, Location loc, ValueRange slice,
           ValueRange iter) -> scf::ValueVector {

@@ -180,3 +180,101 @@ func.func @attention(%q: tensor<1x4x8xf32>, %k: tensor<1x4x8xf32>, %v: tensor<1x
   %0 = "tm_tensor.attention"(%q, %k, %v, %e) <{operandSegmentSizes = array<i32: 3, 1>}> : (tensor<1x4x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>) -> tensor<1x4x8xf32>
   return %0 : tensor<1x4x8xf32>
 }
+
+// -----
+
+// Dynamic shapes (lazymlir.dynamic): the embedding backward of a `?`-long
+// sequence. The loops run to tensor.dim of the updates, and the rows are
+// checked against the original's size as before.
+// CHECK-LABEL: func.func @scatter_dynamic
+// CHECK-NOT: tm_tensor
+// CHECK: %[[N:.*]] = tensor.dim %arg0, %c0 : tensor<?x1x4xf32>
+// CHECK: scf.for %[[I:.*]] = %c0 to %[[N]] step %c1
+// CHECK: arith.cmpi slt, %{{.*}}, %c10
+// CHECK: cf.assert
+func.func @scatter_dynamic(%arg0: tensor<?x1x4xf32>, %arg1: tensor<?x1xi64>) -> tensor<10x4xf32> {
+  %cst = arith.constant dense<0.000000e+00> : tensor<10x4xf32>
+  %0 = "tm_tensor.scatter"(%arg0, %arg1, %cst) <{dimension_map = array<i64: 0>, operandSegmentSizes = array<i32: 2, 1>, unique_indices = false}> ({
+  ^bb0(%a: f32, %b: f32):
+    %1 = "arith.addf"(%b, %a) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
+    "tm_tensor.yield"(%1) : (f32) -> ()
+  }) : (tensor<?x1x4xf32>, tensor<?x1xi64>, tensor<10x4xf32>) -> tensor<10x4xf32>
+  return %0 : tensor<10x4xf32>
+}
+
+// -----
+
+// An update slice of dynamic size in a dimension that is not indexed could
+// write past the original: refused with a diagnostic (the graph then
+// compiles static).
+func.func @scatter_dynamic_slice(%arg0: tensor<3x?xf32>, %arg1: tensor<3x1xi64>, %arg2: tensor<10x4xf32>) -> tensor<10x4xf32> {
+  // expected-error @+1 {{update slice of dynamic size in a dimension that is not indexed}}
+  %0 = "tm_tensor.scatter"(%arg0, %arg1, %arg2) <{dimension_map = array<i64: 0>, operandSegmentSizes = array<i32: 2, 1>, unique_indices = false}> ({
+  ^bb0(%a: f32, %b: f32):
+    "tm_tensor.yield"(%a) : (f32) -> ()
+  }) : (tensor<3x?xf32>, tensor<3x1xi64>, tensor<10x4xf32>) -> tensor<10x4xf32>
+  return %0 : tensor<10x4xf32>
+}
+
+// -----
+
+// cumsum along a `?` dimension: the scan runs only when the length is
+// positive, to tensor.dim; the accumulator is the last slice from a length
+// of 2 on, else the initial one.
+// CHECK-LABEL: func.func @scan_dynamic
+// CHECK-NOT: tm_tensor
+// CHECK: %[[N:.*]] = tensor.dim %arg0, %c1 : tensor<8x?xf32>
+// CHECK: %[[POS:.*]] = arith.cmpi sgt, %[[N]], %c0
+// CHECK: scf.if %[[POS]]
+// CHECK: scf.for %{{.*}} = %c1 to %[[N]] step %c1
+// CHECK: %[[TWO:.*]] = arith.cmpi sge, %[[N]], %c2
+// CHECK: scf.if %[[TWO]]
+// CHECK: %[[LAST:.*]] = arith.subi %[[N]], %c1
+// CHECK: tensor.extract_slice %{{.*}}[0, %[[LAST]]] [8, 1] [1, 1] : tensor<8x?xf32> to tensor<8xf32>
+func.func @scan_dynamic(%arg0: tensor<8x?xf32>) -> (tensor<8x?xf32>, tensor<8xf32>) {
+  %cst = arith.constant 0.000000e+00 : f32
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %arg0, %c1 : tensor<8x?xf32>
+  %e = tensor.empty(%n) : tensor<8x?xf32>
+  %o = linalg.fill ins(%cst : f32) outs(%e : tensor<8x?xf32>) -> tensor<8x?xf32>
+  %ea = tensor.empty() : tensor<8xf32>
+  %a = linalg.fill ins(%cst : f32) outs(%ea : tensor<8xf32>) -> tensor<8xf32>
+  %0:2 = "tm_tensor.scan"(%arg0, %o, %a) <{dimension = 1 : i64, inclusive = true, operandSegmentSizes = array<i32: 1, 2>}> ({
+  ^bb0(%x: f32, %y: f32):
+    %1 = "arith.addf"(%x, %y) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
+    "tm_tensor.yield"(%1) : (f32) -> ()
+  }) : (tensor<8x?xf32>, tensor<8x?xf32>, tensor<8xf32>) -> (tensor<8x?xf32>, tensor<8xf32>)
+  return %0#0, %0#1 : tensor<8x?xf32>, tensor<8xf32>
+}
+
+// -----
+
+// Sorting rows of a `?` count: the slices loop to tensor.dim, and the
+// scratch tensors are allocated with it.
+// CHECK-LABEL: func.func @sort_dynamic_rows
+// CHECK-NOT: tm_tensor
+// CHECK: %[[R:.*]] = tensor.dim %arg0, %c0 : tensor<?x5xf32>
+// CHECK: bufferization.alloc_tensor(%[[R]]) : tensor<?x5xf32>
+// CHECK: scf.for %{{.*}} = %c0 to %[[R]] step %c1
+func.func @sort_dynamic_rows(%arg0: tensor<?x5xf32>) -> tensor<?x5xf32> {
+  %0 = "tm_tensor.sort"(%arg0) <{dimension = 1 : i64, operandSegmentSizes = array<i32: 0, 1>}> ({
+  ^bb0(%a: f32, %b: f32):
+    %1 = "arith.cmpf"(%a, %b) <{predicate = 5 : i64}> : (f32, f32) -> i1
+    "tm_tensor.yield"(%1) : (i1) -> ()
+  }) : (tensor<?x5xf32>) -> tensor<?x5xf32>
+  return %0 : tensor<?x5xf32>
+}
+
+// -----
+
+// The number of merge passes is fixed at compile time: a `?` sort
+// dimension is refused (the graph compiles static).
+func.func @sort_dynamic_length(%arg0: tensor<4x?xf32>) -> tensor<4x?xf32> {
+  // expected-error @+1 {{sorting along a dynamic dimension is not supported}}
+  %0 = "tm_tensor.sort"(%arg0) <{dimension = 1 : i64, operandSegmentSizes = array<i32: 0, 1>}> ({
+  ^bb0(%a: f32, %b: f32):
+    %1 = "arith.cmpf"(%a, %b) <{predicate = 5 : i64}> : (f32, f32) -> i1
+    "tm_tensor.yield"(%1) : (i1) -> ()
+  }) : (tensor<4x?xf32>) -> tensor<4x?xf32>
+  return %0 : tensor<4x?xf32>
+}
