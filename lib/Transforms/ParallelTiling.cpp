@@ -13,14 +13,24 @@ using namespace mlir;
 void lazymlir::finishParallelTiling(RewriterBase &rewriter, Operation *root,
                                     const scf::SCFTileAndFuseResult &result,
                                     linalg::LinalgOp sized) {
-  int64_t points = 1;
-  for (int64_t bound : sized.getStaticLoopRanges())
-    points *= bound;
+  int64_t points = iterationPoints(sized);
   for (LoopLikeOpInterface loop : result.loops)
     loop->setAttr(kParallelTilesAttr, rewriter.getI64IntegerAttr(points));
   for (OpResult value : root->getResults())
     if (Value replacement = result.replacements.lookup(value))
       rewriter.replaceAllUsesWith(value, replacement);
+}
+
+int64_t lazymlir::iterationPoints(linalg::LinalgOp op) {
+  int64_t points = 1;
+  for (int64_t bound : op.getStaticLoopRanges()) {
+    if (ShapedType::isDynamic(bound))
+      return kUnknownPoints;
+    if (bound != 0 && points > kUnknownPoints / bound)
+      return kUnknownPoints;
+    points *= bound;
+  }
+  return points;
 }
 
 bool lazymlir::peelPartialTile(RewriterBase &rewriter,
@@ -31,7 +41,9 @@ bool lazymlir::peelPartialTile(RewriterBase &rewriter,
   std::optional<int64_t> lower = getConstantIntValue(loop.getLowerBound());
   std::optional<int64_t> upper = getConstantIntValue(loop.getUpperBound());
   std::optional<int64_t> step = getConstantIntValue(loop.getStep());
-  if (!lower || !upper || !step || (*upper - *lower) % *step == 0)
+  // A dynamic bound (a `?` dimension: batch x sequence) is peeled too: full
+  // tiles of static shape, then at most one partial tile of dynamic size.
+  if (!step || (lower && upper && (*upper - *lower) % *step == 0))
     return false;
   scf::ForOp partial;
   rewriter.setInsertionPoint(loop);

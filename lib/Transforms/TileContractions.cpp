@@ -46,6 +46,9 @@ constexpr StringLiteral kReductionMarker = "lazymlir.tile_reduction";
 
 /// The largest divisor of `bound` that is at most `target` (at least 1).
 int64_t pickTile(int64_t bound, int64_t target) {
+  // A dynamic (`?`) loop: tiles of `target`, the remainder peeled.
+  if (ShapedType::isDynamic(bound))
+    return target;
   for (int64_t tile = std::min(bound, target); tile > 1; --tile)
     if (bound % tile == 0)
       return tile;
@@ -61,6 +64,16 @@ bool touchesI1Memory(linalg::LinalgOp op) {
     auto shaped = dyn_cast<ShapedType>(type);
     return shaped && shaped.getElementType().isInteger(1);
   });
+}
+
+/// Reads an input through a tensor.cast that only forgets static sizes
+/// (slices of a peeled dynamic loop, canonicalized to static shapes) from the
+/// cast's source instead, so that a tile of static shape has static types.
+void foldStaticInputCasts(linalg::LinalgOp op) {
+  for (OpOperand *input : op.getDpsInputOperands())
+    if (auto cast = input->get().getDefiningOp<tensor::CastOp>();
+        cast && tensor::canFoldIntoConsumerOp(cast))
+      input->set(cast.getSource());
 }
 
 SmallVector<OpFoldResult> asFoldResults(MLIRContext *ctx,
@@ -85,8 +98,16 @@ bool isTiledKind(linalg::LinalgOp op) {
 
 bool isCandidate(linalg::LinalgOp op) {
   if (!isTiledKind(op) || !op.hasPureTensorSemantics() ||
-      op.getNumDpsInits() != 1 || op.hasDynamicShape())
+      op.getNumDpsInits() != 1)
     return false;
+  // Contractions with `?` dimensions are tiled like static ones (full tiles
+  // of static shape, a peeled remainder); a convolution's window needs
+  // static sizes (im2col, the 1-D downscale).
+  if (op.hasDynamicShape() && !linalg::isaContractionOpInterface(op)) {
+    op->emitRemark("lazymlir-tile-contractions: convolution not tiled: "
+                   "dynamic dimension");
+    return false;
+  }
   Type elementType = getElementTypeOrSelf(op->getResult(0).getType());
   if (!elementType.isIntOrFloat())
     return false;
@@ -111,7 +132,7 @@ linalg::GenericOp findEpilogue(linalg::LinalgOp contraction) {
     return nullptr;
   auto epilogue = dyn_cast<linalg::GenericOp>(*result.getUsers().begin());
   if (!epilogue || !linalg::isElementwise(epilogue) ||
-      epilogue.getNumDpsInits() != 1 || epilogue.hasDynamicShape())
+      epilogue.getNumDpsInits() != 1)
     return nullptr;
   OpOperand &use = *result.getUses().begin();
   auto rank = cast<ShapedType>(result.getType()).getRank();
@@ -180,6 +201,8 @@ struct TileContractionsPass
   /// (peelPartialTile). A divisor that is not (a vocabulary of 1000 gives
   /// 25) makes vectors of odd sizes: 60 GFLOP/s against 220 with the peel.
   int64_t vectorTile(int64_t bound) {
+    if (ShapedType::isDynamic(bound))
+      return tileN;
     if (bound <= static_cast<int64_t>(tileN))
       return bound;
     int64_t divisor = pickTile(bound, tileN);
@@ -192,6 +215,8 @@ struct TileContractionsPass
   /// work per load of the filter, 15 GFLOP/s); then `tile-m`, the partial
   /// tile peeled off.
   int64_t rowTile(int64_t bound) {
+    if (ShapedType::isDynamic(bound))
+      return tileM;
     int64_t divisor = pickTile(bound, tileM);
     return bound > static_cast<int64_t>(tileM) && 2 * divisor < tileM
                ? static_cast<int64_t>(tileM)
@@ -210,6 +235,10 @@ struct TileContractionsPass
           rewriter, LoopLikeOpInterface(loops[loops.size() - 1 - i]));
     return peeled;
   }
+
+  /// Whether tileReduction peeled a loop of a dynamic tile: the full steps'
+  /// slices are then of static size, to be folded into static types.
+  bool peeledTiles = false;
 
   SmallVector<int64_t> reductionTiles(linalg::LinalgOp op) {
     SmallVector<int64_t> bounds = op.getStaticLoopRanges();
@@ -287,12 +316,11 @@ struct TileContractionsPass
     return tiledContraction;
   }
 
-  /// Splits the reduction of a parallel tile; returns the innermost tile.
-  linalg::LinalgOp tileReduction(RewriterBase &rewriter,
-                                 linalg::LinalgOp tile) {
-    SmallVector<int64_t> tiles = reductionTiles(tile);
-    if (llvm::all_of(tiles, [](int64_t t) { return t == 0; }))
-      return tile;
+  /// Tiles `tile` by `tiles` (scf.for loops); returns the tiled op and its
+  /// loops, or null.
+  linalg::LinalgOp tileBy(RewriterBase &rewriter, linalg::LinalgOp tile,
+                          ArrayRef<int64_t> tiles,
+                          SmallVectorImpl<LoopLikeOpInterface> *loops) {
     scf::SCFTilingOptions options;
     options.setTileSizes(asFoldResults(&getContext(), tiles));
     options.setLoopType(scf::SCFTilingOptions::LoopType::ForOp);
@@ -300,10 +328,104 @@ struct TileContractionsPass
     FailureOr<scf::SCFTilingResult> result = scf::tileUsingSCF(
         rewriter, cast<TilingInterface>(tile.getOperation()), options);
     if (failed(result))
-      return tile;
+      return nullptr;
     rewriter.replaceOp(tile, result->replacements);
+    if (loops)
+      loops->assign(result->loops.begin(), result->loops.end());
     auto inner = cast<linalg::LinalgOp>(result->tiledOps.front());
     inner->setAttr(kVectorizeMarker, rewriter.getUnitAttr());
+    return inner;
+  }
+
+  /// Splits the reduction of a parallel tile; returns the innermost tile.
+  /// A tile of a dynamic contraction may still have `?` sizes, the partial
+  /// tiles of peeled tile loops; each is split so that almost every piece
+  /// has a static shape and vectorizes: fewer than tile-m rows into single
+  /// rows, fewer than tile-n columns into vectors of kRemainderLanes (the
+  /// last fewer stay scalar), a dynamic reduction into full steps of tile-k
+  /// and single steps for the rest.
+  static constexpr int64_t kRemainderLanes = 8;
+  linalg::LinalgOp tileReduction(RewriterBase &rewriter,
+                                 linalg::LinalgOp tile) {
+    SmallVector<int64_t> tiles = reductionTiles(tile);
+    SmallVector<int64_t> bounds = tile.getStaticLoopRanges();
+    SmallVector<unsigned> parallel, reduction;
+    tile.getParallelDims(parallel);
+    tile.getReductionDims(reduction);
+    std::optional<unsigned> vectorDim;
+    for (unsigned loop : parallel) {
+      if (!ShapedType::isDynamic(bounds[loop]))
+        continue;
+      if (loop != parallel.back()) {
+        tiles[loop] = 1;
+      } else {
+        tiles[loop] = kRemainderLanes;
+        vectorDim = loop;
+      }
+    }
+    if (llvm::all_of(tiles, [](int64_t t) { return t == 0; }))
+      return tile;
+    SmallVector<LoopLikeOpInterface> loops;
+    linalg::LinalgOp inner = tileBy(rewriter, tile, tiles, &loops);
+    if (!inner)
+      return tile;
+    // The loops, one per tiled dimension, in the order of the dimensions.
+    auto loopOf = [&](unsigned dim) -> scf::ForOp {
+      unsigned index = 0;
+      for (unsigned d = 0; d < dim; ++d)
+        index += tiles[d] != 0;
+      if (tiles[dim] == 0 || index >= loops.size())
+        return nullptr;
+      return dyn_cast<scf::ForOp>(loops[index].getOperation());
+    };
+    // A dynamic reduction: full steps, then the rest in single steps.
+    if (!reduction.empty() && ShapedType::isDynamic(bounds[reduction.back()]))
+      if (scf::ForOp kLoop = loopOf(reduction.back())) {
+        scf::ForOp partial;
+        rewriter.setInsertionPoint(kLoop);
+        if (succeeded(scf::peelForLoopAndSimplifyBounds(rewriter, kLoop,
+                                                        partial)) &&
+            partial) {
+          peeledTiles = true;
+          linalg::LinalgOp rest;
+          partial.walk([&](linalg::LinalgOp op) {
+            if (isTiledKind(op))
+              rest = op;
+          });
+          if (rest && rest.hasDynamicShape()) {
+            SmallVector<int64_t> ones(rest.getNumLoops(), 0);
+            ones[reduction.back()] = 1;
+            tileBy(rewriter, rest, ones, nullptr);
+          }
+        }
+      }
+    // Fewer than tile-n columns: whole vectors, then the rest (scalar).
+    if (vectorDim)
+      if (scf::ForOp nLoop = loopOf(*vectorDim)) {
+        scf::ForOp partial;
+        rewriter.setInsertionPoint(nLoop);
+        if (succeeded(scf::peelForLoopAndSimplifyBounds(rewriter, nLoop,
+                                                        partial))) {
+          peeledTiles = true;
+          // The sizes inside are min(lanes, columns - iv), composed with
+          // the partial tile's own size (columns) so that upstream's
+          // simplification does not see the loop's bound in them; in the
+          // full iterations (iv + lanes <= columns) they are lanes.
+          Value iv = nLoop.getInductionVar();
+          nLoop.walk([&](affine::AffineMinOp min) {
+            if (!llvm::is_contained(min.getOperands(), iv))
+              return;
+            for (AffineExpr result : min.getMap().getResults())
+              if (auto c = dyn_cast<AffineConstantExpr>(result);
+                  c && c.getValue() == kRemainderLanes) {
+                rewriter.setInsertionPoint(min);
+                rewriter.replaceOpWithNewOp<arith::ConstantIndexOp>(
+                    min, kRemainderLanes);
+                return;
+              }
+          });
+        }
+      }
     return inner;
   }
 
@@ -392,6 +514,8 @@ struct TileContractionsPass
     });
     for (linalg::LinalgOp tile : tiles)
       downscaleConv(tileReduction(rewriter, tile));
+    if (peeledTiles)
+      lazymlir::foldPeeledTiles(func);
 
     // The originals are dead once their uses moved to the tile loops.
     {
@@ -407,6 +531,7 @@ struct TileContractionsPass
     func.walk([&](linalg::LinalgOp op) {
       if (!op->removeAttr(kVectorizeMarker))
         return;
+      foldStaticInputCasts(op);
       if (vectorize && !op.hasDynamicShape() && !touchesI1Memory(op) &&
           succeeded(linalg::vectorizeOpPrecondition(op)))
         toVectorize.push_back(op);

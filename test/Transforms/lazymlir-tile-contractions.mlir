@@ -3,6 +3,7 @@
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions{tile-m=4 tile-n=16 tile-k=4}),canonicalize,cse)" | FileCheck %s --check-prefix=SMALL
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions{im2col=0}),canonicalize,cse)" | FileCheck %s --check-prefix=NOIM2COL
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions{vectorize=0}),canonicalize,cse)" | FileCheck %s --check-prefix=NOVEC
+// RUN: lazymlir-opt %s --split-input-file --verify-diagnostics --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions))" -o /dev/null
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d1)>
@@ -219,13 +220,100 @@ func.func @conv_bias_relu_residual(%arg0: tensor<2x4x10x10xf32>, %arg1: tensor<8
 
 // -----
 
-// Dynamic shapes are left alone (they still lower to loops).
-// CHECK-LABEL: func.func @dynamic
-// CHECK: linalg.matmul
-// CHECK-NOT: vector.contract
-func.func @dynamic(%arg0: tensor<?x8xf32>, %arg1: tensor<8x16xf32>, %arg2: tensor<?x16xf32>) -> tensor<?x16xf32> {
-  %0 = linalg.matmul ins(%arg0, %arg1 : tensor<?x8xf32>, tensor<8x16xf32>) outs(%arg2 : tensor<?x16xf32>) -> tensor<?x16xf32>
-  return %0 : tensor<?x16xf32>
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d1)>
+// A dynamic row count (batch x sequence), weights as arguments: full 8x32
+// tiles of static shape over the rows that fill them (vectorized, with the
+// bias and relu in registers), then the partial tile of fewer than 8 rows
+// split into single rows of static shape (1x32 vectors). Tile loops are
+// marked parallel with an unknown size (i64 max).
+// CHECK-LABEL: func.func @dynamic_m
+// CHECK: %[[DIM:.+]] = tensor.dim %arg0, %c0
+// CHECK: %[[FULL:.+]] = affine.apply #{{.+}}()[%[[DIM]]]
+// CHECK: scf.for %{{.+}} = %c0 to %[[FULL]] step %c8
+// CHECK: scf.for
+// CHECK: vector.contract {{.*}} : vector<8x8xf32>, vector<8x32xf32> into vector<8x32xf32>
+// CHECK: arith.maximumf {{.*}} : vector<8x32xf32>
+// CHECK: tensor.insert_slice {{.*}} [8, 32] [1, 1] : tensor<8x32xf32> into tensor<?x64xf32>
+// CHECK: {lazymlir.parallel_tiles = 9223372036854775807 : i64}
+// CHECK: scf.for %{{.+}} = %[[FULL]] to %[[DIM]] step %c8
+// CHECK: scf.for %{{.+}} = %c0 to %{{.+}} step %c1
+// CHECK: vector.contract {{.*}} : vector<1x8xf32>, vector<8x32xf32> into vector<1x32xf32>
+// CHECK: linalg.generic {{.*}} outs(%{{.+}} : tensor<?x32xf32>)
+// NOEPI-LABEL: func.func @dynamic_m
+// NOEPI: vector.contract {{.*}} : vector<8x8xf32>, vector<8x32xf32> into vector<8x32xf32>
+// NOEPI: vector.contract {{.*}} : vector<1x8xf32>, vector<8x32xf32> into vector<1x32xf32>
+func.func @dynamic_m(%arg0: tensor<?x64xf32>, %arg1: tensor<64x64xf32>, %arg2: tensor<64xf32>) -> tensor<?x64xf32> {
+  %c0 = arith.constant 0 : index
+  %cst = arith.constant 0.000000e+00 : f32
+  %dim = tensor.dim %arg0, %c0 : tensor<?x64xf32>
+  %0 = tensor.empty(%dim) : tensor<?x64xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<?x64xf32>) -> tensor<?x64xf32>
+  %2 = linalg.matmul ins(%arg0, %arg1 : tensor<?x64xf32>, tensor<64x64xf32>) outs(%1 : tensor<?x64xf32>) -> tensor<?x64xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%2, %arg2 : tensor<?x64xf32>, tensor<64xf32>) outs(%0 : tensor<?x64xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %4 = arith.addf %in, %in_0 : f32
+    %5 = arith.maximumf %4, %cst : f32
+    linalg.yield %5 : f32
+  } -> tensor<?x64xf32>
+  return %3 : tensor<?x64xf32>
+}
+
+// -----
+
+// A dynamic reduction (a weight gradient over batch x sequence): full steps
+// of 8 with the accumulator in registers, then the rest one step at a time
+// (8x1 by 1x32 outer products), all vectorized.
+// CHECK-LABEL: func.func @dynamic_k
+// CHECK: scf.for %{{.+}} = %c0 to %c16 step %c8
+// CHECK: %[[ACC:.+]] = scf.for {{.*}} step %c8 iter_args({{.*}}) -> (vector<8x32xf32>)
+// CHECK: vector.contract {{.*}} : vector<8x8xf32>, vector<8x32xf32> into vector<8x32xf32>
+// CHECK: scf.for {{.*}} step %c8 iter_args(%{{.+}} = %[[ACC]]) -> (vector<8x32xf32>)
+// CHECK: scf.for {{.*}} step %c1 {{.*}} -> (vector<8x32xf32>)
+// CHECK: vector.contract {{.*}} : vector<8x1xf32>, vector<1x32xf32> into vector<8x32xf32>
+// CHECK-NOT: linalg.matmul
+func.func @dynamic_k(%arg0: tensor<16x?xf32>, %arg1: tensor<?x32xf32>) -> tensor<16x32xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<16x32xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %2 = linalg.matmul ins(%arg0, %arg1 : tensor<16x?xf32>, tensor<?x32xf32>) outs(%1 : tensor<16x32xf32>) -> tensor<16x32xf32>
+  return %2 : tensor<16x32xf32>
+}
+
+// -----
+
+// A dynamic vector loop (attention's scores over a dynamic sequence): full
+// 8x32 tiles, then the partial tile of fewer than 32 columns in vectors of
+// 8 (8x8 tiles) and the last fewer than 8 columns scalar (a linalg op of
+// dynamic shape, lowered to loops).
+// CHECK-LABEL: func.func @dynamic_n
+// CHECK: scf.for {{.*}} step %c32
+// CHECK: vector.contract {{.*}} : vector<8x8xf32>, vector<8x32xf32> into vector<8x32xf32>
+// CHECK: scf.for {{.*}} step %c32
+// CHECK: scf.for {{.*}} step %c8
+// CHECK: vector.contract {{.*}} : vector<8x8xf32>, vector<8x8xf32> into vector<8x8xf32>
+// CHECK: scf.for {{.*}} step %c8
+// CHECK: linalg.matmul ins({{.*}} : tensor<8x8xf32>, tensor<8x?xf32>) outs({{.*}} : tensor<8x?xf32>)
+func.func @dynamic_n(%arg0: tensor<16x64xf32>, %arg1: tensor<64x?xf32>) -> tensor<16x?xf32> {
+  %c1 = arith.constant 1 : index
+  %cst = arith.constant 0.000000e+00 : f32
+  %d2 = tensor.dim %arg1, %c1 : tensor<64x?xf32>
+  %0 = tensor.empty(%d2) : tensor<16x?xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<16x?xf32>) -> tensor<16x?xf32>
+  %2 = linalg.matmul ins(%arg0, %arg1 : tensor<16x64xf32>, tensor<64x?xf32>) outs(%1 : tensor<16x?xf32>) -> tensor<16x?xf32>
+  return %2 : tensor<16x?xf32>
+}
+
+// -----
+
+// A convolution with a dynamic batch is left alone (it lowers to loops),
+// and says so.
+// CHECK-LABEL: func.func @dynamic_conv
+// CHECK: linalg.conv_2d_nhwc_hwcf
+func.func @dynamic_conv(%arg0: tensor<?x10x10x4xf32>, %arg1: tensor<3x3x4x8xf32>, %arg2: tensor<?x8x8x8xf32>) -> tensor<?x8x8x8xf32> {
+  // expected-remark @below {{lazymlir-tile-contractions: convolution not tiled: dynamic dimension}}
+  %0 = linalg.conv_2d_nhwc_hwcf {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%arg0, %arg1 : tensor<?x10x10x4xf32>, tensor<3x3x4x8xf32>) outs(%arg2 : tensor<?x8x8x8xf32>) -> tensor<?x8x8x8xf32>
+  return %0 : tensor<?x8x8x8xf32>
 }
 
 // -----

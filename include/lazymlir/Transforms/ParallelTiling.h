@@ -13,6 +13,8 @@
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
 #include "mlir/IR/PatternMatch.h"
 
+#include <limits>
+
 namespace lazymlir {
 
 /// On the scf.for loops of tiles over parallel dimensions (of a contraction,
@@ -23,6 +25,15 @@ namespace lazymlir {
 inline constexpr llvm::StringLiteral kParallelTilesAttr =
     "lazymlir.parallel_tiles";
 
+/// The iteration points of an op with a dynamic (`?`) loop range, or too
+/// many to count: the tile loops of such an op count as large (parallel when
+/// threads > 1); their trip counts are only known at run time.
+inline constexpr int64_t kUnknownPoints = std::numeric_limits<int64_t>::max();
+
+/// The product of `op`'s loop ranges; kUnknownPoints when one is dynamic
+/// (a kDynamic range is never multiplied in).
+int64_t iterationPoints(mlir::linalg::LinalgOp op);
+
 /// After tile-and-fuse of `root` over parallel dimensions: marks the tile
 /// loops kParallelTilesAttr with `sized`'s iteration points and replaces
 /// `root`'s results with the loops'.
@@ -30,9 +41,10 @@ void finishParallelTiling(mlir::RewriterBase &rewriter, mlir::Operation *root,
                           const mlir::scf::SCFTileAndFuseResult &result,
                           mlir::linalg::LinalgOp sized);
 
-/// Splits a tile loop (scf.for) whose step does not divide its constant range
-/// into the full tiles and a last partial one (upstream
-/// peelForLoopAndSimplifyBounds). Returns whether it peeled.
+/// Splits a tile loop (scf.for) whose step does not divide its constant range,
+/// or whose range is dynamic, into the full tiles and a last partial one
+/// (upstream peelForLoopAndSimplifyBounds): the full tiles get static
+/// shapes. Returns whether it peeled.
 bool peelPartialTile(mlir::RewriterBase &rewriter,
                      mlir::LoopLikeOpInterface tileLoop);
 
