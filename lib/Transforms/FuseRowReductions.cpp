@@ -8,6 +8,8 @@
 #include "lazymlir/Transforms/Passes.h"
 #include "lazymlir/Transforms/ParallelTiling.h"
 
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
@@ -32,13 +34,18 @@ bool isReduction(linalg::LinalgOp op) {
 
 /// Whether `op` walks rows like a consumer whose first loop has `rows`
 /// iterations: its first loop is parallel with that size and indexes first
-/// every output and every operand in `shared`.
+/// every output and every operand in `shared`. A dynamic (`?`) row count
+/// matches any: the ops are chained through operands indexed by the row
+/// loop first (checked below), which makes their row counts equal.
 bool isRowLocal(linalg::LinalgOp op, int64_t rows,
                 const llvm::SetVector<Operation *> &fused) {
-  if (!isa<linalg::GenericOp, linalg::FillOp>(op) || op.hasDynamicShape() ||
-      op.getNumLoops() == 0 || !op.hasOnlyProjectedPermutations() ||
-      op.getIteratorTypesArray().front() != utils::IteratorType::parallel ||
-      op.getStaticLoopRanges().front() != rows)
+  if (!isa<linalg::GenericOp, linalg::FillOp>(op) || op.getNumLoops() == 0 ||
+      !op.hasOnlyProjectedPermutations() ||
+      op.getIteratorTypesArray().front() != utils::IteratorType::parallel)
+    return false;
+  int64_t own = op.getStaticLoopRanges().front();
+  if (own != rows && !ShapedType::isDynamic(own) &&
+      !ShapedType::isDynamic(rows))
     return false;
   AffineExpr first = getAffineDimExpr(0, op.getContext());
   for (OpOperand &operand : op->getOpOperands()) {
@@ -68,7 +75,7 @@ struct FuseRowReductionsPass
   /// The ops to fuse into a row-tile loop of `root`, or none.
   llvm::SetVector<Operation *> fusedWith(linalg::GenericOp root) {
     llvm::SetVector<Operation *> fused;
-    if (root.getNumLoops() < 2 || root.hasDynamicShape() ||
+    if (root.getNumLoops() < 2 ||
         root.getNumParallelLoops() != root.getNumLoops() ||
         root.getNumDpsInits() != 1)
       return fused;
@@ -106,7 +113,10 @@ struct FuseRowReductionsPass
   }
 
   /// Rows per tile: the fewest dividing the row count whose slice of the
-  /// root's largest input spans tileBytes.
+  /// root's largest input spans tileBytes. With a dynamic row count, that
+  /// many rows (the last tile is partial); a dynamic row length counts as
+  /// kDynamicRowElements elements.
+  static constexpr int64_t kDynamicRowElements = 1024;
   int64_t rowsPerTile(linalg::GenericOp root) {
     int64_t rows = root.getStaticLoopRanges().front();
     int64_t rowBytes = 1;
@@ -114,10 +124,17 @@ struct FuseRowReductionsPass
       auto type = dyn_cast<RankedTensorType>(input.getType());
       if (!type || type.getRank() == 0 || type.getElementTypeBitWidth() < 8)
         continue;
-      rowBytes = std::max(rowBytes, type.getNumElements() / type.getDimSize(0) *
-                                        type.getElementTypeBitWidth() / 8);
+      int64_t elements = 1;
+      for (int64_t size : type.getShape().drop_front())
+        elements *= ShapedType::isDynamic(size)
+                        ? kDynamicRowElements
+                        : std::min<int64_t>(size, int64_t(1) << 32);
+      rowBytes = std::max(rowBytes,
+                          elements * type.getElementTypeBitWidth() / 8);
     }
     int64_t wanted = std::max<int64_t>(1, tileBytes / rowBytes);
+    if (ShapedType::isDynamic(rows))
+      return wanted;
     for (int64_t tile = std::min(wanted, rows); tile <= rows; ++tile)
       if (rows % tile == 0)
         return tile;

@@ -162,3 +162,52 @@ func.func @matmul_is_not_a_row_reduction(%x: tensor<4x64x128xf32>, %w: tensor<12
   } -> tensor<4x64x384xf32>
   return %r : tensor<4x64x384xf32>
 }
+
+// -----
+
+// A dynamic row count (batch x sequence): the same fusion, tiles of the rows
+// that fit in tile-bytes (256 rows of 64 floats), the last tile partial
+// (affine.min); the tile loop is marked parallel with an unknown size.
+// CHECK-LABEL: func.func @softmax_dynamic_rows
+// CHECK: %[[DIM:.+]] = tensor.dim %arg0
+// CHECK: scf.for %[[ROW:.+]] = %{{.+}} to %[[DIM]] step %c256
+// CHECK: %[[N:.+]] = affine.min #{{.+}}(%[[ROW]])[%[[DIM]]]
+// CHECK: %[[X:.+]] = tensor.extract_slice %arg0[%[[ROW]], 0] [%[[N]], 64] [1, 1]
+// CHECK: %[[MAX:.+]] = linalg.generic {{.+}} ins(%[[X]] : tensor<?x64xf32>)
+// CHECK: %[[SUM:.+]] = linalg.generic {{.+}} ins(%[[X]], %[[MAX]] : tensor<?x64xf32>, tensor<?xf32>)
+// CHECK: linalg.generic {{.+}} ins(%[[X]], %[[MAX]], %[[SUM]] :
+// CHECK: } {lazymlir.parallel_tiles = 9223372036854775807 : i64}
+// CHECK-NOT: linalg.
+// CHECK: return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @softmax_dynamic_rows(%arg0: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  %c0 = arith.constant 0 : index
+  %cst = arith.constant 0xFF800000 : f32
+  %cst_0 = arith.constant 0.000000e+00 : f32
+  %dim = tensor.dim %arg0, %c0 : tensor<?x64xf32>
+  %0 = tensor.empty(%dim) : tensor<?xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<?xf32>) -> tensor<?xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<?x64xf32>) outs(%1 : tensor<?xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %7 = arith.maximumf %in, %out : f32
+    linalg.yield %7 : f32
+  } -> tensor<?xf32>
+  %3 = linalg.fill ins(%cst_0 : f32) outs(%0 : tensor<?xf32>) -> tensor<?xf32>
+  %4 = linalg.generic {indexing_maps = [#map, #map1, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0, %2 : tensor<?x64xf32>, tensor<?xf32>) outs(%3 : tensor<?xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %out: f32):
+    %7 = arith.subf %in, %in_1 : f32
+    %8 = math.exp %7 : f32
+    %9 = arith.addf %8, %out : f32
+    linalg.yield %9 : f32
+  } -> tensor<?xf32>
+  %5 = tensor.empty(%dim) : tensor<?x64xf32>
+  %6 = linalg.generic {indexing_maps = [#map, #map1, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0, %2, %4 : tensor<?x64xf32>, tensor<?xf32>, tensor<?xf32>) outs(%5 : tensor<?x64xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %in_2: f32, %out: f32):
+    %7 = arith.subf %in, %in_1 : f32
+    %8 = math.exp %7 : f32
+    %9 = arith.divf %8, %in_2 : f32
+    linalg.yield %9 : f32
+  } -> tensor<?x64xf32>
+  return %6 : tensor<?x64xf32>
+}

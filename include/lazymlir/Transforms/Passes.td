@@ -244,10 +244,13 @@ def FuseRowReductionsPass
     rows (a divisor of the first loop's size) whose input slice reaches
     `tile-bytes`, so that it stays in the core's cache; the tile loop is
     marked `lazymlir.parallel_tiles` for lazymlir-parallelize-tiles.
+    A dynamic (`?`) row count is tiled by the rows that fit (a partial last
+    tile); a dynamic row length counts as 1024 elements.
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
-    "mlir::scf::SCFDialect",
+    "mlir::scf::SCFDialect", "mlir::affine::AffineDialect",
+    "mlir::arith::ArithDialect",
   ];
   let options = [
     Option<"tileBytes", "tile-bytes", "int64_t", /*default=*/"65536",
@@ -727,7 +730,7 @@ def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
     lazymlir-streaming-stores (which leave linalg ops for it to lower) and
     before lazymlir-parallelize-tiles.
   }];
-  let dependentDialects = ["mlir::scf::SCFDialect",
+  let dependentDialects = ["mlir::scf::SCFDialect", "mlir::arith::ArithDialect",
                            "mlir::linalg::LinalgDialect"];
   let options = [
     Option<"parallelThreshold", "parallel-threshold", "int64_t",
