@@ -4,11 +4,14 @@
 
 #include "ParallelLoops.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
@@ -186,6 +189,43 @@ struct LowerToLoopsPass
     : lazymlir::impl::LowerToLoopsPassBase<LowerToLoopsPass> {
   using Base::Base;
 
+  /// scf.if (iteration points of `loops` >= parallel-threshold) { the nest
+  /// with its outer `depth` loops parallel } else { the nest as it is }.
+  /// The loops come from linalgOpToLoops: from 0 by 1, bounds defined
+  /// before the outermost.
+  void guardedBySize(RewriterBase &rewriter, ArrayRef<Operation *> loops,
+                     unsigned depth) {
+    auto outer = cast<scf::ForOp>(loops.front());
+    Location loc = outer.getLoc();
+    rewriter.setInsertionPoint(outer);
+    Value points = arith::ConstantIndexOp::create(rewriter, loc, 1);
+    for (Operation *loop : loops) {
+      auto forOp = dyn_cast<scf::ForOp>(loop);
+      if (!forOp || !matchPattern(forOp.getLowerBound(), m_Zero()) ||
+          !matchPattern(forOp.getStep(), m_One()) ||
+          !forOp.getUpperBound().getParentRegion()->isAncestor(
+              outer->getParentRegion())) {
+        // Not the expected nest: sequential, which is correct.
+        return;
+      }
+      points = arith::MulIOp::create(rewriter, loc, points,
+                                     forOp.getUpperBound());
+    }
+    Value threshold =
+        arith::ConstantIndexOp::create(rewriter, loc, parallelThreshold);
+    Value large = arith::CmpIOp::create(rewriter, loc, arith::CmpIPredicate::sge,
+                                        points, threshold);
+    auto branch = scf::IfOp::create(rewriter, loc, large, /*withElse=*/true);
+    rewriter.moveOpBefore(outer, branch.elseBlock()->getTerminator());
+    rewriter.setInsertionPoint(branch.thenBlock()->getTerminator());
+    IRMapping mapping;
+    Operation *copy = rewriter.clone(*outer, mapping);
+    (void)copy;
+    SmallVector<Operation *> copies = llvm::map_to_vector(
+        loops, [&](Operation *loop) { return mapping.lookup(loop); });
+    lazymlir::parallelizeLoopNest(rewriter, copies, depth);
+  }
+
   void runOnOperation() override {
     IRRewriter rewriter(&getContext());
     SmallVector<linalg::LinalgOp> ops;
@@ -195,10 +235,15 @@ struct LowerToLoopsPass
     });
     for (linalg::LinalgOp op : ops) {
       rewriter.setInsertionPoint(op);
+      bool large = lazymlir::isLargeKernel(op, parallelThreshold);
+      // With dynamic (`?`) ranges the size is known at run time only: the
+      // nest is built twice, parallel and sequential, and the iteration
+      // points choose (guardedBySize).
+      bool guarded = !allParallel && !large && parallelThreshold > 0 &&
+                     op.hasDynamicShape();
       unsigned depth = allParallel ? lazymlir::disjointParallelDepth(op)
-                       : lazymlir::isLargeKernel(op, parallelThreshold)
-                           ? lazymlir::kernelParallelDepth(op)
-                           : 0;
+                       : large || guarded ? lazymlir::kernelParallelDepth(op)
+                                          : 0;
       FailureOr<linalg::LinalgLoops> loops =
           linalg::linalgOpToLoops(rewriter, op);
       if (failed(loops) || loops->size() < depth) {
@@ -207,7 +252,9 @@ struct LowerToLoopsPass
       }
       carryReductionAccumulators(rewriter, op, *loops);
       rewriter.eraseOp(op);
-      if (depth > 0)
+      if (depth > 0 && guarded)
+        guardedBySize(rewriter, *loops, depth);
+      else if (depth > 0)
         lazymlir::parallelizeLoopNest(rewriter, *loops, depth);
     }
   }

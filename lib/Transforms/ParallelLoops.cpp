@@ -4,6 +4,8 @@
 
 #include "mlir/IR/AffineExpr.h"
 
+#include <limits>
+
 using namespace mlir;
 
 namespace {
@@ -36,16 +38,27 @@ unsigned lazymlir::leadingParallelDepth(ArrayRef<int64_t> trips) {
 }
 
 bool lazymlir::isLargeKernel(linalg::LinalgOp op, int64_t parallelThreshold) {
-  if (parallelThreshold <= 0 || op.hasDynamicShape())
+  if (parallelThreshold <= 0)
     return false;
+  // Dynamic (`?`) ranges count as 1: large if the static ones alone are.
   int64_t points = 1;
-  for (int64_t bound : op.getStaticLoopRanges())
+  for (int64_t bound : op.getStaticLoopRanges()) {
+    if (ShapedType::isDynamic(bound))
+      continue;
+    if (bound != 0 && points > std::numeric_limits<int64_t>::max() / bound)
+      return true;
     points *= bound;
+  }
   return points >= parallelThreshold;
 }
 
 unsigned lazymlir::kernelParallelDepth(linalg::LinalgOp op) {
-  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  // A dynamic (`?`) loop counts as enough iterations, as a tile loop
+  // without static bounds does in parallelize-tiles.
+  SmallVector<int64_t> ranges =
+      llvm::map_to_vector(op.getStaticLoopRanges(), [](int64_t range) {
+        return ShapedType::isDynamic(range) ? kMinParallelIterations : range;
+      });
   unsigned limit = ranges.size() == 1 ? 1 : ranges.size() - 1;
   unsigned allowed = 0;
   while (allowed < limit && writesDisjointly(op, allowed))

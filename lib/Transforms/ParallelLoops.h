@@ -25,8 +25,9 @@ inline constexpr int64_t kMinParallelIterations = 64;
 /// two iterations. 0: none.
 unsigned leadingParallelDepth(llvm::ArrayRef<int64_t> trips);
 
-/// Whether `op` (of static shape) has at least `parallelThreshold` iteration
-/// points; never when the threshold is 0 or less.
+/// Whether `op` has at least `parallelThreshold` iteration points counting
+/// its static loop ranges only (dynamic ones as 1); never when the threshold
+/// is 0 or less.
 bool isLargeKernel(mlir::linalg::LinalgOp op, int64_t parallelThreshold);
 
 /// How many outer loops of `op`'s nest to run as one parallel loop: among

@@ -170,3 +170,32 @@ func.func @output_aliases_input(%x: memref<8x8xf32>) {
   }
   return
 }
+
+// -----
+
+// A dynamic (`?`) row count: the size is known at run time only, so the nest
+// is built twice and the iteration points choose, parallel from the
+// threshold on; without a threshold it stays sequential.
+// CHECK-LABEL: func.func @dynamic_rows
+// CHECK: %[[DIM:.+]] = memref.dim %arg0
+// CHECK: %[[P:.+]] = arith.muli %{{.+}}, %c64
+// CHECK: %[[LARGE:.+]] = arith.cmpi sge, %[[P]], %c4096
+// CHECK: scf.if %[[LARGE]] {
+// CHECK: scf.parallel (%{{.+}}) = (%{{.+}}) to (%[[DIM]])
+// CHECK: scf.for
+// CHECK: } else {
+// CHECK: scf.for %{{.+}} = %{{.+}} to %[[DIM]]
+// CHECK: scf.for
+// SEQ-LABEL: func.func @dynamic_rows
+// SEQ-NOT: scf.if
+// SEQ-NOT: scf.parallel
+// SEQ: return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @dynamic_rows(%arg0: memref<?x64xf32>, %arg1: memref<?x64xf32>) {
+  linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0 : memref<?x64xf32>) outs(%arg1 : memref<?x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.addf %in, %in : f32
+    linalg.yield %0 : f32
+  }
+  return
+}
