@@ -63,7 +63,7 @@ class _Compiled:
     """A graph compiled by the native compiler: its executable (a
     ``lazymlir._native.CpuExecutable``) and the buffers its results go in."""
 
-    __slots__ = ("name", "executable", "out_specs", "checked", "gm", "dynamic")
+    __slots__ = ("name", "executable", "out_specs", "checked", "gm", "dynamic", "template")
 
     def __init__(self, name, executable, out_specs, gm):
         self.name = name  # the graph's hash (dumps, the profiler)
@@ -72,6 +72,8 @@ class _Compiled:
         # results' shapes are each trace's (trace.Graph.output_specs).
         self.out_specs = out_specs
         self.dynamic = executable.is_dynamic
+        # A dynamic graph's lazymlir.dynamic.Template (its phantom inputs).
+        self.template = None
         # The first run checks every buffer's dtype, shape and layout; the
         # cache key fixes them for the runs after it, which check sizes only.
         self.checked = False
@@ -190,7 +192,7 @@ def _dynamic_dims(graph: trace.Graph, template) -> list:
     perms = graph.input_perms or [None] * len(graph.inputs)
     for logical, perm in zip(template.dynamic_dims(len(graph.inputs)), perms):
         dims.append(logical if perm is None else {q for q, d in enumerate(perm) if d in logical})
-    return dims + [set() for _ in graph.scalars]
+    return dims + [set() for _ in graph.scalars] + [{0} for _ in template.free]
 
 
 def _templates_key(native, skeleton):
@@ -223,8 +225,15 @@ def _disk_templates(native, name: str, options: dict):
         if executable is None or not executable.is_dynamic:
             return None
         _note_compile(executable.compile_stats, True)
-        gm = trace.to_fx(graph, dynamic.fx_rewriter(template, graph))
-        return _Compiled(_dynamic_name(graph, template), executable, None, gm)
+        rewrite = dynamic.fx_rewriter(template, graph)
+        try:
+            gm = trace.to_fx(graph, rewrite, len(template.free))
+            rewrite.check()
+        except dynamic.Misaligned:
+            return None
+        entry = _Compiled(_dynamic_name(graph, template), executable, None, gm)
+        entry.template = template
+        return entry
 
     return load, read
 
@@ -243,9 +252,11 @@ def _compile_dynamic(graph: trace.Graph, template, native, name: str, options: d
     name = _dynamic_name(graph, template)
     try:
         t1 = time.perf_counter()
-        gm = trace.to_fx(graph, dynamic.fx_rewriter(template, graph))
-        lowered = lowering.lower(gm, graph.input_values(), origins=config.profile,
-                                 dynamic=_dynamic_dims(graph, template))
+        rewrite = dynamic.fx_rewriter(template, graph)
+        gm = trace.to_fx(graph, rewrite, len(template.free))
+        rewrite.check()
+        inputs = graph.input_values() + template.phantoms(dynamic.decompose(graph.key)[1])
+        lowered = lowering.lower(gm, inputs, origins=config.profile, dynamic=_dynamic_dims(graph, template))
         metrics.timing("LoweringTime", time.perf_counter() - t1)
         if config.dump_dir:
             debug.dump(name, "torch", lowered.torch_mlir)
@@ -268,6 +279,7 @@ def _compile_dynamic(graph: trace.Graph, template, native, name: str, options: d
     metrics.counter("DynamicCompile")
     metrics.counter("UncachedCompile")
     entry = _Compiled(name, executable, None if executable.is_dynamic else graph.output_specs(), gm)
+    entry.template = template
     template.entry = entry
     if config.verbose:
         print(f"lazymlir: graph {name} compiled with dynamic {template.describe()}")

@@ -123,13 +123,18 @@ class Template:
     """A dynamic graph: which numbers are symbols (input dimensions), which
     are functions of them, and the compiled entry."""
 
-    __slots__ = ("base", "symbols", "exprs", "leaf_of", "entry", "guards", "failed", "graph_key")
+    __slots__ = ("base", "symbols", "exprs", "leaf_of", "free", "entry", "guards", "failed", "graph_key")
 
     def __init__(self, base, symbols, exprs, leaf_of):
         self.base = base  # the numbers of the trace it was made from
         self.symbols = symbols  # frozenset of number indices (input dimensions)
         self.exprs = exprs  # number index -> (a, (symbol indices...), b): a * prod(symbols) + b
-        self.leaf_of = leaf_of  # symbol index -> (input position, dimension)
+        # symbol index -> (input position, dimension); a free symbol (an
+        # integer that changed with no input size) is the size of phantom
+        # input j, an int8 vector passed after the graph's arguments:
+        # (-1 - j, 0).
+        self.leaf_of = leaf_of
+        self.free = tuple(sorted((s for s in symbols if leaf_of[s][0] < 0), key=lambda s: -leaf_of[s][0]))
         self.entry = None  # the compiled graph (compilation._Compiled)
         # What the decomposition assumed of the symbols: a ShapeEnv guard
         # expression over the graph's arguments t0, t1, ... (None: nothing).
@@ -183,11 +188,36 @@ class Template:
         dims = [set() for _ in range(n_inputs)]
         for s in self.symbols:
             i, d = self.leaf_of[s]
-            dims[i].add(d)
+            if i >= 0:
+                dims[i].add(d)
         return dims
 
+    def phantoms(self, numbers) -> List[torch.Tensor]:
+        """The phantom inputs of the free symbols at these numbers."""
+        return [_phantom(numbers[s]) for s in self.free]
+
     def describe(self) -> str:
-        return ", ".join(f"input {i} dim {d}" for i, d in sorted(self.leaf_of[s] for s in self.symbols))
+        return ", ".join(f"input {i} dim {d}" if i >= 0 else f"integer #{s}"
+                         for s, (i, d) in sorted(self.leaf_of.items(), key=lambda x: x[1]))
+
+
+_phantoms: Dict[int, torch.Tensor] = {}
+
+
+def _phantom(n: int) -> torch.Tensor:
+    """A vector of ``n`` bytes whose size carries a free symbol's value into
+    a compiled graph (never read)."""
+    t = _phantoms.get(n)
+    if t is None:
+        if len(_phantoms) > 256:
+            _phantoms.clear()
+        t = _phantoms[n] = torch.zeros(n, dtype=torch.int8)
+    return t
+
+
+def phantom_inputs(entry, graph) -> List[torch.Tensor]:
+    """The phantom inputs ``graph``'s run of the dynamic ``entry`` takes."""
+    return entry.template.phantoms(decompose(graph.key)[1])
 
 
 def _eval(expr, numbers) -> int:
@@ -290,7 +320,7 @@ def lookup(graph, disk=None):
             continue
         if inputs is None:
             inputs = graph.input_values()
-        if t.matches(numbers, inputs):
+        if t.matches(numbers, inputs + t.phantoms(numbers) if t.free else inputs):
             if t.entry is None:
                 t.entry = disk[0](t, graph) if disk is not None else None
                 if t.entry is None:
@@ -353,17 +383,28 @@ def generalize(graph) -> Optional[Template]:
             return None
         changed = [i for i, (a, b) in enumerate(zip(base, numbers)) if a != b]
         symbols = sorted({i for i in changed if i in where} | set(forced))
-        if not symbols or pinned & set(symbols) or any(numbers[s] < 2 for s in symbols):
+        if not changed or pinned & set(symbols) or any(numbers[s] < 2 for s in symbols):
             return None
         moved = [s for s in symbols if base[s] != numbers[s]]
         exprs = {}
+        free = []
         for i in changed:
             if i in where:
                 continue
             e = _fit(base[i], numbers[i], base, numbers, moved) if moved else None
             if e is None:
-                return None  # a constant that changed with no explanation: not a shape change
+                # An integer that changed with no input size to explain it
+                # (a slice bound, the size of a tensor made from nothing):
+                # a symbol of its own, the size of a phantom input.
+                if numbers[i] < 2:
+                    return None
+                free.append(i)
+                moved.append(i)
+                continue
             exprs[i] = e
+        symbols = sorted(set(symbols) | set(free))
+        for j, i in enumerate(free):
+            where[i] = (-1 - j, 0)
         if forced:  # numbers that did not change may still follow a marked symbol
             for i, c in enumerate(numbers):
                 if i not in where and i not in exprs and c == base[i]:
@@ -385,14 +426,26 @@ def generalize(graph) -> Optional[Template]:
     return t
 
 
+class Misaligned(Exception):
+    """A node's arguments do not hold the integers of its signature in key
+    order: the graph cannot be made dynamic (it compiles static)."""
+
+
 def fx_rewriter(template: Template, graph):
     """The ``rewrite`` for trace.to_fx: each fitted number becomes FX
-    arithmetic on ``aten.sym_size`` of the inputs."""
+    arithmetic on ``aten.sym_size`` of the inputs, each free symbol the size
+    of its phantom input. Each node's integers are matched with its
+    signature's, value by value; after to_fx, ``rewrite.check()`` raises
+    :class:`Misaligned` unless every integer was seen and every symbolic one
+    replaced: a literal left where a size varies would give other sizes a
+    wrong result."""
+    _, numbers, _ = decompose(graph.key)
     # Where each node's numbers start among the graph's numbers: the key's
     # entries are the leaves and the nodes, in the order of graph.nodes.
     first = {}
     pos = 0
     nodes = iter(graph.nodes)
+    expected = 0
     for e in graph.key[0]:
         head = e[0]
         if type(head) is torch.Size:
@@ -400,20 +453,25 @@ def fx_rewriter(template: Template, graph):
         else:
             counted = []
             _split(head, counted)
-            first[next(nodes)] = pos
+            first[next(nodes)] = (pos, pos + len(counted))
             pos += len(counted)
+            expected += len(counted)
     exprs = template.exprs
+    free = set(template.free)
     syms = {}
+    seen = [0]
+    replaced = set()
 
     def symbol(g, env, s):
         node = syms.get(s)
         if node is None:
             i, d = template.leaf_of[s]
-            node = syms[s] = g.call_function(aten.sym_size.int, (env[graph.inputs[i]], d))
+            source = env[graph.inputs[i]] if i >= 0 else env[("phantom", -1 - i)]
+            node = syms[s] = g.call_function(aten.sym_size.int, (source, d))
         return node
 
     def rewrite(g, env, n, args, kwargs):
-        start = first[n]
+        start, end = first[n]
         counter = [start]
 
         def sub(v):
@@ -421,9 +479,17 @@ def fx_rewriter(template: Template, graph):
             if t is int:
                 i = counter[0]
                 counter[0] += 1
+                if i >= end or numbers[i] != v:
+                    raise Misaligned(f"{n.op}: integer {v} where its signature has "
+                                     f"{numbers[i] if i < end else 'nothing'}")
+                seen[0] += 1
+                if i in free:
+                    replaced.add(i)
+                    return symbol(g, env, i)
                 e = exprs.get(i)
                 if e is None:
                     return v
+                replaced.add(i)
                 a, ss, b = e
                 x = symbol(g, env, ss[0])
                 for s in ss[1:]:
@@ -441,6 +507,14 @@ def fx_rewriter(template: Template, graph):
         # arguments, then the keyword arguments' values.
         args = sub(args)
         kwargs = {key: sub(v) for key, v in kwargs.items()}
+        if counter[0] != end:
+            raise Misaligned(f"{n.op}: {counter[0] - start} integers in its arguments, {end - start} in its signature")
         return args, kwargs
 
+    def check():
+        missing = (set(exprs) | free) - replaced
+        if seen[0] != expected or missing:
+            raise Misaligned(f"{seen[0]} of {expected} integers seen; not replaced: {sorted(missing)}")
+
+    rewrite.check = check
     return rewrite

@@ -79,6 +79,8 @@ def execute(outputs: Sequence[trace.Node], now: bool = False):
         _throttle()  # before this graph's outputs are allocated
     outs = [_empty(shape, dtype) for shape, dtype in (entry.out_specs or graph.output_specs())]
     inputs = graph.input_values()
+    if type(entry) is _Compiled and entry.template is not None and entry.template.free:
+        inputs += dynamic.phantom_inputs(entry, graph)
     if ahead:
         metrics.counter("RunAhead")
         job = _Job(entry)

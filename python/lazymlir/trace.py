@@ -354,12 +354,14 @@ def map_nodes(a, fn):
     return a
 
 
-def to_fx(graph: Graph, rewrite=None) -> torch.fx.GraphModule:
+def to_fx(graph: Graph, rewrite=None, phantoms: int = 0) -> torch.fx.GraphModule:
     """The graph as an FX GraphModule of aten ops on CPU tensors: placeholders are
     the device-data inputs, then the lifted scalars; outputs are returned as a
     tuple.  ``rewrite(g, env, node, args, kwargs)`` (dynamic graphs) may replace
     a node's constant arguments by FX nodes before it is emitted; ``env`` maps
-    each leaf to its FX value in the logical order."""
+    each leaf to its FX value in the logical order, and ("phantom", j) to the
+    j-th of ``phantoms`` placeholders after the scalars (lazymlir.dynamic's
+    free symbols: their sizes are integers of the graph)."""
     g = torch.fx.Graph()
     env = {}
     perms = graph.input_perms or [None] * len(graph.inputs)
@@ -368,6 +370,8 @@ def to_fx(graph: Graph, rewrite=None) -> torch.fx.GraphModule:
         if perm is not None:  # the contiguous buffer of a dense layout: back to the logical order
             env[n] = g.call_function(aten.permute.default, (env[n], inverse_perm(perm)))
     scalars = [g.placeholder(f"scalar{i}") for i in range(len(graph.scalars))]
+    for j in range(phantoms):
+        env[("phantom", j)] = g.placeholder(f"phantom{j}")
 
     def fx_arg(a):
         return map_nodes(a, env.__getitem__)

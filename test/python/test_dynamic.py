@@ -167,12 +167,27 @@ def test_a_wrong_guess_never_gives_a_wrong_value():
     assert c["UncachedCompile"] == 4
 
 
-def test_constants_that_do_not_follow_sizes_stay_static():
+def test_integers_that_change_with_no_input_size_become_symbols():
+    # x[:k] of a fixed x: k is the size of a phantom input of the dynamic
+    # graph. (The slice's guard k <= 10 comes from the ShapeEnv.)
     x = torch.randn(10, 8)
-    for k in [2, 3, 4]:
-        torch.testing.assert_close(x.to("lazy")[:k].sum(0).cpu(), x[:k].sum(0))
-    assert counts()["DynamicCompile"] == 0
+    xl = x.to("lazy")
+    for k in [2, 3, 4, 9, 10]:
+        torch.testing.assert_close(xl[:k].sum(0).cpu(), x[:k].sum(0))
+    c = counts()
+    assert (c["UncachedCompile"], c["DynamicCompile"], c["DynamicGraphHit"]) == (2, 1, 3), c
+    # Values below 2 stay static (PyTorch specializes 0 and 1).
+    torch.testing.assert_close(xl[:1].sum(0).cpu(), x[:1].sum(0))
     assert counts()["UncachedCompile"] == 3
+
+
+def test_zero_input_graph_with_sizes_from_python():
+    # torch.ones(4, t) made on the device: no input carries t.
+    for t in [3, 5, 17]:
+        got = (torch.ones(4, t, device="lazy") * 2).sum(1)
+        torch.testing.assert_close(got.cpu(), torch.full((4,), 2.0 * t))
+    c = counts()
+    assert (c["UncachedCompile"], c["DynamicCompile"], c["DynamicGraphHit"]) == (2, 1, 1), c
 
 
 def test_storm_warning_names_the_dimension():
