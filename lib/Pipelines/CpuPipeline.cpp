@@ -72,6 +72,10 @@ void lazymlir::addBufferizeWithOutParams(OpPassManager &pm) {
   // that would then be copied.
   bufferization::BufferResultsToOutParamsPassOptions outParams;
   outParams.hoistStaticAllocs = true;
+  // A result with `?` dimensions too: its out-parameter (allocated by the
+  // caller at the run's sizes) replaces the allocation, instead of a copy
+  // of a finished temporary into it.
+  outParams.hoistDynamicAllocs = true;
   outParams.modifyPublicFunctions = true;
   pm.addPass(bufferization::createBufferResultsToOutParamsPass(outParams));
   pm.addPass(createCanonicalizerPass());

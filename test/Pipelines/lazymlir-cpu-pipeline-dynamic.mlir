@@ -1,6 +1,7 @@
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="threads=2" 2>&1 | FileCheck %s --check-prefixes=CHECK,PARALLEL
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="threads=1" 2>&1 | FileCheck %s --check-prefixes=CHECK,SEQ
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="fusion=false" 2>&1 | FileCheck %s --check-prefixes=CHECK,UNFUSED
+// RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="threads=1" 2>&1 | FileCheck %s --check-prefix=NOCOPY
 
 // The MLP's forward (Linear 784->128, relu, Linear 128->10, log_softmax)
 // with a dynamic batch and the weights as arguments, as torch-mlir imports
@@ -18,6 +19,12 @@
 // CHECK-NOT: -9223372036854775808
 // CHECK: llvm.intr.fmuladd({{.*}}) : (vector<32xf32>, vector<32xf32>, vector<32xf32>)
 // CHECK-NOT: -9223372036854775808
+// The result (batch x 10, allocated by the caller at the run's size) is
+// written in place: no temporary copied into the out-parameter
+// (hoist-dynamic-allocs).
+// NOCOPY: lazymlir.kernel_count
+// NOCOPY-NOT: memcpy
+// NOCOPY-NOT: memrefCopy
 // PARALLEL: omp.parallel
 // SEQ-NOT: omp.parallel
 // UNFUSED-NOT: omp.parallel
