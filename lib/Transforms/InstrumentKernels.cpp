@@ -139,7 +139,16 @@ std::string operandShapes(ValueRange operands) {
       operands.getTypes(), os,
       [&](Type type) {
         if (auto memref = dyn_cast<MemRefType>(type)) {
-          llvm::interleave(memref.getShape(), os, "x");
+          // A dynamic (`?`) size prints as `?`, not as kDynamic.
+          llvm::interleave(
+              memref.getShape(), os,
+              [&](int64_t size) {
+                if (ShapedType::isDynamic(size))
+                  os << "?";
+                else
+                  os << size;
+              },
+              "x");
           os << (memref.getRank() ? "x" : "") << memref.getElementType();
         } else {
           os << type;
