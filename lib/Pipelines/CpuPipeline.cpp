@@ -155,6 +155,10 @@ void lazymlir::buildCpuLLVMPipeline(OpPassManager &pm,
       VectorTransferToSCFOptions().enableFullUnroll()));
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
+  // expand-strided-metadata crashes on an expand_shape into several `?`
+  // sizes (a dynamic graph's view of batch x sequence rows as [batch,
+  // sequence, ...]): those become reinterpret_casts first.
+  pm.addPass(createDynamicExpandShapesPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
   // Math ops with an LLVM intrinsic become intrinsics (vectorizable); the

@@ -48,3 +48,13 @@ mergeableIterationRuns(ArrayRef<AffineMap> maps,
 }
 
 } // namespace lazymlir
+
+void lazymlir::dropRunsOfDynamicLoops(
+    llvm::SmallVectorImpl<mlir::ReassociationIndices> &runs,
+    llvm::ArrayRef<int64_t> ranges) {
+  llvm::erase_if(runs, [&](const mlir::ReassociationIndices &run) {
+    return llvm::count_if(run, [&](int64_t loop) {
+             return mlir::ShapedType::isDynamic(ranges[loop]);
+           }) > 1;
+  });
+}

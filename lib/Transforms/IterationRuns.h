@@ -23,6 +23,13 @@ mergeableIterationRuns(llvm::ArrayRef<mlir::AffineMap> maps,
                        llvm::ArrayRef<mlir::utils::IteratorType> iterators,
                        bool parallelRuns);
 
+/// Drops from `runs` each run of two or more dynamic (`?`) loops of `ranges`
+/// (the op's static loop ranges): merged, its result would be expanded back
+/// into several `?` sizes, which expand-strided-metadata cannot lower (it
+/// crashed on memref.expand_shape of memref<?xf32> into memref<?x?xf32>).
+void dropRunsOfDynamicLoops(llvm::SmallVectorImpl<mlir::ReassociationIndices> &runs,
+                            llvm::ArrayRef<int64_t> ranges);
+
 } // namespace lazymlir
 
 #endif // LAZYMLIR_LIB_TRANSFORMS_ITERATIONRUNS_H

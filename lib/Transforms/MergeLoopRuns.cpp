@@ -57,7 +57,7 @@ struct MergeLoopRunsPass
     SmallVector<linalg::GenericOp> ops;
     for (Block &block : func.getBody())
       for (auto op : block.getOps<linalg::GenericOp>())
-        if (op.hasPureTensorSemantics() && !op.hasDynamicShape() &&
+        if (op.hasPureTensorSemantics() &&
             !linalg::isaContractionOpInterface(op) &&
             op.getBody()->getOps<linalg::IndexOp>().empty())
           ops.push_back(op);
@@ -68,6 +68,7 @@ struct MergeLoopRunsPass
       SmallVector<ReassociationIndices> runs =
           lazymlir::mergeableIterationRuns(maps, op.getIteratorTypesArray(),
                                            /*parallelRuns=*/true);
+      lazymlir::dropRunsOfDynamicLoops(runs, op.getStaticLoopRanges());
       // Upstream's own condition, which collapseOpIterationDims asserts.
       if (runs.empty() || !linalg::areDimSequencesPreserved(maps, runs))
         continue;

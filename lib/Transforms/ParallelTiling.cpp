@@ -63,3 +63,10 @@ void lazymlir::foldPeeledTiles(Operation *root) {
       patterns);
   (void)applyPatternsGreedily(root, std::move(patterns));
 }
+
+void lazymlir::foldStaticInputCasts(linalg::LinalgOp op) {
+  for (OpOperand *input : op.getDpsInputOperands())
+    if (auto cast = input->get().getDefiningOp<tensor::CastOp>();
+        cast && tensor::canFoldIntoConsumerOp(cast))
+      input->set(cast.getSource());
+}

@@ -66,16 +66,6 @@ bool touchesI1Memory(linalg::LinalgOp op) {
   });
 }
 
-/// Reads an input through a tensor.cast that only forgets static sizes
-/// (slices of a peeled dynamic loop, canonicalized to static shapes) from the
-/// cast's source instead, so that a tile of static shape has static types.
-void foldStaticInputCasts(linalg::LinalgOp op) {
-  for (OpOperand *input : op.getDpsInputOperands())
-    if (auto cast = input->get().getDefiningOp<tensor::CastOp>();
-        cast && tensor::canFoldIntoConsumerOp(cast))
-      input->set(cast.getSource());
-}
-
 SmallVector<OpFoldResult> asFoldResults(MLIRContext *ctx,
                                         ArrayRef<int64_t> sizes) {
   Builder b(ctx);
@@ -162,6 +152,7 @@ linalg::LinalgOp collapseIterationRuns(RewriterBase &rewriter,
   SmallVector<AffineMap> maps = op.getIndexingMapsArray();
   SmallVector<ReassociationIndices> runs = lazymlir::mergeableIterationRuns(
       maps, op.getIteratorTypesArray(), parallelRuns);
+  lazymlir::dropRunsOfDynamicLoops(runs, op.getStaticLoopRanges());
   // Upstream's own condition, which collapseOpIterationDims asserts.
   if (runs.empty() || !linalg::areDimSequencesPreserved(maps, runs))
     return op;
@@ -531,7 +522,7 @@ struct TileContractionsPass
     func.walk([&](linalg::LinalgOp op) {
       if (!op->removeAttr(kVectorizeMarker))
         return;
-      foldStaticInputCasts(op);
+      lazymlir::foldStaticInputCasts(op);
       if (vectorize && !op.hasDynamicShape() && !touchesI1Memory(op) &&
           succeeded(linalg::vectorizeOpPrecondition(op)))
         toVectorize.push_back(op);

@@ -47,7 +47,7 @@ constexpr int64_t kBlock = 16;
 /// loop.
 std::optional<unsigned> transposedLoop(linalg::GenericOp op) {
   if (op.getNumDpsInits() != 1 || !op.hasPureTensorSemantics() ||
-      op.hasDynamicShape() || op.getNumReductionLoops() != 0 ||
+      op.getNumReductionLoops() != 0 ||
       op.getNumLoops() < 2)
     return std::nullopt;
   for (Operation &inner : op.getBody()->without_terminator())
@@ -77,8 +77,13 @@ std::optional<unsigned> transposedLoop(linalg::GenericOp op) {
   }
   if (!read)
     return std::nullopt;
+  // A dynamic (`?`) loop is tiled all the same: full blocks of static
+  // shape, the partial ones peeled (scalar).
   SmallVector<int64_t> bounds = op.getStaticLoopRanges();
-  if (bounds[inner] < kBlock || bounds[*read] < kBlock)
+  auto shorter = [](int64_t bound) {
+    return !ShapedType::isDynamic(bound) && bound < kBlock;
+  };
+  if (shorter(bounds[inner]) || shorter(bounds[*read]))
     return std::nullopt;
   return read;
 }
@@ -191,7 +196,10 @@ struct VectorizeTransposesPass
     }
     lazymlir::foldPeeledTiles(func);
     func.walk([&](linalg::LinalgOp op) {
-      if (op->removeAttr(kTileMarker) && !op.hasDynamicShape())
+      if (!op->removeAttr(kTileMarker))
+        return;
+      lazymlir::foldStaticInputCasts(op);
+      if (!op.hasDynamicShape())
         tiles.push_back(op);
     });
     for (linalg::LinalgOp tile : tiles) {

@@ -168,3 +168,40 @@ func.func @loops_in_input_order(%g: tensor<64x676x32xf32>, %m: tensor<64x676x32x
   } -> tensor<32xf32>
   return %r : tensor<32xf32>
 }
+
+// -----
+
+// A dynamic (`?`) loop outside the merged run (the channels of a bias
+// gradient): the 24x24 reduction is merged all the same.
+// CHECK-LABEL: func.func @bias_grad
+// CHECK: %[[C:.+]] = tensor.collapse_shape %arg0 {{\[\[}}0], [1, 2]] : tensor<?x24x24xf32> into tensor<?x576xf32>
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]} ins(%[[C]] : tensor<?x576xf32>)
+func.func @bias_grad(%arg0: tensor<?x24x24xf32>) -> tensor<?xf32> {
+  %c0 = arith.constant 0 : index
+  %cst = arith.constant 0.000000e+00 : f32
+  %dim = tensor.dim %arg0, %c0 : tensor<?x24x24xf32>
+  %0 = tensor.empty(%dim) : tensor<?xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<?xf32>) -> tensor<?xf32>
+  %2 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0)>], iterator_types = ["parallel", "reduction", "reduction"]} ins(%arg0 : tensor<?x24x24xf32>) outs(%1 : tensor<?xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %3 = arith.addf %in, %out : f32
+    linalg.yield %3 : f32
+  } -> tensor<?xf32>
+  return %2 : tensor<?xf32>
+}
+
+// -----
+
+// Two dynamic loops are never merged: the result would be expanded back into
+// two `?` sizes (see lazymlir-dynamic-expand-shapes).
+// CHECK-LABEL: func.func @two_dynamic
+// CHECK-NOT: tensor.collapse_shape
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "parallel"]
+func.func @two_dynamic(%arg0: tensor<?x?x8xf32>, %arg1: tensor<?x?x8xf32>) -> tensor<?x?x8xf32> {
+  %0 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg0 : tensor<?x?x8xf32>) outs(%arg1 : tensor<?x?x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %1 = arith.addf %in, %in : f32
+    linalg.yield %1 : f32
+  } -> tensor<?x?x8xf32>
+  return %0 : tensor<?x?x8xf32>
+}

@@ -122,3 +122,29 @@ func.func @vocab_transpose(%w: tensor<1000x128xf32>) -> tensor<128x1000xf32> {
   } -> tensor<128x1000xf32>
   return %r : tensor<128x1000xf32>
 }
+
+// -----
+
+// A dynamic (`?`) loop: full 16x16 blocks of static shape (vectorized, the
+// transpose in registers) over the columns that fill them, the partial
+// block peeled (scalar).
+// CHECK-LABEL: func.func @weight_t
+// CHECK: %[[DIM:.+]] = tensor.dim %arg0, %c0
+// CHECK: scf.for {{.*}} step %c16
+// CHECK: %[[FULL:.+]] = affine.apply #{{.+}}()[%[[DIM]]]
+// CHECK: scf.for %{{.+}} = %c0 to %[[FULL]] step %c16
+// CHECK: vector.transpose {{.*}} : vector<16x16xf32> to vector<16x16xf32>
+// CHECK: scf.for %{{.+}} = %[[FULL]] to %[[DIM]] step %c16
+// CHECK: linalg.generic {{.*}} ins(%{{.+}} : tensor<?x16xf32>) outs(%{{.+}} : tensor<16x?xf32>)
+func.func @weight_t(%arg0: tensor<?x64xf32>) -> tensor<64x?xf32> {
+  %c0 = arith.constant 0 : index
+  %cst = arith.constant 2.000000e+00 : f32
+  %dim = tensor.dim %arg0, %c0 : tensor<?x64xf32>
+  %0 = tensor.empty(%dim) : tensor<64x?xf32>
+  %1 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1, d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<?x64xf32>) outs(%0 : tensor<64x?xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %2 = arith.mulf %in, %cst : f32
+    linalg.yield %2 : f32
+  } -> tensor<64x?xf32>
+  return %1 : tensor<64x?xf32>
+}

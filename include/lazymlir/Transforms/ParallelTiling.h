@@ -53,6 +53,12 @@ bool peelPartialTile(mlir::RewriterBase &rewriter,
 /// have them) and can be vectorized.
 void foldPeeledTiles(mlir::Operation *root);
 
+/// Reads each input of `op` through a tensor.cast that only forgets static
+/// sizes (slices of a peeled dynamic loop, canonicalized to static shapes)
+/// from the cast's source instead, so that a tile of static shape has static
+/// types and vectorizes.
+void foldStaticInputCasts(mlir::linalg::LinalgOp op);
+
 } // namespace lazymlir
 
 #endif // LAZYMLIR_TRANSFORMS_PARALLELTILING_H

@@ -402,6 +402,26 @@ def ReassociateReductionsPass
   }];
 }
 
+def DynamicExpandShapesPass : Pass<"lazymlir-dynamic-expand-shapes"> {
+  let summary = "Lower memref.expand_shape into several dynamic sizes as a "
+                "reinterpret_cast";
+  let description = [{
+    MLIR 22's expand-strided-metadata crashes (a null attribute read as an
+    integer) on a memref.expand_shape that splits one dimension into two or
+    more dynamic (`?`) sizes, e.g. memref<?x8xf32> into memref<?x?x8xf32>
+    (a view of batch x sequence rows back as [batch, sequence, ...], which
+    dynamic graphs hold). Before it, this pass rewrites each such
+    expand_shape into memref.extract_strided_metadata of its source and a
+    memref.reinterpret_cast of the base buffer with the output sizes and the
+    strides they imply (within a group, each size's stride is the next
+    one's times its size; the last keeps the source dimension's stride),
+    cast to the expand_shape's type. Other expand_shapes are left to
+    expand-strided-metadata.
+  }];
+  let dependentDialects = ["mlir::memref::MemRefDialect",
+                           "mlir::arith::ArithDialect"];
+}
+
 def ByteBoolAccessesPass : Pass<"lazymlir-byte-bool-accesses"> {
   let summary = "Load and store booleans as the bytes they are in memory";
   let description = [{
