@@ -26,7 +26,7 @@ struct StridedCopiesToLinalgPass
     getOperation().walk([&](memref::CopyOp copy) {
       auto source = dyn_cast<MemRefType>(copy.getSource().getType());
       auto target = dyn_cast<MemRefType>(copy.getTarget().getType());
-      if (source && target && source.hasStaticShape() &&
+      if (source && target &&
           !(source.getLayout().isIdentity() && target.getLayout().isIdentity()))
         copies.push_back(copy);
     });
