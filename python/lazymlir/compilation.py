@@ -274,6 +274,13 @@ def _compile_dynamic(graph: trace.Graph, template, native, name: str, options: d
     if config.dump_dir:
         debug.dump(name, "llvm", executable.llvm_dialect, executable.kernel_count)
     template.guards = lowered.guards
+    template.output_sizes, template.size_symbols = lowered.output_sizes, lowered.symbols
+    if template.output_sizes is None or not template.outputs_match(inputs, graph.output_specs()):
+        # The compiled graph's outputs cannot be checked (or differ from this
+        # very trace's): never run it.
+        template.failed = True
+        metrics.counter("DynamicCompileFallback")
+        return None
     _note_compile(executable.compile_stats, disk)
     metrics.sample("KernelCount", executable.kernel_count)
     metrics.counter("DynamicCompile")

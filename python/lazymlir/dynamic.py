@@ -123,7 +123,8 @@ class Template:
     """A dynamic graph: which numbers are symbols (input dimensions), which
     are functions of them, and the compiled entry."""
 
-    __slots__ = ("base", "symbols", "exprs", "leaf_of", "free", "entry", "guards", "failed", "graph_key")
+    __slots__ = ("base", "symbols", "exprs", "leaf_of", "free", "entry", "guards", "failed", "graph_key",
+                 "output_sizes", "size_symbols")
 
     def __init__(self, base, symbols, exprs, leaf_of):
         self.base = base  # the numbers of the trace it was made from
@@ -141,8 +142,22 @@ class Template:
         self.guards = None
         self.failed = False
         self.graph_key = None  # the native compiler's disk key of a template loaded from disk
+        # The compiled graph's output sizes (ints or expressions over
+        # size_symbols: {name: (argument, dimension)}), from its symbolic
+        # trace: each instance's output buffers are checked against them.
+        self.output_sizes = None
+        self.size_symbols = None
 
-    def matches(self, numbers, inputs) -> bool:
+    def instance_args(self, numbers, inputs):
+        """The compiled graph's arguments for a trace with these numbers and
+        inputs (the inputs, then the phantom inputs of the free symbols), or
+        None when the trace is not an instance of this template."""
+        if not self._numbers_match(numbers):
+            return None
+        args = inputs + self.phantoms(numbers) if self.free else inputs
+        return args if self._guards_hold(args) else None
+
+    def _numbers_match(self, numbers) -> bool:
         base = self.base
         if len(numbers) != len(base):
             return False
@@ -160,6 +175,9 @@ class Template:
                     return False
             elif v != base[i]:
                 return False
+        return True
+
+    def _guards_hold(self, inputs) -> bool:
         if self.guards is not None:
             from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
@@ -169,11 +187,34 @@ class Template:
                 return False
         return True
 
+    def outputs_match(self, inputs, specs) -> bool:
+        """Whether the compiled graph's outputs at these inputs have the
+        shapes of the trace's (``specs``: trace.Graph.output_specs), the
+        buffers the runtime allocates: the compiled code writes what it
+        computes into them, so a difference would write out of bounds."""
+        from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+        if self.output_sizes is None or len(self.output_sizes) != len(specs):
+            return False
+        values = {name: inputs[i].shape[d] for name, (i, d) in self.size_symbols.items()}
+        try:
+            for sizes, (shape, _) in zip(self.output_sizes, specs):
+                if len(sizes) != len(shape):
+                    return False
+                for size, want in zip(sizes, shape):
+                    got = size if type(size) is int else int(eval(size, SYMPY_INTERP, values))
+                    if got != want:
+                        return False
+        except Exception:
+            return False
+        return True
+
     def to_json(self) -> dict:
         return {"base": list(self.base), "symbols": sorted(self.symbols),
                 "exprs": [[i, a, list(syms), b] for i, (a, syms, b) in sorted(self.exprs.items())],
                 "leaf_of": [[s, i, d] for s, (i, d) in sorted(self.leaf_of.items())],
-                "guards": self.guards, "graph": self.entry.executable.cache_key}
+                "guards": self.guards, "graph": self.entry.executable.cache_key,
+                "output_sizes": self.output_sizes, "size_symbols": {k: list(v) for k, v in self.size_symbols.items()}}
 
     @staticmethod
     def from_json(d: dict) -> "Template":
@@ -182,6 +223,8 @@ class Template:
                      {s: (i, d_) for s, i, d_ in d["leaf_of"]})
         t.guards = d["guards"]
         t.graph_key = str(d["graph"])
+        t.output_sizes = d["output_sizes"]
+        t.size_symbols = {k: tuple(v) for k, v in d["size_symbols"].items()}
         return t
 
     def dynamic_dims(self, n_inputs: int) -> List[set]:
@@ -320,7 +363,11 @@ def lookup(graph, disk=None):
             continue
         if inputs is None:
             inputs = graph.input_values()
-        if t.matches(numbers, inputs + t.phantoms(numbers) if t.free else inputs):
+        args = t.instance_args(numbers, inputs)
+        if args is not None:
+            if not t.outputs_match(args, graph.output_specs()):
+                metrics.counter("DynamicOutputShapeMismatch")
+                continue
             if t.entry is None:
                 t.entry = disk[0](t, graph) if disk is not None else None
                 if t.entry is None:

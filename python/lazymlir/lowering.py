@@ -29,6 +29,11 @@ class Lowered(NamedTuple):
     # t1, ... (None: nothing), and the ShapeEnv that evaluates it.
     guards: Any = None
     shape_env: Any = None
+    # Dynamic graphs: the size of each output dimension, an int or a Python
+    # expression over the symbols in ``symbols`` ({name: (argument,
+    # dimension)}), to check each instance's output buffers against.
+    output_sizes: Any = None
+    symbols: Any = None
 
 
 # The TMTensor ops the native compiler lowers (lazymlir-lower-tm-tensor).
@@ -79,7 +84,37 @@ def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], orig
     with context, mode:
         out = make_fx(traced, decomposition_table=decomposition_table(), tracing_mode="symbolic")(*fakes)
     _fold_size_bounds(out, env)
-    return out, env.produce_guards_expression(fakes), env
+    return out, env.produce_guards_expression(fakes), env, _output_sizes(out, fakes)
+
+
+def _output_sizes(gm: torch.fx.GraphModule, fakes):
+    """(sizes of each output as ints or expression strings, {symbol name:
+    (argument, dimension)}) of a symbolically traced graph; None when an
+    output size uses a symbol that is not an input's size."""
+    import sympy
+
+    symbols = {}
+    for i, f in enumerate(fakes):
+        for d, size in enumerate(f.shape):
+            if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                symbols.setdefault(str(size.node.expr), (i, d))
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    sizes = []
+    for value in output.args[0]:
+        val = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            return None
+        dims = []
+        for size in val.shape:
+            if isinstance(size, torch.SymInt):
+                expr = size.node.expr
+                if not {str(x) for x in expr.free_symbols} <= set(symbols):
+                    return None
+                dims.append(str(expr))
+            else:
+                dims.append(int(size))
+        sizes.append(dims)
+    return sizes, symbols
 
 
 def _fold_size_bounds(gm: torch.fx.GraphModule, env) -> None:
@@ -149,14 +184,14 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], origins:
     ``origins``: the linalg text keeps locations naming the op of ``gm`` each
     op came from (see :func:`decompose`).  ``dynamic``: for each input, the
     dimensions that stay symbolic (``?`` in the IR)."""
-    guards = shape_env = None
+    guards = shape_env = output_sizes = None
     try:
         from torch_mlir import fx as tm_fx
         from torch_mlir.compiler_utils import OutputType, lower_mlir_module
 
         decomposed = decompose(gm, example_inputs, origins, dynamic)
         if dynamic is not None:
-            decomposed, guards, shape_env = decomposed
+            decomposed, guards, shape_env, output_sizes = decomposed
         _refuse_frontend_failures(decomposed)
         module = tm_fx.stateless_fx_import(decomposed, output_type=OutputType.TORCH, model_name="main")
         torch_text = str(module)
@@ -178,7 +213,9 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], origins:
             linalg = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=origins)
     except Exception as e:  # torch-mlir raises many kinds; all mean "cannot compile"
         raise LoweringError(f"{type(e).__name__}: {e}") from e
-    return Lowered(torch_text, linalg, guards, shape_env)
+    if output_sizes is None:
+        return Lowered(torch_text, linalg, guards, shape_env)
+    return Lowered(torch_text, linalg, guards, shape_env, output_sizes[0], output_sizes[1])
 
 
 def _integer_input(node) -> bool:

@@ -29,6 +29,10 @@ def _seed_and_reset():
     torch.manual_seed(0)
     lazymlir.mark_step()  # nothing pending from an earlier test
     metrics.reset()
+    # Each test's graphs generalize to dynamic ones from its own traces only:
+    # a test that compiles a graph for batch 2 after another test's batch 1
+    # gets a static graph (compiled graphs stay cached, by exact trace).
+    lazymlir.dynamic.clear()
     yield
 
 

@@ -330,3 +330,32 @@ def test_a_pass_that_cannot_take_the_dynamic_dimension_compiles_static():
     assert c["DynamicCompileFallback"] == 1
     assert c["DynamicCompile"] == 0
     assert c["CompileFallback"] == 0
+
+
+def test_instances_are_checked_against_the_compiled_output_sizes():
+    """A dynamic graph writes the outputs it computes into the buffers the
+    runtime allocated from the trace: an instance whose output shapes are
+    not the compiled graph's (here: a template corrupted on purpose) is
+    refused and compiled static, never run."""
+    from lazymlir import dynamic
+
+    for b in [2, 3]:
+        (torch.randn(b, 4).to("lazy") * 2).cpu()
+    (template,) = [t for f in dynamic._families.values() for t in f.templates]
+    assert template.output_sizes is not None
+    template.output_sizes = [[7, 4]]
+    x = torch.randn(5, 4)
+    torch.testing.assert_close((x.to("lazy") * 2).cpu(), x * 2)
+    assert metrics.counter_value("DynamicOutputShapeMismatch") == 1
+    assert counts()["DynamicGraphHit"] == 0
+
+
+def test_integers_that_are_not_sizes():
+    # x ** k: k changes with no input size, so it may become a free symbol;
+    # values below 2 (here -1, 0) are never symbols: those traces compile
+    # static, and every result is eager's.
+    x = torch.rand(6) + 0.5
+    xl = x.to("lazy")
+    for k in [2, 3, -1, 4, 0, 5]:
+        torch.testing.assert_close((xl ** k).cpu(), x ** k)
+    assert counts()["CompileFallback"] == 0
