@@ -18,6 +18,7 @@
 #include "mlir/Dialect/Linalg/Utils/Utils.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Tensor/Transforms/Transforms.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace lazymlir {
@@ -49,6 +50,96 @@ struct GeneralizeNonContractionOps
     if (!shouldGeneralize(op))
       return failure();
     return linalg::generalizeNamedOp(rewriter, op);
+  }
+};
+
+/// Whether `size` is the size of dimension `dim` of `value`: a tensor.dim
+/// of it, or the size `value` was created with (tensor.empty, through the
+/// destinations of the ops that wrote it).
+bool isSizeOf(Value size, Value value, int64_t dim) {
+  if (auto dimOp = size.getDefiningOp<tensor::DimOp>()) {
+    std::optional<int64_t> index = dimOp.getConstantIndex();
+    if (dimOp.getSource() == value && index && *index == dim)
+      return true;
+  }
+  for (int depth = 0; depth < 8 && value; ++depth) {
+    if (auto empty = value.getDefiningOp<tensor::EmptyOp>()) {
+      auto type = cast<RankedTensorType>(empty.getType());
+      return type.isDynamicDim(dim) && empty.getDynamicSize(dim) == size;
+    }
+    auto result = dyn_cast<OpResult>(value);
+    auto dps =
+        result ? dyn_cast<DestinationStyleOpInterface>(result.getOwner())
+               : nullptr;
+    if (!dps)
+      return false;
+    value = dps.getTiedOpOperand(result)->get();
+  }
+  return false;
+}
+
+/// Whether `size` is the trip count of loop `loop` of `op`: the size of an
+/// operand dimension indexed by that loop alone.
+bool isLoopSize(linalg::GenericOp op, unsigned loop, Value size) {
+  for (OpOperand &operand : op->getOpOperands()) {
+    AffineMap map = op.getMatchingIndexingMap(&operand);
+    for (auto [dim, expr] : llvm::enumerate(map.getResults()))
+      if (auto d = dyn_cast<AffineDimExpr>(expr);
+          d && d.getPosition() == loop &&
+          isSizeOf(size, operand.get(), dim))
+        return true;
+  }
+  return false;
+}
+
+/// The loop `index` is linalg.index of, inside a linalg.generic, or none.
+std::optional<unsigned> indexedLoop(Value index, linalg::GenericOp &op) {
+  auto indexOp = index.getDefiningOp<linalg::IndexOp>();
+  if (!indexOp)
+    return std::nullopt;
+  op = dyn_cast<linalg::GenericOp>(indexOp->getParentOp());
+  if (!op)
+    return std::nullopt;
+  return indexOp.getDim();
+}
+
+/// torch-mlir guards each index into a tensor with a `?` dimension against
+/// that dimension being 1 (broadcast): select(size == 1, 0, i), or
+/// i mod size. When `size` is the loop's own trip count, i < size already
+/// gives i (size 1 means i is 0): the guard folds to i, and the access reads
+/// contiguously again (a transformer's attention scores were copied by a
+/// gather at 2 ns an element).
+struct FoldLoopIndexGuard : public OpRewritePattern<arith::SelectOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(arith::SelectOp select,
+                                PatternRewriter &rewriter) const override {
+    linalg::GenericOp op;
+    std::optional<unsigned> loop = indexedLoop(select.getFalseValue(), op);
+    auto cmp = select.getCondition().getDefiningOp<arith::CmpIOp>();
+    if (!loop || !cmp || cmp.getPredicate() != arith::CmpIPredicate::eq ||
+        !matchPattern(select.getTrueValue(), m_Zero()))
+      return failure();
+    Value size = matchPattern(cmp.getRhs(), m_One())   ? cmp.getLhs()
+                 : matchPattern(cmp.getLhs(), m_One()) ? cmp.getRhs()
+                                                       : Value();
+    if (!size || !isLoopSize(op, *loop, size))
+      return failure();
+    rewriter.replaceOp(select, select.getFalseValue());
+    return success();
+  }
+};
+
+template <typename RemOp>
+struct FoldLoopIndexRemainder : public OpRewritePattern<RemOp> {
+  using OpRewritePattern<RemOp>::OpRewritePattern;
+  LogicalResult matchAndRewrite(RemOp rem,
+                                PatternRewriter &rewriter) const override {
+    linalg::GenericOp op;
+    std::optional<unsigned> loop = indexedLoop(rem.getLhs(), op);
+    if (!loop || !isLoopSize(op, *loop, rem.getRhs()))
+      return failure();
+    rewriter.replaceOp(rem, rem.getLhs());
+    return success();
   }
 };
 
@@ -141,7 +232,9 @@ struct FuseElementwisePass
 
     {
       RewritePatternSet patterns(ctx);
-      patterns.add<GeneralizeNonContractionOps>(ctx);
+      patterns.add<GeneralizeNonContractionOps, FoldLoopIndexGuard,
+                   FoldLoopIndexRemainder<arith::RemSIOp>,
+                   FoldLoopIndexRemainder<arith::RemUIOp>>(ctx);
       // Not converging within the iteration limit leaves valid IR; only
       // less is fused, so that is not a failure.
       (void)applyPatternsGreedily(func, std::move(patterns));

@@ -344,3 +344,77 @@ func.func @head_merging_transpose_stays(%attn: tensor<4x4x64x32xf32>, %w: tensor
   } -> tensor<4x64x128xf32>
   return %r : tensor<4x64x128xf32>
 }
+
+// -----
+
+// torch-mlir guards an index into a tensor with a `?` dimension against
+// that dimension being 1: select(size == 1, 0, i). When the size is the
+// loop's own trip count (here the output's tensor.empty size), i < size
+// makes the guard i: it folds, and the read is contiguous again.
+// CHECK-LABEL: func.func @broadcast_guard
+// CHECK: %[[I:.+]] = linalg.index 0
+// CHECK: %[[J:.+]] = linalg.index 1
+// CHECK-NOT: arith.select
+// CHECK: tensor.extract %arg0[%[[I]], %[[J]]]
+func.func @broadcast_guard(%src: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %dim = tensor.dim %src, %c0 : tensor<?x64xf32>
+  %0 = tensor.empty(%dim) : tensor<?x64xf32>
+  %1 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%0 : tensor<?x64xf32>) {
+  ^bb0(%out: f32):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %one = arith.cmpi eq, %dim, %c1 : index
+    %r = arith.select %one, %c0, %i : index
+    %x = tensor.extract %src[%r, %j] : tensor<?x64xf32>
+    linalg.yield %x : f32
+  } -> tensor<?x64xf32>
+  return %1 : tensor<?x64xf32>
+}
+
+// -----
+
+// The same guard as i mod size.
+// CHECK-LABEL: func.func @remainder_guard
+// CHECK: %[[I:.+]] = linalg.index 0
+// CHECK: %[[J:.+]] = linalg.index 1
+// CHECK-NOT: arith.remsi
+// CHECK: tensor.extract %arg0[%[[I]], %[[J]]]
+func.func @remainder_guard(%src: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  %c0 = arith.constant 0 : index
+  %dim = tensor.dim %src, %c0 : tensor<?x64xf32>
+  %0 = tensor.empty(%dim) : tensor<?x64xf32>
+  %1 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%0 : tensor<?x64xf32>) {
+  ^bb0(%out: f32):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %r = arith.remsi %i, %dim : index
+    %x = tensor.extract %src[%r, %j] : tensor<?x64xf32>
+    linalg.yield %x : f32
+  } -> tensor<?x64xf32>
+  return %1 : tensor<?x64xf32>
+}
+
+// -----
+
+// A size that is not the loop's (a real broadcast when it is 1): kept.
+// CHECK-LABEL: func.func @real_broadcast
+// CHECK: %[[R:.+]] = arith.select
+// CHECK: tensor.extract %arg0[%[[R]], %{{.+}}]
+func.func @real_broadcast(%src: tensor<?x64xf32>, %n: index) -> tensor<?x64xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %dim = tensor.dim %src, %c0 : tensor<?x64xf32>
+  %0 = tensor.empty(%n) : tensor<?x64xf32>
+  %1 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%0 : tensor<?x64xf32>) {
+  ^bb0(%out: f32):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %one = arith.cmpi eq, %dim, %c1 : index
+    %r = arith.select %one, %c0, %i : index
+    %x = tensor.extract %src[%r, %j] : tensor<?x64xf32>
+    linalg.yield %x : f32
+  } -> tensor<?x64xf32>
+  return %1 : tensor<?x64xf32>
+}
