@@ -398,6 +398,93 @@ def save(graph, template, read, write) -> None:
     write(skeleton, (records + [template.to_json()])[-_MAX_TEMPLATES:])
 
 
+# Scalar arguments that only set a size (arange's end: the values are 0, 1,
+# ..., end - 1). Other Scalars are values: a symbolic one may be specialized
+# by a decomposition without a guard (pow's exponent became x*x*x).
+_SCALAR_SIZES = {"aten::arange": ("end",)}
+_arg_kinds: dict = {}
+
+
+def _schema_kinds(op):
+    """(positional flags, {name: flag}) of ``op``'s arguments: whether an
+    integer there may be symbolic (a SymInt in the schema)."""
+    kinds = _arg_kinds.get(op)
+    if kinds is None:
+        positional, named = [], {}
+        schema = getattr(op, "_schema", None)
+        if schema is not None:
+            text = str(schema)
+            inner = text[text.index("(") + 1:text.rindex(") ->")]
+            parts, depth, cur = [], 0, ""
+            for ch in inner:
+                if ch in "[(":
+                    depth += 1
+                elif ch in "])":
+                    depth -= 1
+                if ch == "," and depth == 0:
+                    parts.append(cur)
+                    cur = ""
+                else:
+                    cur += ch
+            parts.append(cur)
+            keyword_only = False
+            for part in (p.strip() for p in parts):
+                if not part:
+                    continue
+                if part == "*":
+                    keyword_only = True
+                    continue
+                words = part.split()
+                if len(words) < 2:
+                    continue
+                name = words[1].split("=")[0]
+                flag = words[0].startswith("SymInt") or name in _SCALAR_SIZES.get(schema.name, ())
+                named[name] = flag
+                if not keyword_only:
+                    positional.append(flag)
+        kinds = _arg_kinds[op] = (positional, named)
+    return kinds
+
+
+def _symbolic_capable(graph) -> set:
+    """The numbers (indices, see decompose) of ``graph`` that sit in an
+    argument that may be symbolic: input sizes and SymInt arguments (view
+    sizes, slice bounds, select indices, ...)."""
+    capable = set()
+    pos = 0
+    nodes = iter(graph.nodes)
+    for e in graph.key[0]:
+        head = e[0]
+        if type(head) is torch.Size:
+            capable.update(range(pos, pos + len(head)))
+            pos += len(head)
+            continue
+        n = next(nodes)
+        positional, named = _schema_kinds(n.op) if isinstance(n.op, torch._ops.OpOverload) else ([], {})
+        counter = [pos]
+
+        def walk(v, flag):
+            t = type(v)
+            if t is int:
+                if flag:
+                    capable.add(counter[0])
+                counter[0] += 1
+            elif t is list or t is tuple:
+                for x in v:
+                    walk(x, flag)
+
+        for i, a in enumerate(n.args):
+            walk(a, i < len(positional) and positional[i])
+        for k, a in n.kwargs.items():
+            walk(a, named.get(k, False))
+        counted = []
+        _split(head, counted)
+        if counter[0] - pos != len(counted):  # arguments and signature disagree: nothing symbolic here
+            capable.difference_update(range(pos, pos + len(counted)))
+        pos += len(counted)
+    return capable
+
+
 def generalize(graph) -> Optional[Template]:
     """The template to compile ``graph`` as (a new one, its entry not
     compiled yet), or None: compile it static.  Records ``graph`` as the base
@@ -417,8 +504,9 @@ def generalize(graph) -> Optional[Template]:
         base = numbers
         symbols = list(forced)
         exprs = {}
+        capable = _symbolic_capable(graph)
         for i, c in enumerate(numbers):
-            if i not in where:
+            if i not in where and i in capable:
                 e = _guess(c, numbers, symbols)
                 if e is not None:
                     exprs[i] = e
@@ -433,11 +521,14 @@ def generalize(graph) -> Optional[Template]:
         if not changed or pinned & set(symbols) or any(numbers[s] < 2 for s in symbols):
             return None
         moved = [s for s in symbols if base[s] != numbers[s]]
+        capable = _symbolic_capable(graph)
         exprs = {}
         free = []
         for i in changed:
             if i in where:
                 continue
+            if i not in capable:
+                return None  # a value (an exponent, a fill value), not a size
             e = _fit(base[i], numbers[i], base, numbers, moved) if moved else None
             if e is None:
                 # An integer that changed with no input size to explain it
@@ -454,7 +545,7 @@ def generalize(graph) -> Optional[Template]:
             where[i] = (-1 - j, 0)
         if forced:  # numbers that did not change may still follow a marked symbol
             for i, c in enumerate(numbers):
-                if i not in where and i not in exprs and c == base[i]:
+                if i not in where and i not in exprs and c == base[i] and i in capable:
                     e = _guess(c, numbers, [s for s in forced if s not in moved])
                     if e is not None:
                         exprs[i] = e

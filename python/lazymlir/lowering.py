@@ -84,7 +84,10 @@ def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], orig
     with context, mode:
         out = make_fx(traced, decomposition_table=decomposition_table(), tracing_mode="symbolic")(*fakes)
     _fold_size_bounds(out, env)
-    return out, env.produce_guards_expression(fakes), env, _output_sizes(out, fakes)
+    # Every input dimension is guarded, the static ones too: a symbol the
+    # decomposition specialized (pow's exponent 3 became x*x*x, guard s == 3)
+    # becomes static in the ShapeEnv, and ignore_static would drop its guard.
+    return out, env.produce_guards_expression(fakes, ignore_static=False), env, _output_sizes(out, fakes)
 
 
 def _output_sizes(gm: torch.fx.GraphModule, fakes):

@@ -359,3 +359,22 @@ def test_integers_that_are_not_sizes():
     for k in [2, 3, -1, 4, 0, 5]:
         torch.testing.assert_close((xl ** k).cpu(), x ** k)
     assert counts()["CompileFallback"] == 0
+
+
+def test_a_specialized_symbol_is_guarded():
+    """The decomposition of pow turns an exponent of 3 into x*x*x under the
+    guard s == 3. Made symbolic on purpose (the schema check would keep it
+    static), the guard must hold the dynamic graph to 3."""
+    from lazymlir import dynamic
+
+    x = torch.rand(6) + 0.5
+    xl = x.to("lazy")
+    capable = dynamic._symbolic_capable
+    dynamic._symbolic_capable = lambda graph: set(range(10_000))
+    try:
+        for k in [2, 3, 4, 5]:
+            torch.testing.assert_close((xl ** k).cpu(), x ** k)
+    finally:
+        dynamic._symbolic_capable = capable
+    assert counts()["DynamicCompile"] == 1
+    assert counts()["DynamicGraphHit"] == 0
