@@ -208,9 +208,16 @@ private:
     OpOperand *operand = generic.getDpsInputOperand(number);
     auto type = dyn_cast<RankedTensorType>(operand->get().getType());
     AffineMap map = generic.getMatchingIndexingMap(operand);
-    if (!type || !type.hasStaticShape() || !map.isProjectedPermutation() ||
+    if (!type || !map.isProjectedPermutation() ||
         (onlyBroadcast && map.getNumResults() >= generic.getNumLoops()))
       return std::nullopt;
+    // The input must be read whole by the op (its sizes the loops'), which
+    // `?` sizes cannot show: the check stays in the body (still correct).
+    if (!type.hasStaticShape()) {
+      generic->emitRemark("lazymlir-guard-runtime-checks: check not hoisted "
+                          "out of the op: dynamic dimension");
+      return std::nullopt;
+    }
     SmallVector<int64_t> ranges = generic.getStaticLoopRanges();
     for (auto [dim, result] : llvm::enumerate(map.getResults())) {
       if (!isa<AffineDimExpr>(result) ||

@@ -59,10 +59,16 @@ struct StreamingStoresPass
   /// 0 otherwise.
   int64_t streamingWidth(linalg::LinalgOp op) const {
     auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
-    if (minBytes <= 0 || !generic || op.hasDynamicShape() ||
-        op.getNumDpsInits() != 1 || op.getNumLoops() == 0 ||
+    if (minBytes <= 0 || !generic || op.getNumDpsInits() != 1 ||
+        op.getNumLoops() == 0 ||
         op.getNumParallelLoops() != op.getNumLoops())
       return 0;
+    // Whether the output is large enough is known at run time only.
+    if (op.hasDynamicShape()) {
+      op->emitRemark("lazymlir-streaming-stores: stores not streamed: "
+                     "dynamic dimension (output size unknown)");
+      return 0;
+    }
     OpOperand *init = op.getDpsInitOperand(0);
     auto outType = dyn_cast<MemRefType>(init->get().getType());
     if (!outType || !op.getMatchingIndexingMap(init).isIdentity() ||

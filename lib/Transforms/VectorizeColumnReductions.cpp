@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "lazymlir/Transforms/Passes.h"
+#include "lazymlir/Transforms/ParallelTiling.h"
 
 #include "VectorAccumulators.h"
 
@@ -17,6 +18,7 @@
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/Dialect/SCF/Transforms/Transforms.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/Vector/Transforms/LoweringPatterns.h"
@@ -53,7 +55,7 @@ int64_t widthTile(int64_t bound, int64_t limit) {
 /// vector's width, every other loop by 1.
 std::optional<SmallVector<int64_t>> columnTiles(linalg::GenericOp op) {
   if (op.getNumDpsInits() != 1 || !op.hasPureTensorSemantics() ||
-      op.hasDynamicShape() || op.getNumReductionLoops() == 0 ||
+      op.getNumReductionLoops() == 0 ||
       !op.getBody()->getOps<linalg::IndexOp>().empty())
     return std::nullopt;
   SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
@@ -75,8 +77,16 @@ std::optional<SmallVector<int64_t>> columnTiles(linalg::GenericOp op) {
       return std::nullopt;
   }
   SmallVector<int64_t> bounds = op.getStaticLoopRanges();
+  // A dynamic (`?`) row count is tiled by kRows, the partial tile peeled
+  // and split into single rows; the columns must be static (the vectors).
+  if (ShapedType::isDynamic(bounds.back())) {
+    op->emitRemark("lazymlir-vectorize-column-reductions: column reduction "
+                   "not vectorized: dynamic dimension (the columns)");
+    return std::nullopt;
+  }
   int64_t width = widthTile(bounds.back(), kMaxWidth);
-  if (width == 0 || bounds[reductions - 1] % kRows != 0)
+  if (width == 0 || (!ShapedType::isDynamic(bounds[reductions - 1]) &&
+                     bounds[reductions - 1] % kRows != 0))
     return std::nullopt;
   SmallVector<int64_t> tiles(loops, 1);
   tiles[reductions - 1] = kRows;
@@ -102,6 +112,7 @@ struct VectorizeColumnReductionsPass
 
     IRRewriter rewriter(ctx);
     SmallVector<linalg::LinalgOp> tiles;
+    bool peeled = false;
     for (auto &[op, sizes] : found) {
       unsigned reductions = op.getNumReductionLoops();
       // Parallel loops outside, so that the accumulator tile is invariant
@@ -124,8 +135,45 @@ struct VectorizeColumnReductionsPass
       for (Operation *tiled : result->tiledOps)
         if (auto linalgOp = dyn_cast<linalg::LinalgOp>(tiled))
           tiles.push_back(linalgOp);
+      // A dynamic row count: full tiles of kRows rows (static once the
+      // peeled loop's sizes fold), then the rest row by row.
+      unsigned rows = reductions - 1;
+      if (!ShapedType::isDynamic(op.getStaticLoopRanges()[rows]) ||
+          result->loops.empty())
+        continue;
+      auto rowLoop = dyn_cast<scf::ForOp>(result->loops.back().getOperation());
+      scf::ForOp partial;
+      rewriter.setInsertionPoint(rowLoop);
+      if (!rowLoop || failed(scf::peelForLoopAndSimplifyBounds(
+                          rewriter, rowLoop, partial)) ||
+          !partial)
+        continue;
+      peeled = true;
+      SmallVector<linalg::LinalgOp> rest;
+      partial.walk([&](linalg::LinalgOp tile) { rest.push_back(tile); });
+      for (linalg::LinalgOp tile : rest) {
+        SmallVector<int64_t> single(tile.getNumLoops(), 0);
+        single[rows] = 1;
+        scf::SCFTilingOptions byRow;
+        byRow.setTileSizes(getAsIndexOpFoldResult(ctx, single));
+        byRow.setLoopType(scf::SCFTilingOptions::LoopType::ForOp);
+        rewriter.setInsertionPoint(tile);
+        FailureOr<scf::SCFTilingResult> rowTiles = scf::tileUsingSCF(
+            rewriter, cast<TilingInterface>(tile.getOperation()), byRow);
+        if (failed(rowTiles))
+          continue;
+        rewriter.replaceOp(tile, rowTiles->replacements);
+        for (Operation *tiled : rowTiles->tiledOps)
+          if (auto linalgOp = dyn_cast<linalg::LinalgOp>(tiled))
+            tiles.push_back(linalgOp);
+      }
     }
+    if (peeled)
+      lazymlir::foldPeeledTiles(func);
     for (linalg::LinalgOp tile : tiles) {
+      lazymlir::foldStaticInputCasts(tile);
+      if (tile.hasDynamicShape())
+        continue;
       rewriter.setInsertionPoint(tile);
       if (failed(linalg::vectorizeOpPrecondition(tile)))
         continue;

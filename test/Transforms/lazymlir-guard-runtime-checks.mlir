@@ -1,4 +1,5 @@
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-guard-runtime-checks | FileCheck %s
+// RUN: lazymlir-opt %s --split-input-file --verify-diagnostics --lazymlir-guard-runtime-checks -o /dev/null
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-cpu-pipeline | FileCheck %s --check-prefix=LOWERED
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-cpu-pipeline="threads=2" | FileCheck %s --check-prefix=PARALLEL
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-cpu-pipeline="runtime-checks=false" | FileCheck %s --check-prefix=UNCHECKED
@@ -403,4 +404,30 @@ func.func @main(%arg0: tensor<8x64xi64>, %arg1: tensor<8xi64>) -> tensor<8x64xi6
     linalg.yield %q : i64
   } -> tensor<8x64xi64>
   return %1 : tensor<8x64xi64>
+}
+
+// -----
+
+// The same with a dynamic (`?`) row count: that the op reads the divisors
+// whole cannot be shown, so the check stays in the body (correct, per
+// element), and the pass says so.
+// CHECK-LABEL: func.func @main
+// CHECK-NOT: iterator_types = ["reduction"]
+// CHECK: iterator_types = ["parallel", "parallel"]
+// CHECK: arith.cmpi eq
+// CHECK: arith.divsi
+// LOWERED: llvm.func @main
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @main(%arg0: tensor<?x64xi64>, %arg1: tensor<?xi64>) -> tensor<?x64xi64> {
+  %c0 = arith.constant 0 : index
+  %dim = tensor.dim %arg0, %c0 : tensor<?x64xi64>
+  %0 = tensor.empty(%dim) : tensor<?x64xi64>
+  // expected-remark @below {{lazymlir-guard-runtime-checks: check not hoisted out of the op: dynamic dimension}}
+  %1 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0, %arg1 : tensor<?x64xi64>, tensor<?xi64>) outs(%0 : tensor<?x64xi64>) {
+  ^bb0(%a: i64, %b: i64, %out: i64):
+    %q = arith.divsi %a, %b : i64
+    linalg.yield %q : i64
+  } -> tensor<?x64xi64>
+  return %1 : tensor<?x64xi64>
 }

@@ -1,6 +1,7 @@
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-streaming-stores{min-bytes=65536 parallel-threshold=4096}))" | FileCheck %s
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-streaming-stores{min-bytes=65536}))" | FileCheck %s --check-prefix=SEQ
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-streaming-stores{parallel-threshold=4096}))" | FileCheck %s --check-prefix=OFF
+// RUN: lazymlir-opt %s --split-input-file --verify-diagnostics --pass-pipeline="builtin.module(func.func(lazymlir-streaming-stores{min-bytes=65536}))" -o /dev/null
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-streaming-stores{min-bytes=65536 parallel-threshold=4096},lazymlir-lower-to-loops{parallel-threshold=4096}))" | FileCheck %s --check-prefix=LOWERED
 
 // A large elementwise kernel: when the output is 64-byte aligned, a vector
@@ -229,6 +230,23 @@ func.func @two_images(%x: memref<2x32x1024xf32>, %out: memref<2x32x1024xf32>) {
   ^bb0(%in: f32, %o: f32):
     %s = math.sqrt %in : f32
     linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// A dynamic (`?`) output: its size is known at run time only, so its
+// stores are not streamed, and the pass says so.
+// CHECK-LABEL: func.func @dynamic
+// CHECK-NOT: nontemporal
+// CHECK: linalg.generic
+func.func @dynamic(%a: memref<?x1024xf32>, %out: memref<?x1024xf32>) {
+  // expected-remark @below {{lazymlir-streaming-stores: stores not streamed: dynamic dimension (output size unknown)}}
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a : memref<?x1024xf32>) outs(%out : memref<?x1024xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %y = arith.addf %x, %x : f32
+    linalg.yield %y : f32
   }
   return
 }
