@@ -66,10 +66,12 @@ struct ParallelizeTilesPass
           return isa<memref::DeallocOp>(u) || root->isAncestor(u);
         });
         auto type = cast<MemRefType>(operand.getType());
-        if (onlyHere && type.hasStaticShape() && def->getNumOperands() == 0)
+        (void)type;
+        // Scratch of dynamic (`?`) size too (a row tile's temporaries when
+        // the row length is dynamic): its sizes are defined before the
+        // nest, so each iteration can allocate its own.
+        if (onlyHere)
           sunk.insert(def);
-        else if (onlyHere)
-          refused = true;
       }
     });
     if (refused)
@@ -119,9 +121,17 @@ struct ParallelizeTilesPass
             rewriter.eraseOp(user);
         rewriter.setInsertionPointToStart(parallel.getBody());
         auto alignment = shared->getAttrOfType<IntegerAttr>("alignment");
+        ValueRange sizes, symbols;
+        if (auto heap = dyn_cast<memref::AllocOp>(shared)) {
+          sizes = heap.getDynamicSizes();
+          symbols = heap.getSymbolOperands();
+        } else if (auto stack = dyn_cast<memref::AllocaOp>(shared)) {
+          sizes = stack.getDynamicSizes();
+          symbols = stack.getSymbolOperands();
+        }
         auto alloc = memref::AllocOp::create(
             rewriter, shared->getLoc(), cast<MemRefType>(buffer.getType()),
-            alignment);
+            sizes, symbols, alignment);
         rewriter.setInsertionPoint(parallel.getBody()->getTerminator());
         memref::DeallocOp::create(rewriter, shared->getLoc(), alloc);
         rewriter.replaceOp(shared, alloc);

@@ -96,10 +96,20 @@ func.func @heap_scratch(%out: memref<64x128xf32>) {
 
 // -----
 
-// Scratch of a size known only at run time: the loops stay sequential.
+// Scratch of a size known only at run time (a row tile's temporaries when
+// the row length is `?`): its sizes are defined before the nest, so each
+// iteration allocates its own too, and the loops run in parallel (they
+// stayed sequential: every dynamic softmax / layer norm on one thread).
 // CHECK-LABEL: func.func @dynamic_scratch
-// CHECK-NOT: scf.parallel
+// CHECK-SAME: (%{{.+}}: memref<64x128xf32>, %[[N:.+]]: index)
+// CHECK-NOT: memref.alloc
+// CHECK: scf.parallel
+// CHECK-NEXT: %[[S:.+]] = memref.alloc(%[[N]]) : memref<?x32xf32>
+// CHECK-NEXT: linalg.fill {{.*}} outs(%[[S]] : memref<?x32xf32>)
+// CHECK-NEXT: memref.dealloc %[[S]]
 // CHECK-NOT: lazymlir.parallel_tiles
+// SEQ-LABEL: func.func @dynamic_scratch
+// SEQ-NOT: scf.parallel
 func.func @dynamic_scratch(%out: memref<64x128xf32>, %n: index) {
   %c0 = arith.constant 0 : index
   %c8 = arith.constant 8 : index
