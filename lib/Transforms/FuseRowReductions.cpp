@@ -186,6 +186,7 @@ struct FuseRowReductionsPass
         roots.push_back(generic);
     IRRewriter rewriter(&getContext());
     llvm::DenseSet<Operation *> erased;
+    bool peeled = false;
     // Last consumers first: a fused reduction is no longer a root.
     for (linalg::GenericOp root : llvm::reverse(roots)) {
       if (erased.contains(root))
@@ -215,6 +216,12 @@ struct FuseRowReductionsPass
       if (failed(result))
         continue;
       lazymlir::finishParallelTiling(rewriter, root, *result, root);
+      // A dynamic row count: the full tiles (of static size, so that their
+      // temporaries are too: allocated once per thread, not per tile, and
+      // the tile loop can run in parallel), then the last partial one.
+      if (ShapedType::isDynamic(root.getStaticLoopRanges().front()) &&
+          !result->loops.empty())
+        peeled |= lazymlir::peelPartialTile(rewriter, result->loops.front());
       // The originals are dead now: erase them, users first.
       for (bool progress = true; progress;) {
         progress = false;
@@ -227,6 +234,8 @@ struct FuseRowReductionsPass
         }
       }
     }
+    if (peeled)
+      lazymlir::foldPeeledTiles(getOperation());
   }
 };
 

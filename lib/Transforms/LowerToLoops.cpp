@@ -13,6 +13,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "mlir/Transforms/LoopInvariantCodeMotionUtils.h"
@@ -239,8 +240,11 @@ struct LowerToLoopsPass
       // With dynamic (`?`) ranges the size is known at run time only: the
       // nest is built twice, parallel and sequential, and the iteration
       // points choose (guardedBySize).
+      // Only a whole kernel: an op inside tile loops (a tile of dynamic
+      // size, at most a tile's worth) is not split further.
       bool guarded = !allParallel && !large && parallelThreshold > 0 &&
-                     op.hasDynamicShape();
+                     op.hasDynamicShape() &&
+                     isa<FunctionOpInterface>(op->getParentOp());
       unsigned depth = allParallel ? lazymlir::disjointParallelDepth(op)
                        : large || guarded ? lazymlir::kernelParallelDepth(op)
                                           : 0;

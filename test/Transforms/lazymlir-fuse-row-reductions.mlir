@@ -166,16 +166,23 @@ func.func @matmul_is_not_a_row_reduction(%x: tensor<4x64x128xf32>, %w: tensor<12
 // -----
 
 // A dynamic row count (batch x sequence): the same fusion, tiles of the rows
-// that fit in tile-bytes (256 rows of 64 floats), the last tile partial
-// (affine.min); the tile loop is marked parallel with an unknown size.
+// that fit in tile-bytes (256 rows of 64 floats) over the rows that fill
+// them, of static shape (their temporaries are static: allocated once per
+// thread, and the tile loop can run in parallel), then the last partial
+// tile (peeled). The tile loops are marked parallel with an unknown size.
 // CHECK-LABEL: func.func @softmax_dynamic_rows
 // CHECK: %[[DIM:.+]] = tensor.dim %arg0
-// CHECK: scf.for %[[ROW:.+]] = %{{.+}} to %[[DIM]] step %c256
-// CHECK: %[[N:.+]] = affine.min #{{.+}}(%[[ROW]])[%[[DIM]]]
-// CHECK: %[[X:.+]] = tensor.extract_slice %arg0[%[[ROW]], 0] [%[[N]], 64] [1, 1]
-// CHECK: %[[MAX:.+]] = linalg.generic {{.+}} ins(%[[X]] : tensor<?x64xf32>)
-// CHECK: %[[SUM:.+]] = linalg.generic {{.+}} ins(%[[X]], %[[MAX]] : tensor<?x64xf32>, tensor<?xf32>)
+// CHECK: %[[FULL:.+]] = affine.apply #{{.+}}()[%[[DIM]]]
+// CHECK: scf.for %[[ROW:.+]] = %{{.+}} to %[[FULL]] step %c256
+// CHECK: %[[X:.+]] = tensor.extract_slice %arg0[%[[ROW]], 0] [256, 64] [1, 1]
+// CHECK: %[[MAX:.+]] = linalg.generic {{.+}} ins(%[[X]] : tensor<256x64xf32>)
+// CHECK: %[[SUM:.+]] = linalg.generic {{.+}} ins(%[[X]], %[[MAX]] : tensor<256x64xf32>, tensor<256xf32>)
 // CHECK: linalg.generic {{.+}} ins(%[[X]], %[[MAX]], %[[SUM]] :
+// CHECK: } {lazymlir.parallel_tiles = 9223372036854775807 : i64}
+// CHECK: scf.for %[[REST:.+]] = %[[FULL]] to %[[DIM]] step %c256
+// CHECK: %[[N:.+]] = affine.apply #{{.+}}(%[[REST]])[%[[DIM]]]
+// CHECK: tensor.extract_slice %arg0[%[[REST]], 0] [%[[N]], 64] [1, 1]
+// CHECK: linalg.generic {{.+}} : tensor<?x64xf32>)
 // CHECK: } {lazymlir.parallel_tiles = 9223372036854775807 : i64}
 // CHECK-NOT: linalg.
 // CHECK: return

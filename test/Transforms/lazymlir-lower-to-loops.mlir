@@ -199,3 +199,25 @@ func.func @dynamic_rows(%arg0: memref<?x64xf32>, %arg1: memref<?x64xf32>) {
   }
   return
 }
+
+// -----
+
+// A dynamic op inside a tile loop (a partial tile: at most a tile's worth)
+// is not built twice: sequential loops only.
+// CHECK-LABEL: func.func @dynamic_tile
+// CHECK-NOT: scf.if
+// CHECK-NOT: scf.parallel
+// CHECK: return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @dynamic_tile(%arg0: memref<?x64xf32>, %arg1: memref<?x64xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.for %i = %c0 to %n step %c1 {
+    linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0 : memref<?x64xf32>) outs(%arg1 : memref<?x64xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %0 = arith.addf %in, %in : f32
+      linalg.yield %0 : f32
+    }
+  }
+  return
+}
