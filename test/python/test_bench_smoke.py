@@ -56,3 +56,19 @@ def test_bench_suite_torch_lazy_child(native, tmp_path):
     row = json.loads((tmp_path / "latest.json").read_text())["workloads"][0]
     r = row["peers"]["torch._lazy"]
     assert isinstance(r.get("median"), float) and r["median"] > 0 and not r.get("wrong"), (r, proc.stdout[-2000:])
+
+
+def test_bench_dynamic_smoke(native, tmp_path):
+    """bench/bench_dynamic.py on tiny sweeps: it runs, every size matched
+    eager (the script exits non-zero otherwise), each sweep compiled one
+    dynamic graph and fell back nowhere, and the timed size ran dynamic."""
+    out = tmp_path / "dynamic.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_dynamic.py"), "--smoke", "--repeats", "3",
+                           "--json", str(out)], capture_output=True, text=True, env=dict(os.environ), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    for sweep in result["sweeps"]:
+        assert sweep["dynamic_compiles"] == 1 and sweep["dynamic_fallbacks"] == 0, sweep
+        assert sweep["eager_fallbacks"] == 0 and sweep["worst_loss_diff"] < 1e-3, sweep
+    for row in result["step_times"]:
+        assert row["dynamic_ms"] is not None and row["ratio"] is not None, row
