@@ -41,6 +41,9 @@ namespace {
 /// Marks the tiles to vectorize; loops around them may fold away during
 /// cleanup, so they are found by this attribute rather than by position.
 constexpr StringLiteral kVectorizeMarker = "lazymlir.vectorize";
+/// On a tile whose vector loop has fewer than kRemainderLanes iterations (a
+/// dynamic number): vectorized with masks.
+constexpr StringLiteral kMaskedLanesMarker = "lazymlir.masked_lanes";
 /// On parallel tiles of a contraction whose reduction is still to split.
 constexpr StringLiteral kReductionMarker = "lazymlir.tile_reduction";
 
@@ -398,6 +401,13 @@ struct TileContractionsPass
         if (succeeded(scf::peelForLoopAndSimplifyBounds(rewriter, nLoop,
                                                         partial))) {
           peeledTiles = true;
+          // The last fewer than kRemainderLanes columns: vectorized with
+          // masks (vectors of kRemainderLanes).
+          if (partial)
+            partial.walk([&](linalg::LinalgOp op) {
+              if (isTiledKind(op))
+                op->setAttr(kMaskedLanesMarker, rewriter.getUnitAttr());
+            });
           // The sizes inside are min(lanes, columns - iv), composed with
           // the partial tile's own size (columns) so that upstream's
           // simplification does not see the loop's bound in them; in the
@@ -518,29 +528,70 @@ struct TileContractionsPass
       (void)applyPatternsGreedily(func, std::move(patterns));
     }
 
-    SmallVector<linalg::LinalgOp> toVectorize;
+    SmallVector<std::pair<linalg::LinalgOp, SmallVector<int64_t>>> toVectorize;
     func.walk([&](linalg::LinalgOp op) {
+      bool masked = op->removeAttr(kMaskedLanesMarker) != nullptr;
       if (!op->removeAttr(kVectorizeMarker))
         return;
       lazymlir::foldStaticInputCasts(op);
-      if (vectorize && !op.hasDynamicShape() && !touchesI1Memory(op) &&
-          succeeded(linalg::vectorizeOpPrecondition(op)))
-        toVectorize.push_back(op);
+      if (!vectorize || touchesI1Memory(op))
+        return;
+      SmallVector<int64_t> sizes;
+      if (op.hasDynamicShape()) {
+        // Only the vector loop of a partial tile may be dynamic, with
+        // fewer than kRemainderLanes iterations (kMaskedLanesMarker).
+        SmallVector<unsigned> parallel;
+        op.getParallelDims(parallel);
+        sizes = op.getStaticLoopRanges();
+        for (auto [loop, size] : llvm::enumerate(sizes)) {
+          if (!ShapedType::isDynamic(size))
+            continue;
+          if (!masked || parallel.empty() || loop != parallel.back())
+            return;
+          size = kRemainderLanes;
+        }
+      }
+      if (succeeded(linalg::vectorizeOpPrecondition(op, sizes)))
+        toVectorize.push_back({op, sizes});
     });
     if (!vectorize)
       return;
-    for (linalg::LinalgOp op : toVectorize) {
+    for (auto &[op, sizes] : toVectorize) {
       rewriter.setInsertionPoint(op);
       // Contractions go straight to vector.contract with their own indexing
       // maps, rather than through broadcasts and a multi-reduction that the
       // outer-product lowering would not recognize.
       FailureOr<linalg::VectorizationResult> result = linalg::vectorize(
-          rewriter, op, /*inputVectorSizes=*/{}, /*inputScalableVecDims=*/{},
+          rewriter, op, /*inputVectorSizes=*/sizes, /*inputScalableVecDims=*/
+          SmallVector<bool>(sizes.size(), false),
           /*vectorizeNDExtract=*/false, /*flatten1DDepthwiseConv=*/false,
           /*assumeDynamicDimsMatchVecSizes=*/false,
           /*createNamedContraction=*/true);
       if (succeeded(result))
         rewriter.replaceOp(op, result->replacements);
+    }
+    // Masked tiles (fewer than kRemainderLanes columns): the masked reads
+    // pad the missing columns with 0 and the masked write stores only the
+    // real ones, so the contraction itself needs no mask (the extra lanes'
+    // sums are never stored); the reads and writes take their masks as
+    // operands, which the transfer lowering turns into masked loads and
+    // stores.
+    {
+      SmallVector<vector::MaskOp> masks;
+      func.walk([&](vector::MaskOp mask) {
+        if (isa_and_nonnull<vector::ContractionOp>(mask.getMaskableOp()) &&
+            !mask.hasPassthru())
+          masks.push_back(mask);
+      });
+      for (vector::MaskOp mask : masks) {
+        rewriter.setInsertionPoint(mask);
+        Operation *bare = rewriter.clone(*mask.getMaskableOp());
+        rewriter.replaceOp(mask, bare->getResults());
+      }
+      RewritePatternSet maskLowering(ctx);
+      vector::populateVectorMaskLoweringPatternsForSideEffectingOps(
+          maskLowering);
+      (void)applyPatternsGreedily(func, std::move(maskLowering));
     }
 
     RewritePatternSet patterns(ctx);
