@@ -200,6 +200,15 @@ def TileContractionsPass
     the largest is under half of `tile-m`: they are tiled by `tile-n` and
     `tile-m` and their last, partial tiles peeled off, so that all tiles
     have static shapes.
+
+    Dynamic (`?`) loops (batch x sequence, a sequence length) are tiled by
+    `tile-m` / `tile-n` / `tile-k` and peeled: full tiles of static shape,
+    vectorized as above, then the partial tiles split again: fewer than
+    `tile-m` rows into single rows, fewer than `tile-n` columns into 8-lane
+    vectors and a last masked 8-lane vector, a dynamic reduction into full
+    steps and single steps. Their tile loops are marked with an unknown
+    size (i64 max: parallel when threads > 1). Convolutions with a `?`
+    dimension are left alone, with a remark.
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
@@ -330,6 +339,10 @@ def MergeLoopRunsPass
     that read their loop indices (linalg.index: a merged loop's index would
     be divided back into the original ones for every element; pooling's
     argmax slowed down 2x) are left alone.
+
+    Runs may hold dynamic (`?`) loops, at most one each (a merged result is
+    expanded back, and an expand_shape into several `?` sizes is what
+    lazymlir-dynamic-expand-shapes has to rewrite).
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
@@ -352,6 +365,9 @@ def VectorizeTransposesPass
     reads, a vector.transpose (lowered to shuffles by the CPU pipeline), 16
     contiguous row writes. Bool (i1) tensors are left alone (their vectors
     are bit-packed).
+
+    A dynamic (`?`) loop is tiled the same way, its partial block peeled
+    (scalar).
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
@@ -376,6 +392,9 @@ def VectorizeColumnReductionsPass
     over its 8 rows, lowered to elementwise vector adds in row order) and
     the accumulator tile is carried through the reduction loops as a
     vector.
+
+    A dynamic (`?`) row count: full tiles of 8 rows, the rest row by row on
+    vectors; dynamic columns are left alone, with a remark.
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
@@ -711,6 +730,9 @@ def StreamingStoresPass
     the scalar llvm.intr.ldexp of lazymlir-approximate-math becomes a call
     of the overloaded intrinsic on vectors); no i1 memory (vectors of i1 are
     bit-packed, memory holds bytes).
+
+    Outputs with a dynamic (`?`) size are not streamed (their size is known
+    at run time only); a remark says so.
   }];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::memref::MemRefDialect",
@@ -749,6 +771,10 @@ def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
     this pass runs after lazymlir-strided-copies-to-linalg and
     lazymlir-streaming-stores (which leave linalg ops for it to lower) and
     before lazymlir-parallelize-tiles.
+
+    A top-level op with dynamic (`?`) ranges whose static ranges alone do
+    not reach the threshold is lowered twice under scf.if (iteration points
+    >= parallel-threshold): parallel or sequential, chosen at run time.
   }];
   let dependentDialects = ["mlir::scf::SCFDialect", "mlir::arith::ArithDialect",
                            "mlir::linalg::LinalgDialect"];
@@ -792,6 +818,9 @@ def ParallelizeTilesPass
     read it (lazymlir-privatize-tile-scratch, lazymlir-streaming-stores)
     must run before this one. In the CPU pipeline it runs after
     lazymlir-lower-to-loops.
+
+    Scratch of dynamic (`?`) size is allocated per iteration too (its sizes
+    are defined before the nest).
   }];
   let dependentDialects = ["mlir::memref::MemRefDialect",
                            "mlir::scf::SCFDialect"];
