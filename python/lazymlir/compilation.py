@@ -8,6 +8,7 @@ op by op (a graph that cannot compile, with the reason as a counter), or a
 
 import atexit
 import json
+import re
 import threading
 import time
 import warnings
@@ -245,6 +246,22 @@ def _dynamic_name(graph: trace.Graph, template) -> str:
                              sorted(template.exprs.items())))
 
 
+_TENSOR_CAST = re.compile(r"tensor\.cast [^:]*: tensor<([^>]*)> to tensor<([^>]*)>")
+
+
+def _refined_dynamic_dims(linalg: str):
+    """The first tensor.cast in ``linalg`` that gives a ``?`` dimension a
+    static size, or None. torch-mlir's view lowering emits such casts for a
+    view that merges two ``?`` dimensions (``[?, ?, 64] -> [? * ?, 64]``
+    became ``tensor.cast ?x?x64 to ?x1x64``): an assumption nothing checks,
+    wrong for every other size. A dynamic graph with one compiles static."""
+    for m in _TENSOR_CAST.finditer(linalg):
+        src, dst = m.group(1).split("x")[:-1], m.group(2).split("x")[:-1]
+        if len(src) == len(dst) and any(a == "?" and b != "?" for a, b in zip(src, dst)):
+            return m.group(0)
+    return None
+
+
 def _compile_dynamic(graph: trace.Graph, template, native, name: str, options: dict, disk: bool):
     """The template's graph compiled with its symbols ``?``: a _Compiled, or
     None when that fails (the caller compiles the trace static). Named (dumps,
@@ -261,6 +278,9 @@ def _compile_dynamic(graph: trace.Graph, template, native, name: str, options: d
         if config.dump_dir:
             debug.dump(name, "torch", lowered.torch_mlir)
             debug.dump(name, "linalg", lowered.linalg)
+        refined = _refined_dynamic_dims(lowered.linalg)
+        if refined:
+            raise lowering.LoweringError(f"torch-mlir assumed a ? size static: {refined}")
         t1 = time.perf_counter()
         executable = native.compile_linalg(lowered.linalg, keep_llvm_dialect=bool(config.dump_dir),
                                            profile=config.profile, **options)

@@ -304,13 +304,15 @@ def _guess(c: int, n, marked: List[int]):
 
 
 class _Family:
-    """Everything compiled for one skeleton: the numbers of its first trace
-    (the base the next ones are compared with) and its templates."""
+    """Everything compiled for one skeleton: the numbers of the last trace
+    compiled for it (the base the next one is compared with: after a
+    refused template for batch and length both changing, the length alone
+    changing from the last trace still generalizes) and its templates."""
 
     __slots__ = ("base", "templates", "looked_on_disk")
 
     def __init__(self, base):
-        self.base = base  # None until a trace of it is compiled here
+        self.base = base  # None until a trace of it is compiled here; then the last one
         self.templates: List[Template] = []
         self.looked_on_disk = False
 
@@ -487,18 +489,24 @@ def _symbolic_capable(graph) -> set:
 
 def generalize(graph) -> Optional[Template]:
     """The template to compile ``graph`` as (a new one, its entry not
-    compiled yet), or None: compile it static.  Records ``graph`` as the base
-    of its skeleton when it is the first."""
+    compiled yet), or None: compile it static.  ``graph`` becomes the base
+    its skeleton's next trace is compared with."""
     skeleton, numbers, leaf_starts = decompose(graph.key)
     family = _families.get(skeleton)
+    if family is None:
+        _families[skeleton] = family = _Family(None)
+    try:
+        return _generalize(graph, family, numbers, leaf_starts)
+    finally:
+        family.base = numbers
+
+
+def _generalize(graph, family, numbers, leaf_starts) -> Optional[Template]:
     marks = _leaf_marks(graph, leaf_starts)
     where = _leaf_positions(leaf_starts, len(numbers), graph)
     forced = sorted(k for k, v in marks.items() if v and numbers[k] >= 2)
     pinned = {k for k, v in marks.items() if not v}
-    if family is None:
-        _families[skeleton] = family = _Family(None)
     if family.base is None:  # the first trace of this skeleton compiled here
-        family.base = numbers
         if not forced:
             return None
         base = numbers

@@ -378,3 +378,22 @@ def test_a_specialized_symbol_is_guarded():
         dynamic._symbolic_capable = capable
     assert counts()["DynamicCompile"] == 1
     assert counts()["DynamicGraphHit"] == 0
+
+
+def test_a_view_merging_two_dynamic_dimensions_compiles_static():
+    """torch-mlir lowers view([B, T, 64] -> [B * T, 64]) with B and T both
+    ``?`` as a cast asserting T == 1 (wrong for every other size): such a
+    graph is refused dynamic (DynamicCompileFallback) and compiles static,
+    with the right values. Only T changing stays dynamic."""
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 32)
+    lazy = copy.deepcopy(lin).to("lazy")
+    with torch.no_grad():
+        for b, t in [(2, 3), (4, 5), (3, 7)]:
+            x = torch.randn(b, t, 64)
+            torch.testing.assert_close(lazy(x.to("lazy")).cpu(), lin(x), rtol=1e-5, atol=1e-5)
+        assert counts()["DynamicCompileFallback"] == 1 and counts()["DynamicGraphHit"] == 0
+        for t in [9, 10, 11]:
+            x = torch.randn(3, t, 64)
+            torch.testing.assert_close(lazy(x.to("lazy")).cpu(), lin(x), rtol=1e-5, atol=1e-5)
+    assert counts()["DynamicCompile"] == 1
