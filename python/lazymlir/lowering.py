@@ -238,6 +238,8 @@ _REFUSED = {
     # semantics (getFloatInf): SIGSEGV.
     torch.ops.aten.max_pool3d.default: _integer_input,
     torch.ops.aten.max_pool3d_with_indices.default: _integer_input,
+    # The same crash through torch-mlir's own decomposition of it.
+    torch.ops.aten.adaptive_max_pool3d.default: _integer_input,
     # log(cumsum(exp(x))): inf where exp overflows (eager is stable).
     torch.ops.aten.logcumsumexp.default: _always,
 }

@@ -139,15 +139,23 @@ def test_threshold_backward_mixed_dtypes(native):
 
 
 def test_ops_that_crash_torch_mlir_run_eagerly():
-    """torch-mlir's lowering of an integer max_pool3d dereferences a float type
-    of an integer element type (SIGSEGV in our process): such graphs are
-    refused before import.  In a child process: a regression is a failure."""
+    """torch-mlir's lowering of an integer max_pool3d (also reached from
+    adaptive_max_pool3d) dereferences a float type of an integer element
+    type (SIGSEGV in our process): such graphs are refused before import.  In a child process: a regression is a failure."""
     code = """if True:
         import warnings, torch, torch.nn.functional as F, lazymlir
         warnings.simplefilter("ignore")
         x = torch.randint(-5, 5, (1, 2, 4, 4, 4))
         for f in (lambda x: F.max_pool3d(x, 2), lambda x: F.max_pool3d(x, 2, return_indices=True)[1]):
             assert torch.equal(f(x.to("lazy")).cpu(), f(x))
+        # adaptive_max_pool3d reaches the same lowering through torch-mlir's
+        # own decomposition: eager's error, not a crash.
+        try:
+            F.adaptive_max_pool3d(x.to("lazy"), 2).cpu()
+        except NotImplementedError as e:
+            assert "not implemented for 'Long'" in str(e), e
+        else:
+            raise AssertionError("no error")
         print("ok")
     """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
