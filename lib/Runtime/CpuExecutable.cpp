@@ -310,31 +310,49 @@ void CpuExecutable::run(const std::vector<RawBuffer> &inputs,
                         const std::vector<RawBuffer> &outputs,
                         bool background) const {
   checkCounts(inputs.size(), outputs.size());
-  if (impl->dynamic)
-    throw std::invalid_argument(
-        "this graph has dynamic dimensions: run it on buffers with shapes "
-        "(run), not on raw buffers");
   std::vector<void *> data;
+  std::vector<const std::vector<int64_t> *> sizes;
   data.reserve(inputs.size() + outputs.size());
+  if (impl->dynamic)
+    sizes.reserve(inputs.size() + outputs.size());
   auto check = [&](const std::vector<RawBuffer> &buffers,
                    const std::vector<TensorSignature> &signatures,
                    const char *kind, size_t first) {
     for (size_t i = 0; i < buffers.size(); ++i) {
+      const RawBuffer &buffer = buffers[i];
       const TensorSignature &signature = signatures[i];
+      auto fail = [&](const std::string &what) {
+        throw std::invalid_argument(std::string(kind) + " #" +
+                                    std::to_string(i) + ": " + what + " (" +
+                                    elementTypeName(signature.elementType) +
+                                    " " + describe(signature.shape) + ")");
+      };
       size_t bytes = impl->bufferBytes[first + i];
-      if (buffers[i].bytes != bytes)
-        throw std::invalid_argument(
-            std::string(kind) + " #" + std::to_string(i) + ": " +
-            std::to_string(buffers[i].bytes) + " bytes, expected " +
-            std::to_string(bytes) + " (" +
-            elementTypeName(signature.elementType) + " " +
-            describe(signature.shape) + ")");
-      data.push_back(buffers[i].data);
+      if (impl->dynamic) {
+        // The sizes fill the descriptor: they must fit the signature and
+        // the buffer's byte count.
+        if (buffer.sizes.size() != signature.shape.size())
+          fail("sizes " + describe(buffer.sizes) + ", expected rank " +
+               std::to_string(signature.shape.size()));
+        bytes = elementBytes(signature.elementType);
+        for (size_t d = 0; d < buffer.sizes.size(); ++d) {
+          int64_t size = buffer.sizes[d];
+          if (size < 0 || (signature.shape[d] != kDynamicSize &&
+                           size != signature.shape[d]))
+            fail("sizes " + describe(buffer.sizes) + " do not fit");
+          bytes *= static_cast<size_t>(size);
+        }
+        sizes.push_back(&buffer.sizes);
+      }
+      if (buffer.bytes != bytes)
+        fail(std::to_string(buffer.bytes) + " bytes, expected " +
+             std::to_string(bytes));
+      data.push_back(buffer.data);
     }
   };
   check(inputs, impl->inputs, "input", 0);
   check(outputs, impl->outputs, "output", inputs.size());
-  impl->invoke(data, background);
+  impl->invoke(data, background, impl->dynamic ? &sizes : nullptr);
 }
 
 } // namespace lazymlir

@@ -91,8 +91,8 @@ class _Compiled:
         t0 = time.perf_counter()
         exe = self.executable
         try:
-            if self.checked and not self.dynamic:
-                _compiler.run_allocated(exe, inputs, outs, background=background)
+            if self.checked:
+                _compiler.run_allocated(exe, inputs, outs, background=background, dynamic=self.dynamic)
             else:
                 exe.run(inputs, outs, background=background)
                 self.checked = True

@@ -28,7 +28,9 @@ gets back a ``_native.CpuExecutable`` that runs on torch CPU tensors in place:
   keep one thread asleep (leaving that thread a core) until it blocks in
   :func:`host_wait`;
 - ``run_raw(input_addresses, input_bytes, output_addresses, output_bytes,
-  background=False)``: ``run`` on raw buffers (see :func:`run_allocated`).
+  background=False, shapes=None)``: ``run`` on raw buffers (see
+  :func:`run_allocated`); ``shapes`` (every buffer's sizes) is required for
+  a dynamic graph.
 """
 
 import contextlib
@@ -48,13 +50,16 @@ CompileError = _native.CompileError
 CheckFailed = _native.CheckFailed
 
 def run_allocated(executable, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], *,
-                  background: bool = False) -> None:
+                  background: bool = False, dynamic: bool = False) -> None:
     """``executable.run`` for a caller that made every buffer contiguous with
     its signature's dtype and shape (the lazy runtime, whose cache key fixes
     them): only counts and byte sizes are checked, which skips DLPack's few
-    microseconds per buffer. Raises :data:`CheckFailed` like ``run``."""
+    microseconds per buffer. ``dynamic``: the executable has dynamic
+    dimensions, and each buffer's sizes go with it (checked against the
+    signature). Raises :data:`CheckFailed` like ``run``."""
+    shapes = [t.shape for t in inputs] + [t.shape for t in outputs] if dynamic else None
     executable.run_raw([t.data_ptr() for t in inputs], [t.nbytes for t in inputs],
-                       [t.data_ptr() for t in outputs], [t.nbytes for t in outputs], background)
+                       [t.data_ptr() for t in outputs], [t.nbytes for t in outputs], background, shapes)
 
 
 def pooled_tensor(shape, dtype_code: int, bits: int) -> torch.Tensor:

@@ -96,8 +96,8 @@ NB_MODULE(_native, m) {
                    "(and raise CheckFailed when a check failed)")
       .def_prop_ro("is_dynamic", &CpuExecutable::isDynamic,
                    "Whether some input or output has a dynamic dimension "
-                   "(-1 in its shape): runs take tensors (run), not raw "
-                   "buffers (run_raw)")
+                   "(-1 in its shape): runs pass each buffer's sizes (run, or "
+                   "run_raw with shapes)")
       .def_prop_ro("llvm_dialect", &CpuExecutable::llvmDialect,
                    "LLVM-dialect text (empty unless kept at compile time)")
       .def_prop_ro("cache_key", &CpuExecutable::cacheKey,
@@ -180,29 +180,43 @@ NB_MODULE(_native, m) {
           [](const CpuExecutable &e, const std::vector<uintptr_t> &inputs,
              const std::vector<size_t> &inputBytes,
              const std::vector<uintptr_t> &outputs,
-             const std::vector<size_t> &outputBytes, bool background) {
-            auto raw = [](const std::vector<uintptr_t> &addresses,
-                          const std::vector<size_t> &bytes) {
+             const std::vector<size_t> &outputBytes, bool background,
+             std::optional<std::vector<std::vector<int64_t>>> shapes) {
+            if (e.isDynamic() && !shapes)
+              throw std::invalid_argument(
+                  "run_raw: this graph has dynamic dimensions: pass each "
+                  "buffer's sizes (shapes)");
+            if (shapes && shapes->size() != inputs.size() + outputs.size())
+              throw std::invalid_argument(
+                  "run_raw: expected a shape for each input and output");
+            auto raw = [&](const std::vector<uintptr_t> &addresses,
+                           const std::vector<size_t> &bytes, size_t first) {
               if (addresses.size() != bytes.size())
                 throw std::invalid_argument(
                     "run_raw: addresses and byte sizes differ in count");
               std::vector<RawBuffer> buffers;
               buffers.reserve(addresses.size());
-              for (size_t i = 0; i < addresses.size(); ++i)
+              for (size_t i = 0; i < addresses.size(); ++i) {
                 buffers.push_back(
                     {reinterpret_cast<void *>(addresses[i]), bytes[i]});
+                if (shapes)
+                  buffers.back().sizes = std::move((*shapes)[first + i]);
+              }
               return buffers;
             };
-            std::vector<RawBuffer> in = raw(inputs, inputBytes);
-            std::vector<RawBuffer> out = raw(outputs, outputBytes);
+            std::vector<RawBuffer> in = raw(inputs, inputBytes, 0);
+            std::vector<RawBuffer> out = raw(outputs, outputBytes, inputs.size());
             nb::gil_scoped_release release;
             e.run(in, out, background);
           },
           nb::arg("inputs"), nb::arg("input_bytes"), nb::arg("outputs"),
           nb::arg("output_bytes"), nb::arg("background") = false,
+          nb::arg("shapes") = nb::none(),
           "`run` on raw buffers (addresses and byte sizes) that the caller "
           "allocated contiguous with the signatures' element types; only "
-          "counts and byte sizes are checked. Skips DLPack's per-buffer "
+          "counts and byte sizes are checked (and, for a graph with dynamic "
+          "dimensions, `shapes`: each input's then each output's sizes, "
+          "required there). Skips DLPack's per-buffer "
           "cost. Raises CheckFailed like `run`. Releases the GIL.");
 
   m.def(

@@ -225,8 +225,18 @@ func.func @main(%arg0: tensor<?x4xf32>) -> tensor<?x4xf32> {
         torch.testing.assert_close(out, x * 2)
     with pytest.raises(ValueError, match="shape"):
         exe.run([torch.randn(3, 5)], [torch.empty(3, 5)])
+    # Raw buffers (the lazy runtime's runs after the first) carry their sizes.
+    for n in [2, 7]:
+        x, out = torch.randn(n, 4), torch.empty(n, 4)
+        compiler.run_allocated(exe, [x], [out], dynamic=True)
+        torch.testing.assert_close(out, x * 2)
     with pytest.raises(ValueError, match="dynamic"):
         compiler.run_allocated(exe, [torch.randn(3, 4)], [torch.empty(3, 4)])
+    with pytest.raises(ValueError, match="do not fit"):
+        compiler.run_allocated(exe, [torch.randn(3, 5)], [torch.empty(3, 5)], dynamic=True)
+    x = torch.randn(3, 4)
+    with pytest.raises(ValueError, match="bytes"):  # sizes that do not match the buffer
+        exe.run_raw([x.data_ptr()], [x.nbytes], [x.data_ptr()], [x.nbytes], False, [[3, 4], [6, 4]])
 
 
 _DISK_SCRIPT = r"""

@@ -45,10 +45,12 @@ struct TensorSignature {
 };
 
 /// A caller-owned contiguous buffer of a known signature: its address and
-/// its size in bytes (the one check a run on raw buffers makes).
+/// its size in bytes (the one check a run on raw buffers makes); for a
+/// graph with dynamic dimensions, also its sizes (empty otherwise).
 struct RawBuffer {
   void *data;
   size_t bytes;
+  std::vector<int64_t> sizes = {};
 };
 
 /// A caller-owned buffer. Sizes and strides count elements.
@@ -245,7 +247,9 @@ public:
   /// The same on raw buffers, for a caller that allocated them to the
   /// signatures: each must be contiguous with the signature's element type,
   /// which is not checked; counts and byte sizes are (std::invalid_argument).
-  /// The per-call cost is a copy of a precomputed argument block.
+  /// The per-call cost is a copy of a precomputed argument block. A graph
+  /// with dynamic dimensions needs each buffer's sizes too: their rank,
+  /// static sizes and byte count are checked against the signature.
   void run(const std::vector<RawBuffer> &inputs,
            const std::vector<RawBuffer> &outputs,
            bool background = false) const;
