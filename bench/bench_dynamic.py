@@ -191,17 +191,17 @@ def main():
                           "static_ms": static * 1e3, "ratio": dyn and dyn / static})
 
     print(f"torch {torch.__version__}, 1 intra-op thread for eager; lazymlir threads={config.threads or os.cpu_count()}")
-    print(f"{'sweep':48} {'graphs':>6} {'after 1st':>9} {'dynamic':>7} {'hits':>5} {'fallback':>8} {'compile s':>9} "
+    print(f"{'sweep':54} {'graphs':>6} {'after 1st':>9} {'dynamic':>7} {'hits':>5} {'fallback':>8} {'compile s':>9} "
           f"{'max |diff|':>11}")
     for s in sweeps:
-        print(f"{s['workload'] + ' ' + s['sizes']:48} {s['graphs_compiled']:>6} {s['graphs_after_first_step']:>9} "
+        print(f"{s['workload'] + ' ' + s['sizes']:54} {s['graphs_compiled']:>6} {s['graphs_after_first_step']:>9} "
               f"{s['dynamic_compiles']:>7} "
               f"{s['dynamic_hits']:>5} {s['dynamic_fallbacks']:>8} {s['compile_s']:>9.1f} {s['worst_loss_diff']:>11.2e}")
-    print(f"{'step time at one size':48} {'static ms':>9} {'dynamic ms':>10} {'dyn/static':>10}")
+    print(f"{'step time at one size':54} {'static ms':>9} {'dynamic ms':>10} {'dyn/static':>10}")
     for t in times:
         dyn = f"{t['dynamic_ms']:.2f}" if t["dynamic_ms"] is not None else "static"
         ratio = f"{t['ratio']:.2f}x" if t["ratio"] is not None else "-"
-        print(f"{t['workload'] + ' at ' + str(t['size']):48} {t['static_ms']:>9.2f} {dyn:>10} {ratio:>10}")
+        print(f"{t['workload'] + ' at ' + str(t['size']):54} {t['static_ms']:>9.2f} {dyn:>10} {ratio:>10}")
     bad = [s for s in sweeps if s["worst_loss_diff"] > 1e-3]
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
