@@ -64,7 +64,7 @@ class _Compiled:
     """A graph compiled by the native compiler: its executable (a
     ``lazymlir._native.CpuExecutable``) and the buffers its results go in."""
 
-    __slots__ = ("name", "executable", "out_specs", "checked", "gm", "dynamic", "template")
+    __slots__ = ("name", "executable", "out_specs", "checked", "gm", "dynamic", "template", "validate", "wrong")
 
     def __init__(self, name, executable, out_specs, gm):
         self.name = name  # the graph's hash (dumps, the profiler)
@@ -81,6 +81,10 @@ class _Compiled:
         # The FX graph, run eagerly when a runtime check of the compiled code
         # fails (an index out of range, an integer division by zero).
         self.gm = gm
+        # A dynamic graph's first run is compared with the FX graph run
+        # eagerly (_validated); one that differed runs eagerly for ever.
+        self.validate = self.dynamic
+        self.wrong = False
 
     @property
     def kernel_count(self) -> int:
@@ -90,6 +94,10 @@ class _Compiled:
         """The native run releases the GIL; ``background``: on the worker."""
         t0 = time.perf_counter()
         exe = self.executable
+        if self.wrong:
+            _run_fx(self.gm, inputs, outs)
+            metrics.timing("ExecuteTime", time.perf_counter() - t0)
+            return
         try:
             if self.checked:
                 _compiler.run_allocated(exe, inputs, outs, background=background, dynamic=self.dynamic)
@@ -107,7 +115,95 @@ class _Compiled:
             # that failed needlessly), its outputs are the result.
             metrics.counter("RuntimeCheckEagerRerun")
             _run_fx(self.gm, inputs, outs)
+        elif self.validate:
+            self.validate = False
+            self._validated(inputs, outs)
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
+
+    def _validated(self, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
+        """A dynamic graph's first results against its FX graph run eagerly on
+        the same inputs. torch-mlir's lowerings have assumed a ``?`` size to
+        be 1 where they could not prove two sizes equal (a view merging two
+        ``?`` dimensions, an index_put with a 2-D ``?`` index): code wrong for
+        almost every size, which only a run shows. On a difference, the
+        outputs become eager's, this graph runs eagerly from now on and its
+        template is dropped (later sizes compile static), with a warning."""
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+            expected = self.gm(*inputs)
+        bad = [i for i, (out, ref) in enumerate(zip(outs, expected)) if not _close(out, ref)]
+        if not bad or not _worse_than_eager(self.gm, inputs, outs, expected, bad):
+            return
+        self.wrong = True
+        if self.template is not None:
+            self.template.failed = True
+        metrics.counter("DynamicValidationMismatch")
+        i = bad[0]
+        warnings.warn(f"lazymlir: dynamic graph {self.name} computed output(s) {bad} unlike eager on its first "
+                      f"run (#{i}: {_difference(outs[i], expected[i])}): it runs eagerly from now on, and later "
+                      "sizes compile static", RuntimeWarning)
+        for out, ref in zip(outs, expected):
+            out.copy_(ref)
+
+
+def _worse_than_eager(gm, inputs, outs, expected, bad) -> bool:
+    """Whether outputs ``bad`` of a compiled run (``outs``) are further from
+    the graph computed in float64 than eager's float32 results
+    (``expected``) are, by more than rounding explains: an output that is
+    cancellation noise (a gradient that is zero in exact arithmetic, such as
+    attention's key bias) differs from eager's by as much as it is large,
+    and is no worse. True when float64 cannot tell (a graph that fails in
+    float64, outputs that are not floats)."""
+    try:
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+            truth = gm(*[t.double() if t.is_floating_point() else t for t in inputs])
+    except Exception:
+        return True
+    for i in bad:
+        out, ref, exact = outs[i], expected[i], truth[i]
+        if not ref.is_floating_point() or out.shape != ref.shape or exact.shape != ref.shape:
+            return True
+        out, ref, exact = out.double(), ref.double(), exact.double()
+        finite = torch.isfinite(ref)
+        if not torch.equal(finite, torch.isfinite(out)):
+            return True
+        if finite.any():
+            ours = (out[finite] - exact[finite]).abs().max().item()
+            eager = (ref[finite] - exact[finite]).abs().max().item()
+            if not ours <= 10 * eager + 1e-5 * exact[finite].abs().max().item():
+                return True
+    return False
+
+
+def _difference(out: torch.Tensor, ref: torch.Tensor) -> str:
+    if out.shape != ref.shape:
+        return f"shape {tuple(out.shape)}, eager {tuple(ref.shape)}"
+    if not (ref.dtype.is_floating_point or ref.is_complex()):
+        return f"{ref.dtype} {tuple(ref.shape)}, {int((out != ref).sum())} elements differ"
+    d = (out.double() - ref.double()).abs().nan_to_num(float("inf"))
+    return f"{ref.dtype} {tuple(ref.shape)}, largest difference {d.max().item():.3g} where eager has " \
+           f"{ref.flatten()[d.flatten().argmax()].item():.3g}, largest eager value {ref.abs().max().item():.3g}"
+
+
+def _close(out: torch.Tensor, ref: torch.Tensor) -> bool:
+    """Compiled against eager: floats within rounding (reassociated sums,
+    approximated math) relative to each element and to the output's scale;
+    NaNs and infinities in the same places; other dtypes equal."""
+    if out.shape != ref.shape:
+        return False
+    if ref.is_complex():
+        out, ref = torch.view_as_real(out.resolve_conj()), torch.view_as_real(ref.resolve_conj())
+    if not ref.dtype.is_floating_point:
+        return bool(torch.equal(out, ref.to(out.dtype)))
+    a, b = out.double(), ref.double()
+    finite = torch.isfinite(b)
+    if not torch.equal(finite, torch.isfinite(a)) or not torch.equal(a[~finite].nan_to_num(), b[~finite].nan_to_num()):
+        return False
+    if not finite.any():
+        return True
+    a, b = a[finite], b[finite]
+    rtol = 1e-3 if ref.dtype in (torch.float32, torch.float64) else 3e-2
+    scale = b.abs().max().item()
+    return bool(((a - b).abs() <= rtol * b.abs() + rtol * scale + 1e-6).all())
 
 
 def _run_fx(gm, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:

@@ -560,11 +560,14 @@ def _generalize(graph, family, numbers, leaf_starts) -> Optional[Template]:
         base = numbers
     t = Template(tuple(base), frozenset(symbols), exprs, {s: where[s] for s in symbols})
     for old in family.templates:
-        if old.symbols == t.symbols:
+        if old.symbols == t.symbols and (old.failed or not set(t.exprs) > set(old.exprs)):
             # Compiled before for these symbols, and this trace is not an
             # instance: a number that is not the function fitted (or a guard
             # that failed). More fits from two sizes would guess again:
-            # sizes like this one compile static.
+            # sizes like this one compile static. Unless this fit follows
+            # more numbers than the old one (one that stayed equal by chance
+            # between the old one's two traces, B * T of 4 x 16 and 2 x 32):
+            # that can happen only so many times.
             return None
     global _template_count
     family.templates.append(t)

@@ -84,6 +84,8 @@ def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], orig
     with context, mode:
         out = make_fx(traced, decomposition_table=decomposition_table(), tracing_mode="symbolic")(*fakes)
     _fold_size_bounds(out, env)
+    _collapse_merging_views(out)
+    _flatten_index_put_indices(out)
     # Every input dimension is guarded, the static ones too: a symbol the
     # decomposition specialized (pow's exponent 3 became x*x*x, guard s == 3)
     # becomes static in the ShapeEnv, and ignore_static would drop its guard.
@@ -156,6 +158,129 @@ def _fold_size_bounds(gm: torch.fx.GraphModule, env) -> None:
     if changed:
         gm.graph.lint()
         gm.recompile()
+
+
+_RESHAPES = None
+
+
+def _collapse_merging_views(gm: torch.fx.GraphModule) -> None:
+    """A view (reshape) that only merges runs of adjacent dimensions, one of
+    them symbolic (``[B, T, C] -> [B * T, C]``, a 3-D linear's input),
+    becomes ``prims.collapse`` per run. torch-mlir lowers a view merging two
+    ``?`` dimensions with a ``tensor.cast`` of one of them to 1 (an unchecked
+    assumption, wrong for every other size); collapse lowers to
+    ``tensor.collapse_shape``, right for every size."""
+    import sympy
+
+    global _RESHAPES
+    if _RESHAPES is None:
+        aten = torch.ops.aten
+        _RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+    def exprs(val):
+        return [s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(int(s)) for s in val.shape]
+
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _RESHAPES or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        source = node.args[0]
+        val, out = source.meta.get("val"), node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not isinstance(out, torch.Tensor):
+            continue
+        ins, outs = exprs(val), exprs(out)
+        runs, i = [], 0
+        for size in outs:  # the input dimensions each output dimension is the product of
+            if i == len(ins):
+                runs = None
+                break
+            start, product = i, ins[i]
+            i += 1
+            while sympy.expand(product - size) != 0 and i < len(ins):
+                product *= ins[i]
+                i += 1
+            if sympy.expand(product - size) != 0:
+                runs = None
+                break
+            runs.append((start, i - 1))
+        if not runs or i != len(ins):
+            continue
+        runs = [(a, b) for a, b in runs if b > a and any(not ins[d].is_number for d in range(a, b + 1))]
+        if not runs:
+            continue
+        current, current_val = source, val
+        with gm.graph.inserting_before(node), val.fake_mode:
+            for a, b in reversed(runs):  # the last run first: the earlier ones keep their indices
+                current_val = torch.ops.prims.collapse.default(current_val, a, b)
+                current = gm.graph.call_function(torch.ops.prims.collapse.default, (current, a, b))
+                _copy_origin(node, current)
+                current.meta["val"] = current_val
+        node.replace_all_uses_with(current)
+        gm.graph.erase_node(node)
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+
+
+def _flatten_index_put_indices(gm: torch.fx.GraphModule) -> None:
+    """``index_put(x, [I], V)`` with one index tensor of several dimensions,
+    one of them symbolic (embedding's backward: I is [B, T], V [B, T, C]),
+    becomes the same on ``I`` and ``V`` with those dimensions collapsed into
+    one and a dimension of 1 after it (I [B * T, 1], V [B * T, 1, C]).
+    torch-mlir lowers the first with V's second dimension assumed 1 (wrong
+    unless T is 1), the second right; a 1-D index it does not lower."""
+    aten = torch.ops.aten
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in (aten.index_put.default, aten._unsafe_index_put.default):
+            continue
+        self_, indices, values = node.args[:3]
+        if not (isinstance(indices, (list, tuple)) and len(indices) == 1 and isinstance(indices[0], torch.fx.Node)
+                and isinstance(values, torch.fx.Node) and isinstance(self_, torch.fx.Node)):
+            continue
+        index, x, v = indices[0].meta.get("val"), self_.meta.get("val"), values.meta.get("val")
+        if not all(isinstance(t, torch.Tensor) for t in (index, x, v)) or index.dim() < 2 or index.dtype == torch.bool:
+            continue
+        if not any(isinstance(s, torch.SymInt) for s in index.shape):
+            continue
+        k = index.dim()
+        # Values exactly index's shape then x's trailing ones (no broadcast).
+        if v.dim() != k + x.dim() - 1 or any(
+                not _same_size(a, b) for a, b in zip(v.shape, tuple(index.shape) + tuple(x.shape[1:]))):
+            continue
+        added = []
+
+        def call(target, *args):
+            n = gm.graph.call_function(target, args)
+            _copy_origin(node, n)
+            n.meta["val"] = target(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args])
+            added.append(n)
+            return n
+
+        with gm.graph.inserting_before(node), index.fake_mode:
+            flat_i = call(aten.unsqueeze.default, call(torch.ops.prims.collapse.default, indices[0], 0, k - 1), 1)
+            flat_v = call(aten.unsqueeze.default, call(torch.ops.prims.collapse.default, values, 0, k - 1), 1)
+        node.args = (self_, [flat_i], flat_v) + tuple(node.args[3:])
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+
+
+def _copy_origin(node: torch.fx.Node, new: torch.fx.Node) -> None:
+    """``new`` replaces part of ``node``: the same origin (the importer's
+    location), none of its type metadata."""
+    if "stack_trace" in node.meta:
+        new.meta["stack_trace"] = node.meta["stack_trace"]
+
+
+def _same_size(a, b) -> bool:
+    import sympy
+
+    ea = a.node.expr if isinstance(a, torch.SymInt) else sympy.Integer(int(a))
+    eb = b.node.expr if isinstance(b, torch.SymInt) else sympy.Integer(int(b))
+    return sympy.expand(ea - eb) == 0
 
 
 def _op_name(target) -> str:

@@ -27,7 +27,8 @@ def fresh():
 
 def counts():
     return {k: metrics.counter_value(k) for k in
-            ("UncachedCompile", "DynamicCompile", "DynamicGraphHit", "DynamicCompileFallback", "CompileFallback")}
+            ("UncachedCompile", "DynamicCompile", "DynamicGraphHit", "DynamicCompileFallback", "CompileFallback",
+             "DynamicValidationMismatch")}
 
 
 def mlp():
@@ -310,7 +311,7 @@ def test_transformer_lm_training_over_sequence_lengths():
     c = counts()
     # The first step (AdamW's state), length 16 static, then one dynamic graph.
     assert (c["UncachedCompile"], c["DynamicCompile"], c["DynamicGraphHit"]) == (3, 1, 3), c
-    assert c["DynamicCompileFallback"] == 0 and c["CompileFallback"] == 0
+    assert c["DynamicCompileFallback"] == 0 and c["CompileFallback"] == 0 and c["DynamicValidationMismatch"] == 0
 
 
 def test_cumsum_and_embedding_backward_over_dynamic_lengths():
@@ -390,20 +391,96 @@ def test_a_specialized_symbol_is_guarded():
     assert counts()["DynamicGraphHit"] == 0
 
 
-def test_a_view_merging_two_dynamic_dimensions_compiles_static():
-    """torch-mlir lowers view([B, T, 64] -> [B * T, 64]) with B and T both
-    ``?`` as a cast asserting T == 1 (wrong for every other size): such a
+def test_a_view_merging_two_dynamic_dimensions():
+    """A 3-D linear views [B, T, 64] as [B * T, 64]. torch-mlir lowers that
+    view, with B and T both ``?``, as a cast asserting T == 1 (wrong for
+    every other size); lazymlir lowers such merges as collapses, so batch
+    and length may both change on one dynamic graph, training included."""
+    torch.manual_seed(0)
+    lin = nn.Sequential(nn.Linear(64, 32), nn.GELU(), nn.Linear(32, 8))
+    lazy = copy.deepcopy(lin).to("lazy")
+    for b, t in [(2, 3), (4, 5), (3, 7), (5, 2), (6, 11)]:
+        x = torch.randn(b, t, 64)
+        out = lazy(x.to("lazy"))
+        out.sum().backward()
+        lin(x).sum().backward()
+        torch.testing.assert_close(out.cpu(), lin(x), rtol=1e-5, atol=1e-5)
+        for p, q in zip(lazy.parameters(), lin.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-4)
+    c = counts()
+    assert c["DynamicCompileFallback"] == 0 and c["CompileFallback"] == 0 and c["DynamicValidationMismatch"] == 0
+    assert c["DynamicGraphHit"] >= 3
+
+
+def test_a_cast_of_a_dynamic_dimension_compiles_static():
+    """A view that splits and merges at once ([B, T, 64] -> [B * T * 2, 32])
+    still gets torch-mlir's cast of a ``?`` size to a static one: such a
     graph is refused dynamic (DynamicCompileFallback) and compiles static,
     with the right values. Only T changing stays dynamic."""
-    torch.manual_seed(0)
-    lin = nn.Linear(64, 32)
-    lazy = copy.deepcopy(lin).to("lazy")
+    def f(x):
+        return (x.reshape(-1, 32) * 2).sum(1)
+
     with torch.no_grad():
         for b, t in [(2, 3), (4, 5), (3, 7)]:
             x = torch.randn(b, t, 64)
-            torch.testing.assert_close(lazy(x.to("lazy")).cpu(), lin(x), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(f(x.to("lazy")).cpu(), f(x), rtol=1e-5, atol=1e-5)
         assert counts()["DynamicCompileFallback"] == 1 and counts()["DynamicGraphHit"] == 0
         for t in [9, 10, 11]:
             x = torch.randn(3, t, 64)
-            torch.testing.assert_close(lazy(x.to("lazy")).cpu(), lin(x), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(f(x.to("lazy")).cpu(), f(x), rtol=1e-5, atol=1e-5)
     assert counts()["DynamicCompile"] == 1
+
+
+class _Embed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.e = nn.Embedding(50, 8)
+        self.out = nn.Linear(8, 4)
+
+    def forward(self, ids):
+        return self.out(self.e(ids)).pow(2).sum() * 0.01
+
+
+def _train_embedding(sizes):
+    eager = _Embed()
+    lazy = copy.deepcopy(eager).to("lazy")
+    for b, t in sizes:
+        ids = torch.randint(0, 50, (b, t))
+        for m in (eager, lazy):
+            m.zero_grad()
+        loss = lazy(ids.to("lazy"))
+        loss.backward()
+        lazymlir.mark_step()
+        eager(ids).backward()
+        torch.testing.assert_close(loss.cpu(), eager(ids))
+        for p, q in zip(lazy.parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_embedding_backward_with_batch_and_length_dynamic():
+    """Embedding's backward is an index_put with a [B, T] index: torch-mlir
+    lowers it, with B and T both ``?``, as if T were 1 (every gradient
+    row wrong); lazymlir flattens the index first. Sizes where B * T stays
+    equal by chance (4 x 16, 2 x 32) fit a template that a later size
+    refits once."""
+    _train_embedding([(4, 16), (2, 32), (3, 48), (4, 24), (2, 64), (5, 7)])
+    c = counts()
+    assert c["DynamicCompileFallback"] == 0 and c["CompileFallback"] == 0 and c["DynamicValidationMismatch"] == 0
+    assert c["UncachedCompile"] == 3 and c["DynamicCompile"] == 2 and c["DynamicGraphHit"] >= 3
+
+
+def test_a_wrong_dynamic_graph_is_caught_on_its_first_run(monkeypatch):
+    """The safety net for lowerings that assume a ``?`` size: a dynamic
+    graph's first run is compared with eager. Without lazymlir's index
+    flattening, torch-mlir's embedding backward is wrong; the first run
+    then returns eager's values, warns, runs eagerly from then on, and
+    later sizes compile static."""
+    from lazymlir import lowering
+
+    monkeypatch.setattr(lowering, "_flatten_index_put_indices", lambda gm: None)
+    with pytest.warns(RuntimeWarning, match="unlike eager on its first run"):
+        _train_embedding([(4, 16), (2, 32), (3, 48), (5, 7)])
+    c = counts()
+    assert c["DynamicValidationMismatch"] == 1 and c["DynamicCompile"] == 1
+    assert c["DynamicGraphHit"] == 0 and c["UncachedCompile"] == 4
