@@ -128,8 +128,11 @@ class _Compiled:
         almost every size, which only a run shows. On a difference, the
         outputs become eager's, this graph runs eagerly from now on and its
         template is dropped (later sizes compile static), with a warning."""
-        with torch.no_grad(), torch.autocast("cpu", enabled=False):
-            expected = self.gm(*inputs)
+        try:
+            with torch.no_grad(), torch.autocast("cpu", enabled=False):
+                expected = self.gm(*inputs)
+        except Exception:
+            return  # eager refuses these inputs (the runtime checks cover what the compiled code did)
         bad = [i for i, (out, ref) in enumerate(zip(outs, expected)) if not _close(out, ref)]
         if not bad or not _worse_than_eager(self.gm, inputs, outs, expected, bad):
             return
@@ -330,6 +333,7 @@ def _disk_templates(native, name: str, options: dict):
             return None
         entry = _Compiled(_dynamic_name(graph, template), executable, None, gm)
         entry.template = template
+        entry.validate = not _divides_integers(graph)
         return entry
 
     return load, read
@@ -403,10 +407,25 @@ def _compile_dynamic(graph: trace.Graph, template, native, name: str, options: d
     metrics.counter("UncachedCompile")
     entry = _Compiled(name, executable, None if executable.is_dynamic else graph.output_specs(), gm)
     entry.template = template
+    # Eager integer division traps (SIGFPE) on INT64_MIN / -1, which the
+    # compiled code wraps: such graphs are not compared with eager.
+    entry.validate = not _divides_integers(graph)
     template.entry = entry
     if config.verbose:
         print(f"lazymlir: graph {name} compiled with dynamic {template.describe()}")
     return entry
+
+
+_INTEGER_DIVISIONS = ("div", "floor_divide", "fmod", "remainder")
+
+
+def _divides_integers(graph: trace.Graph) -> bool:
+    for n in graph.nodes:
+        name = n.sig[0] if isinstance(n.sig[0], str) else ""
+        if any(d in name for d in _INTEGER_DIVISIONS) and isinstance(n.meta, torch.Tensor) \
+                and not (n.meta.dtype.is_floating_point or n.meta.dtype.is_complex):
+            return True
+    return False
 
 
 def _zero_size(graph: trace.Graph) -> bool:
