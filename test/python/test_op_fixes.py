@@ -220,3 +220,19 @@ def test_integer_powers_compile_in_contraction_epilogues(native):
     for e in (2.0, 3.0):
         assert torch.equal(v.to("lazy").pow(e).cpu(), v.pow(e))
     assert_compiled()
+
+
+def test_integer_power_in_a_fused_training_graph(native):
+    """``h.pow(2)`` (an int exponent: math.fpowi) in a graph with an
+    embedding and a tied matmul: the fused kernel of pow's backward was
+    vectorized into llvm.intr.powi with a vector exponent, which LLVM
+    rejects, so the whole graph ran eagerly. It compiles now."""
+    torch.manual_seed(0)
+    w = torch.randn(50, 8, requires_grad=True)
+    ids = torch.randint(0, 50, (4, 16))
+    wl = w.detach().to("lazy").requires_grad_()
+    for weight, i in ((wl, ids.to("lazy")), (w, ids)):
+        h = F.embedding(i, weight)
+        ((h * h).sum() + (h @ weight.t()).pow(2).sum() * 0.01).backward()
+    _same(wl.grad, w.grad)
+    assert_compiled()
