@@ -8,7 +8,6 @@
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -47,13 +46,6 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   ApproximateMathPassOptions approximate;
   approximate.useLdexp = options.useLdexp;
   pm.addNestedPass<func::FuncOp>(createApproximateMathPass(approximate));
-  // x ** n with a constant integer n (torch-mlir's pow with an int
-  // exponent) as multiplications: vectorized, math.fpowi became
-  // llvm.intr.powi with a vector exponent, which LLVM rejects (the graph
-  // then ran eagerly).
-  math::MathExpandOpsPassOptions expand;
-  expand.opMnemonics = {"fpowi"};
-  pm.addNestedPass<func::FuncOp>(math::createMathExpandOpsPass(expand));
   pm.addNestedPass<func::FuncOp>(createReassociateReductionsPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -10,6 +10,7 @@
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <cmath>
@@ -216,6 +217,39 @@ void expandExpm1(math::ExpM1Op op) {
   op.erase();
 }
 
+/// x ** n with a constant n in [0, 64] (torch-mlir's pow with an int
+/// exponent) as multiplications, by binary exponentiation as compiler-rt's
+/// __powisf2 (x ** 0 is 1, NaN included, as in eager). math.fpowi otherwise
+/// becomes llvm.intr.powi, a call per element, and vectorized (a fused
+/// kernel), a powi with a vector exponent, which the LLVM dialect rejects.
+/// Negative exponents keep powi: 1 / x ** n rounds twice, and eager's
+/// special values (-0.0 ** -1 = -inf) come from powi.
+struct FPowIConstant : OpRewritePattern<math::FPowIOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(math::FPowIOp op,
+                                PatternRewriter &rewriter) const override {
+    APInt exponent;
+    if (!matchPattern(op.getRhs(), m_ConstantInt(&exponent)) ||
+        exponent.isNegative() || exponent.sgt(64))
+      return failure();
+    uint64_t n = exponent.getZExtValue();
+    Location loc = op.getLoc();
+    Value base = op.getLhs(), result;
+    if (n == 0)
+      result = floatConstant(rewriter, loc, base.getType(), 1.0);
+    for (; n; n >>= 1) {
+      if (n & 1)
+        result = result ? arith::MulFOp::create(rewriter, loc, result, base)
+                        : base;
+      if (n > 1)
+        base = arith::MulFOp::create(rewriter, loc, base, base);
+    }
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
 struct ApproximateMathPass
     : lazymlir::impl::ApproximateMathPassBase<ApproximateMathPass> {
   using Base::Base;
@@ -263,6 +297,7 @@ struct ApproximateMathPass
     // creates a math.exp, which this then expands too).
     if (predicate("math.exp"))
       patterns.add<ExpF32>(&getContext(), useLdexp);
+    patterns.add<FPowIConstant>(&getContext());
     (void)applyPatternsGreedily(getOperation(), std::move(patterns));
   }
 };

@@ -133,3 +133,24 @@ func.func @log1p_expm1_f64(%x: f64) -> (f64, f64) {
   %1 = math.expm1 %x : f64
   return %0, %1 : f64, f64
 }
+
+// x ** n with a constant n >= 0 becomes multiplications (binary
+// exponentiation: x ** 5 = x * (x * x) ** 2), vectors too; x ** 0 is 1
+// (NaN ** 0 too, as in eager); a negative exponent keeps fpowi.
+// CHECK-LABEL: func.func @fpowi
+// CHECK-SAME: (%[[X:.*]]: vector<16xf32>, %[[Y:.*]]: f32)
+// CHECK-DAG: %[[ONE:.*]] = arith.constant dense<1.000000e+00> : vector<16xf32>
+// CHECK: %[[X2:.*]] = arith.mulf %[[X]], %[[X]] : vector<16xf32>
+// CHECK: %[[X4:.*]] = arith.mulf %[[X2]], %[[X2]] : vector<16xf32>
+// CHECK: %[[X5:.*]] = arith.mulf %[[X]], %[[X4]] : vector<16xf32>
+// CHECK: %[[NEG:.*]] = math.fpowi %[[Y]], %{{.*}} : f32, i64
+// CHECK: return %[[X5]], %[[ONE]], %[[NEG]]
+func.func @fpowi(%x: vector<16xf32>, %y: f32) -> (vector<16xf32>, vector<16xf32>, f32) {
+  %c5 = arith.constant dense<5> : vector<16xi64>
+  %c0 = arith.constant dense<0> : vector<16xi64>
+  %m2 = arith.constant -2 : i64
+  %a = math.fpowi %x, %c5 : vector<16xf32>, vector<16xi64>
+  %b = math.fpowi %x, %c0 : vector<16xf32>, vector<16xi64>
+  %c = math.fpowi %y, %m2 : f32, i64
+  return %a, %b, %c : vector<16xf32>, vector<16xf32>, f32
+}

@@ -300,7 +300,11 @@ def ApproximateMathPass
     exp scale by two powers of two (denormal results are not flushed), f32
     log/log2 rescale denormal inputs by 2^24, erf keeps the sign of -0.0, and
     f64 log1p/expm1 use accurate formulas (log(1+x) and exp(x)-1 lose -0.0
-    and tiny inputs).
+    and tiny inputs). Whatever `ops` says, `math.fpowi` with a constant
+    exponent in [0, 64] becomes multiplications (binary exponentiation, as
+    compiler-rt's powi): vectorized, it became llvm.intr.powi with a vector
+    exponent, which the LLVM dialect rejects. Negative exponents keep powi
+    (eager's special values: -0.0 ** -1 is -inf).
   }];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::math::MathDialect",
