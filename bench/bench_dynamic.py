@@ -99,10 +99,13 @@ def sweep(name, model, loss, make_batch, sizes):
         batch = make_batch(s)
         worst = max(worst, abs(lazy.step(batch).item() - eager.step(batch).item()))
         first = counts()["UncachedCompile"] if first is None else first
-    seconds = time.perf_counter() - t0
+    return _sweep_result(name, sizes, time.perf_counter() - t0, worst, first)
+
+
+def _sweep_result(name, sizes, seconds, worst, first_step_graphs):
     c = counts()
     return {"workload": name, "sizes": f"{sizes[0]}..{sizes[-1]} ({len(sizes)})", "graphs_compiled": c["UncachedCompile"],
-            "graphs_after_first_step": c["UncachedCompile"] - first,
+            "graphs_after_first_step": c["UncachedCompile"] - first_step_graphs,
             "dynamic_compiles": c["DynamicCompile"], "dynamic_hits": c["DynamicGraphHit"],
             "dynamic_fallbacks": c["DynamicCompileFallback"], "eager_fallbacks": c["CompileFallback"],
             "compile_s": lazymlir.cache.stats().compile_seconds, "sweep_s": seconds, "worst_loss_diff": worst}
@@ -120,13 +123,7 @@ def inference_sweep(name, model, make_batch, sizes):
         for s in sizes:
             x = make_batch(s)[0]
             worst = max(worst, (lazy(x.to("lazy")).cpu() - eager(x)).abs().max().item())
-    seconds = time.perf_counter() - t0
-    c = counts()
-    return {"workload": name, "sizes": f"{sizes[0]}..{sizes[-1]} ({len(sizes)})", "graphs_compiled": c["UncachedCompile"],
-            "graphs_after_first_step": c["UncachedCompile"], "dynamic_compiles": c["DynamicCompile"],
-            "dynamic_hits": c["DynamicGraphHit"], "dynamic_fallbacks": c["DynamicCompileFallback"],
-            "eager_fallbacks": c["CompileFallback"], "compile_s": lazymlir.cache.stats().compile_seconds,
-            "sweep_s": seconds, "worst_loss_diff": worst}
+    return _sweep_result(name, sizes, time.perf_counter() - t0, worst, 0)
 
 
 def step_time(model, loss, make_batch, size, warm_sizes, repeats, dynamic):

@@ -246,6 +246,18 @@ std::string describe(const std::vector<int64_t> &dims) {
   return os.str();
 }
 
+/// Whether `sizes` are a shape of `signature`: its rank, its static sizes,
+/// any size >= 0 where it has a dynamic one.
+bool fits(const std::vector<int64_t> &sizes, const TensorSignature &signature) {
+  if (sizes.size() != signature.shape.size())
+    return false;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != signature.shape[d] &&
+        (signature.shape[d] != kDynamicSize || sizes[d] < 0))
+      return false;
+  return true;
+}
+
 void checkBuffer(const BufferView &buffer, const TensorSignature &signature,
                  const char *kind, size_t index) {
   auto where = [&] { return std::string(kind) + " #" + std::to_string(index); };
@@ -254,11 +266,7 @@ void checkBuffer(const BufferView &buffer, const TensorSignature &signature,
                                 elementTypeName(buffer.elementType) +
                                 ", expected " +
                                 elementTypeName(signature.elementType));
-  bool shapeMatches = buffer.sizes.size() == signature.shape.size();
-  for (size_t d = 0; shapeMatches && d < buffer.sizes.size(); ++d)
-    shapeMatches = buffer.sizes[d] == signature.shape[d] ||
-                   (signature.shape[d] == kDynamicSize && buffer.sizes[d] >= 0);
-  if (!shapeMatches)
+  if (!fits(buffer.sizes, signature))
     throw std::invalid_argument(where() + ": shape " + describe(buffer.sizes) +
                                 ", expected " + describe(signature.shape) +
                                 " (-1: any size)");
@@ -331,17 +339,11 @@ void CpuExecutable::run(const std::vector<RawBuffer> &inputs,
       if (impl->dynamic) {
         // The sizes fill the descriptor: they must fit the signature and
         // the buffer's byte count.
-        if (buffer.sizes.size() != signature.shape.size())
-          fail("sizes " + describe(buffer.sizes) + ", expected rank " +
-               std::to_string(signature.shape.size()));
+        if (!fits(buffer.sizes, signature))
+          fail("sizes " + describe(buffer.sizes) + " do not fit");
         bytes = elementBytes(signature.elementType);
-        for (size_t d = 0; d < buffer.sizes.size(); ++d) {
-          int64_t size = buffer.sizes[d];
-          if (size < 0 || (signature.shape[d] != kDynamicSize &&
-                           size != signature.shape[d]))
-            fail("sizes " + describe(buffer.sizes) + " do not fit");
+        for (int64_t size : buffer.sizes)
           bytes *= static_cast<size_t>(size);
-        }
         sizes.push_back(&buffer.sizes);
       }
       if (buffer.bytes != bytes)

@@ -81,9 +81,10 @@ class _Compiled:
         # The FX graph, run eagerly when a runtime check of the compiled code
         # fails (an index out of range, an integer division by zero).
         self.gm = gm
-        # A dynamic graph's first run is compared with the FX graph run
-        # eagerly (_validated); one that differed runs eagerly for ever.
-        self.validate = self.dynamic
+        # Set on a dynamic graph (_compile_dynamic, the disk loader): its
+        # first run is compared with the FX graph run eagerly (_validated);
+        # one that differed runs eagerly for ever.
+        self.validate = False
         self.wrong = False
 
     @property

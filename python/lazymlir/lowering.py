@@ -160,9 +160,6 @@ def _fold_size_bounds(gm: torch.fx.GraphModule, env) -> None:
         gm.recompile()
 
 
-_RESHAPES = None
-
-
 def _collapse_merging_views(gm: torch.fx.GraphModule) -> None:
     """A view (reshape) that only merges runs of adjacent dimensions, one of
     them symbolic (``[B, T, C] -> [B * T, C]``, a 3-D linear's input),
@@ -170,25 +167,17 @@ def _collapse_merging_views(gm: torch.fx.GraphModule) -> None:
     ``?`` dimensions with a ``tensor.cast`` of one of them to 1 (an unchecked
     assumption, wrong for every other size); collapse lowers to
     ``tensor.collapse_shape``, right for every size."""
-    import sympy
-
-    global _RESHAPES
-    if _RESHAPES is None:
-        aten = torch.ops.aten
-        _RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-
-    def exprs(val):
-        return [s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(int(s)) for s in val.shape]
-
+    aten = torch.ops.aten
+    reshapes = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
     changed = False
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in _RESHAPES or not isinstance(node.args[0], torch.fx.Node):
+        if node.op != "call_function" or node.target not in reshapes or not isinstance(node.args[0], torch.fx.Node):
             continue
         source = node.args[0]
         val, out = source.meta.get("val"), node.meta.get("val")
         if not isinstance(val, torch.Tensor) or not isinstance(out, torch.Tensor):
             continue
-        ins, outs = exprs(val), exprs(out)
+        ins, outs = [_size_expr(s) for s in val.shape], [_size_expr(s) for s in out.shape]
         runs, i = [], 0
         for size in outs:  # the input dimensions each output dimension is the product of
             if i == len(ins):
@@ -196,10 +185,10 @@ def _collapse_merging_views(gm: torch.fx.GraphModule) -> None:
                 break
             start, product = i, ins[i]
             i += 1
-            while sympy.expand(product - size) != 0 and i < len(ins):
+            while not _equal(product, size) and i < len(ins):
                 product *= ins[i]
                 i += 1
-            if sympy.expand(product - size) != 0:
+            if not _equal(product, size):
                 runs = None
                 break
             runs.append((start, i - 1))
@@ -247,15 +236,12 @@ def _flatten_index_put_indices(gm: torch.fx.GraphModule) -> None:
         k = index.dim()
         # Values exactly index's shape then x's trailing ones (no broadcast).
         if v.dim() != k + x.dim() - 1 or any(
-                not _same_size(a, b) for a, b in zip(v.shape, tuple(index.shape) + tuple(x.shape[1:]))):
+                not _equal(_size_expr(a), _size_expr(b)) for a, b in zip(v.shape, tuple(index.shape) + tuple(x.shape[1:]))):
             continue
-        added = []
-
         def call(target, *args):
             n = gm.graph.call_function(target, args)
             _copy_origin(node, n)
             n.meta["val"] = target(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args])
-            added.append(n)
             return n
 
         with gm.graph.inserting_before(node), index.fake_mode:
@@ -275,12 +261,18 @@ def _copy_origin(node: torch.fx.Node, new: torch.fx.Node) -> None:
         new.meta["stack_trace"] = node.meta["stack_trace"]
 
 
-def _same_size(a, b) -> bool:
+def _size_expr(size):
+    """A size of a symbolically traced tensor as a sympy expression."""
     import sympy
 
-    ea = a.node.expr if isinstance(a, torch.SymInt) else sympy.Integer(int(a))
-    eb = b.node.expr if isinstance(b, torch.SymInt) else sympy.Integer(int(b))
-    return sympy.expand(ea - eb) == 0
+    return size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(int(size))
+
+
+def _equal(a, b) -> bool:
+    """Two size expressions equal for every value of their symbols."""
+    import sympy
+
+    return sympy.expand(a - b) == 0
 
 
 def _op_name(target) -> str:
