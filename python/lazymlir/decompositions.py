@@ -46,6 +46,14 @@ def decomposition_table():
             aten.trunc.default: _trunc, aten.elu.default: _elu,
             aten.pow.Tensor_Scalar: _pow_tensor_scalar, aten.gelu.default: _gelu,
         })
+        # A comparison of a tensor with a Python scalar of another kind (a float
+        # tensor with an int, an int tensor with a float, a bool tensor with an
+        # int), or of booleans: torch-mlir's folders read a constant tensor's
+        # splat as the scalar's kind, a wrong answer (ones(4) == 1 folds to
+        # false; a true splat is -1) or a crash of the process (full(0.) == 0,
+        # an int splat with a float).
+        for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+            table[getattr(aten, name).Scalar] = _compare_scalar(getattr(aten, name).Scalar)
         # Ops torch-mlir does not lower at all (sort.stable, as_strided_scatter,
         # diagonal_scatter) or lowers through dynamic shapes (index_put with a
         # bool mask: nonzero), rewritten into ops it lowers statically.
@@ -193,6 +201,27 @@ def _eq(self, other):
     if self is other and self.is_floating_point():
         return torch.logical_not(torch.isnan(self))
     return NotImplemented
+
+
+_SCALAR_KINDS = {bool: 0, int: 1, float: 2}
+
+
+def _compare_scalar(op):
+    def compare(self, other):
+        kind = _SCALAR_KINDS.get(type(other))
+        if kind is None or self.is_complex():
+            return NotImplemented
+        own = 0 if self.dtype == torch.bool else 2 if self.is_floating_point() else 1
+        if own == kind and own != 0:
+            return NotImplemented
+        # Eager's promotion: the tensor and the scalar in their result type;
+        # booleans as integers (torch-mlir reads a true splat as -1).
+        dtype = torch.result_type(self, other)
+        if dtype == torch.bool:
+            dtype = torch.int32
+        value = bool(other) if dtype == torch.bool else float(other) if dtype.is_floating_point else int(other)
+        return op(self.to(dtype), value)
+    return compare
 
 
 def _fmod(self, other):

@@ -236,3 +236,24 @@ def test_integer_power_in_a_fused_training_graph(native):
         ((h * h).sum() + (h @ weight.t()).pow(2).sum() * 0.01).backward()
     _same(wl.grad, w.grad)
     assert_compiled()
+
+
+@pytest.mark.parametrize("dtype, fill", [(torch.float32, 1.0), (torch.float32, 0.0), (torch.int64, 1),
+                                         (torch.int64, -2), (torch.bool, True), (torch.bool, False)])
+def test_comparisons_of_constant_tensors_with_scalars(native, dtype, fill):
+    # A tensor the graph creates (a constant to torch-mlir) compared with a
+    # Python scalar of another kind, or a bool tensor with any: torch-mlir's
+    # folders gave ones(4) == 1 as false (Hugging Face's "attention mask all
+    # ones?" check, found by the GPU check) and crashed the process on
+    # full(0.) == 0 and on an int splat against a float.
+    import operator
+
+    ops = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)
+    scalars = (0, 1, -2, 0.0, 1.0, 2.5, True, False)
+    metrics.reset()
+    x = torch.full((4, 3), fill, dtype=dtype, device="lazy")
+    lazy = [op(x, s) for op in ops for s in scalars]
+    eager = [op(torch.full((4, 3), fill, dtype=dtype), s) for op in ops for s in scalars]
+    for (op, s), a, b in zip([(op, s) for op in ops for s in scalars], lazy, eager):
+        assert torch.equal(a.cpu(), b), f"{op.__name__}({dtype} full {fill!r}, {s!r})"
+    assert_compiled()
