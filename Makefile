@@ -13,7 +13,7 @@ STAMPS := .stamps
 pip_install = set -o pipefail; $(VPY) -m pip install -q $(1) 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
 NATIVE_SOURCES := $(shell find CMakeLists.txt include lib tools python test -name '*.cpp' -o -name '*.h' -o -name '*.td' -o -name 'CMakeLists.txt' -o -name '*.in' 2>/dev/null) pyproject.toml
 
-.PHONY: all demo bench test check-lit check-python conformance deps build clean
+.PHONY: all demo bench test check-lit check-python conformance gpu-bundles deps build clean
 
 all: build
 
@@ -46,6 +46,12 @@ conformance: build
 	$(VPY) tools/conformance.py --jobs 2 --worker-log build/conformance-workers.log \
 	  --out-json docs/conformance/results.json --out-md docs/conformance/summary.md \
 	  --before docs/conformance/baseline-e683828.json
+
+# The GPU check's input (tools/gpu_bundles.py): every case compiled for sm_90
+# and sm_80 with its inputs and CPU references, in build/gpu-bundles (< 40 MiB);
+# on a GPU machine `python3 tools/gpu_check.py build/gpu-bundles` runs it.
+gpu-bundles: build
+	$(VPY) tools/gpu_bundles.py build/gpu-bundles
 
 deps: $(STAMPS)/apt $(STAMPS)/venv
 

@@ -163,8 +163,15 @@ struct GpuLaunchPlanPass
         fail(op) << "a global that is not a constant with a value";
         return;
       }
+      // One element after another, as the buffer holds them. Booleans are
+      // a byte each in a buffer, but DenseElementsAttr keeps i1 bit-packed
+      // (a splat true is one 0xff byte): read them as values, never as raw
+      // data (a constant mask of true became a mask of false).
       std::vector<char> bytes;
-      if (data.isSplat()) {
+      if (data.getElementType().isInteger(1)) {
+        for (bool value : data.getValues<bool>())
+          bytes.push_back(value ? 1 : 0);
+      } else if (data.isSplat()) {
         ArrayRef<char> one = data.getRawData();
         for (int64_t i = 0; i < data.getNumElements(); ++i)
           bytes.insert(bytes.end(), one.begin(), one.end());

@@ -20,36 +20,33 @@ outputs, written in place.
 import argparse
 import importlib
 import sys
-from typing import Callable, Dict
+from typing import Callable, Dict, List, NamedTuple
+
+import torch
 
 from . import compilation, compiler, gpu_runtime
 from . import cache as _cache
 from .tensor import mark_step
+from .trace import to_fx
 
 
-def compile_step(step: Callable, *args, chip: str = "sm_90", path: str = None, steps: int = 1,
-                 libdevice: str = "") -> Dict[str, dict]:
+class TracedGraph(NamedTuple):
+    fx: torch.fx.GraphModule  # its aten ops on CPU tensors (lazymlir.trace.to_fx)
+    inputs: List[torch.Tensor]  # the buffers it was given (device data, then lifted scalars)
+    linalg: str  # linalg-on-tensors text
+
+
+def trace_step(step: Callable, *args, steps: int = 1) -> Dict[str, TracedGraph]:
     """Runs ``step(*args)`` ``steps`` times on the lazy device (each followed
-    by mark_step; what it returns and what it updates is computed) and compiles every graph it records for ``chip``: a dict of
-    graph name -> launch plan (plus ``"inputs"``: the number of its buffers
-    that are inputs), also saved as a bundle at ``path`` when given. A graph
-    the GPU compiler rejects raises its CompileError (AOT must not ship a
-    bundle with holes). The in-memory graph cache is cleared first, so that
-    every graph of the step is lowered (and later steps compile again, or
-    load from the disk cache)."""
-    graphs: Dict[str, dict] = {}
-    errors = []
+    by mark_step; what it returns and what it updates is computed): every
+    graph it records, by name. The in-memory graph cache is cleared first, so
+    that every graph of the step is lowered (and later steps compile again,
+    or load from the disk cache)."""
+    recorded: Dict[str, TracedGraph] = {}
 
     def capture(name, graph, linalg):
-        if name in graphs:
-            return
-        try:
-            plan = compiler.compile_gpu(linalg, chip, libdevice=libdevice)
-        except compiler.CompileError as e:
-            errors.append((name, e))
-            return
-        plan["inputs"] = len(graph.inputs) + len(graph.scalars)
-        graphs[name] = plan
+        if name not in recorded:
+            recorded[name] = TracedGraph(to_fx(graph), [t.clone() for t in graph.input_values()], linalg)
 
     _cache.clear()  # every graph of the step is lowered again, and seen
     compilation.lowered_graph_listeners.append(capture)
@@ -60,12 +57,40 @@ def compile_step(step: Callable, *args, chip: str = "sm_90", path: str = None, s
             del result
     finally:
         compilation.lowered_graph_listeners.remove(capture)
+    if not recorded:
+        raise RuntimeError("lazymlir: the step recorded no graph for the lazy device (are its tensors on 'lazy'?)")
+    return recorded
+
+
+def compile_graphs(recorded: Dict[str, TracedGraph], chip: str = "sm_90",
+                   libdevice: str = "") -> Dict[str, dict]:
+    """Every graph of :func:`trace_step` compiled for ``chip``: a dict of
+    graph name -> launch plan (plus ``"inputs"``: the number of its buffers
+    that are inputs). A graph the GPU compiler rejects raises its
+    CompileError (AOT must not ship a bundle with holes)."""
+    graphs: Dict[str, dict] = {}
+    errors = []
+    for name, traced in recorded.items():
+        try:
+            plan = compiler.compile_gpu(traced.linalg, chip, libdevice=libdevice)
+        except compiler.CompileError as e:
+            errors.append((name, e))
+            continue
+        plan["inputs"] = len(traced.inputs)
+        graphs[name] = plan
     if errors:
         name, error = errors[0]
         raise compiler.CompileError(f"lazymlir: graph {name} does not compile for {chip} "
-                                    f"({len(errors)} of {len(errors) + len(graphs)} graphs fail): {error}")
-    if not graphs:
-        raise RuntimeError("lazymlir: the step recorded no graph for the lazy device (are its tensors on 'lazy'?)")
+                                    f"({len(errors)} of {len(recorded)} graphs fail): {error}")
+    return graphs
+
+
+def compile_step(step: Callable, *args, chip: str = "sm_90", path: str = None, steps: int = 1,
+                 libdevice: str = "") -> Dict[str, dict]:
+    """:func:`trace_step` then :func:`compile_graphs`: the step's graphs'
+    launch plans for ``chip``, also saved as a bundle at ``path`` when
+    given."""
+    graphs = compile_graphs(trace_step(step, *args, steps=steps), chip, libdevice)
     if path:
         gpu_runtime.save_bundle(path, graphs, chip, producer=f"lazymlir.aot {compiler.code_identity()[:16]}")
     return graphs

@@ -38,3 +38,22 @@ module attributes {gpu.container_module} {
     return
   }
 }
+
+// -----
+
+// Boolean constants are a byte per element (DenseElementsAttr packs i1 bits):
+// a splat true is four 0x01 bytes ("AQEBAQ=="), a mixed mask its values
+// ("AQABAQ==": true, false, true, true), never the packed bits.
+// CHECK: lazymlir.launch_plan = "{{.*}}\22data\22:\22AQEBAQ==\22{{.*}}\22data\22:\22AQABAQ==\22
+module attributes {gpu.container_module} {
+  gpu.binary @k [#gpu.object<#nvvm.target<chip = "sm_90", features = "+ptx78">, assembly = ".version 7.8">]
+  memref.global "private" constant @all : memref<4xi1> = dense<true>
+  memref.global "private" constant @mixed : memref<4xi1> = dense<[true, false, true, true]>
+  func.func @main(%x: memref<4xi1>) {
+    %c1 = arith.constant 1 : index
+    %a = memref.get_global @all : memref<4xi1>
+    %m = memref.get_global @mixed : memref<4xi1>
+    gpu.launch_func @k::@k blocks in (%c1, %c1, %c1) threads in (%c1, %c1, %c1) args(%a : memref<4xi1>, %m : memref<4xi1>, %x : memref<4xi1>)
+    return
+  }
+}
