@@ -451,6 +451,31 @@ struct TileContractionsPass
     MLIRContext *ctx = &getContext();
     func::FuncOp func = getOperation();
 
+    // A convolution with `?` loops (a dynamic batch, or the batch as the
+    // reduction of a weight gradient): each `?` loop tiled by 1 (scf.for),
+    // so that its tile is a static convolution, which im2col and the direct
+    // path below handle. Left whole, it lowered to scalar loops: a CNN's
+    // training step on a dynamic batch ran 15-20x slower than its static
+    // twin.
+    {
+      IRRewriter rewriter(ctx);
+      SmallVector<linalg::LinalgOp> dynamicConvs;
+      func.walk([&](linalg::LinalgOp op) {
+        if (op.hasDynamicShape() && op.hasPureTensorSemantics() &&
+            linalg::isaConvolutionOpInterface(op))
+          dynamicConvs.push_back(op);
+      });
+      for (linalg::LinalgOp conv : dynamicConvs) {
+        SmallVector<int64_t> tiles = llvm::map_to_vector(
+            conv.getStaticLoopRanges(),
+            [](int64_t range) -> int64_t {
+              return ShapedType::isDynamic(range) ? 1 : 0;
+            });
+        if (linalg::LinalgOp tile = tileBy(rewriter, conv, tiles, nullptr))
+          tile->removeAttr(kVectorizeMarker); // tiled below like any conv
+      }
+    }
+
     if (im2col) {
       // NCHW convolutions (channels-last off) take the matmul path.
       IRRewriter rewriter(ctx);

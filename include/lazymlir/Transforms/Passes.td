@@ -207,8 +207,13 @@ def TileContractionsPass
     `tile-m` rows into single rows, fewer than `tile-n` columns into 8-lane
     vectors and a last masked 8-lane vector, a dynamic reduction into full
     steps and single steps. Their tile loops are marked with an unknown
-    size (i64 max: parallel when threads > 1). Convolutions with a `?`
-    dimension are left alone, with a remark.
+    size (i64 max: parallel when threads > 1). A convolution with `?`
+    loops (a dynamic batch; the batch as the reduced channel of a weight
+    gradient) first has each `?` loop tiled by 1 (a sequential scf.for,
+    accumulating into the output when the loop is a reduction), so that
+    every tile is a static convolution that takes the paths above; one that
+    cannot be tiled so is left alone, with a remark. (Its epilogue is not
+    fused: it stays outside the batch loop.)
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
