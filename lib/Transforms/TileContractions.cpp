@@ -471,8 +471,27 @@ struct TileContractionsPass
             [](int64_t range) -> int64_t {
               return ShapedType::isDynamic(range) ? 1 : 0;
             });
-        if (linalg::LinalgOp tile = tileBy(rewriter, conv, tiles, nullptr))
-          tile->removeAttr(kVectorizeMarker); // tiled below like any conv
+        SmallVector<utils::IteratorType> kinds =
+            conv.getIteratorTypesArray();
+        SmallVector<LoopLikeOpInterface> loops;
+        linalg::LinalgOp tile = tileBy(rewriter, conv, tiles, &loops);
+        if (!tile)
+          continue;
+        tile->removeAttr(kVectorizeMarker); // tiled below like any conv
+        // A loop over a parallel dimension (the batch of a forward or input
+        // gradient) writes its own slice of the output: it may run in
+        // parallel (lazymlir-parallelize-tiles), as the static conv's tiles
+        // do; one over a reduction (a weight gradient's batch) accumulates
+        // and stays sequential.
+        auto loop = loops.begin();
+        for (auto [dim, size] : llvm::enumerate(tiles)) {
+          if (!size)
+            continue;
+          if (kinds[dim] == utils::IteratorType::parallel && loop != loops.end())
+            (*loop)->setAttr(lazymlir::kParallelTilesAttr,
+                             rewriter.getI64IntegerAttr(lazymlir::kUnknownPoints));
+          ++loop;
+        }
       }
     }
 

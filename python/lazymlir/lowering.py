@@ -81,7 +81,7 @@ def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], orig
             return make_fx(traced, decomposition_table=decomposition_table(), tracing_mode="fake")(
                 *_distinct(example_inputs))
     fakes, mode, env = _symbolic_inputs(_distinct(example_inputs), dynamic)
-    with context, mode:
+    with context, mode, _conv_layouts_unguarded():
         out = make_fx(traced, decomposition_table=decomposition_table(), tracing_mode="symbolic")(*fakes)
     _fold_size_bounds(out, env)
     _collapse_merging_views(out)
@@ -90,6 +90,40 @@ def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], orig
     # decomposition specialized (pow's exponent 3 became x*x*x, guard s == 3)
     # becomes static in the ShapeEnv, and ignore_static would drop its guard.
     return out, env.produce_guards_expression(fakes, ignore_static=False), env, _output_sizes(out, fakes)
+
+
+@contextlib.contextmanager
+def _conv_layouts_unguarded():
+    """Fake convolutions on symbolic sizes without guards on those sizes.
+    FakeTensor's convolution asks ATen which backend eager would pick, to give
+    its output eager's memory format; the choice compares the batch with 16,
+    so a graph traced at batch 4 was guarded to batches 2..15 and every larger
+    batch compiled static. The layout is the only thing decided, and the
+    lowered graph has value semantics: with any size symbolic the output
+    takes the default layout, as FakeTensor does for sizes without hints."""
+    from torch._subclasses import fake_impls
+    from torch.fx.experimental import symbolic_shapes
+
+    aten, table = torch.ops.aten, fake_impls.op_implementations_dict
+    convolutions = (aten.convolution.default, aten._convolution.default, aten._convolution.deprecated,
+                    aten.convolution_backward.default)
+    originals = {op: table[op] for op in convolutions if op in table}
+
+    def unguarded(impl):
+        def run(*args, **kwargs):
+            hinted = symbolic_shapes.has_guarding_hint
+            symbolic_shapes.has_guarding_hint = lambda s: not isinstance(s, torch.SymInt) and hinted(s)
+            try:
+                return impl(*args, **kwargs)
+            finally:
+                symbolic_shapes.has_guarding_hint = hinted
+        return run
+
+    table.update({op: unguarded(impl) for op, impl in originals.items()})
+    try:
+        yield
+    finally:
+        table.update(originals)
 
 
 def _output_sizes(gm: torch.fx.GraphModule, fakes):

@@ -320,6 +320,9 @@ func.func @dynamic_n(%arg0: tensor<16x64xf32>, %arg1: tensor<64x?xf32>) -> tenso
 // CHECK: scf.for %{{.+}} = %c0 to %[[N]] step %c1
 // CHECK: tensor.extract_slice %arg0[%{{.+}}, 0, 0, 0] [1, 10, 10, 4]
 // CHECK: vector.contract
+// The batch loop may run in parallel (each iteration writes its own slice).
+// CHECK: } {lazymlir.parallel_tiles = 9223372036854775807 : i64}
+// CHECK-NEXT: return
 // CHECK-NOT: linalg.conv_2d_nhwc_hwcf
 func.func @dynamic_conv(%arg0: tensor<?x10x10x4xf32>, %arg1: tensor<3x3x4x8xf32>, %arg2: tensor<?x8x8x8xf32>) -> tensor<?x8x8x8xf32> {
   %0 = linalg.conv_2d_nhwc_hwcf {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%arg0, %arg1 : tensor<?x10x10x4xf32>, tensor<3x3x4x8xf32>) outs(%arg2 : tensor<?x8x8x8xf32>) -> tensor<?x8x8x8xf32>
@@ -335,6 +338,12 @@ func.func @dynamic_conv(%arg0: tensor<?x10x10x4xf32>, %arg1: tensor<3x3x4x8xf32>
 // CHECK: scf.for %{{.+}} = %c0 to %{{.+}} step %c1 iter_args(%{{.+}} = %arg2) -> (tensor<8x16x3x3xf32>)
 // CHECK: tensor.extract_slice %arg0[0, %{{.+}}, 0, 0] [8, 1, 10, 10]
 // CHECK: vector.contract
+// The batch loop accumulates: sequential, unmarked (its tiles are marked).
+// CHECK: } {lazymlir.parallel_tiles = 73728 : i64}
+// CHECK: } {lazymlir.parallel_tiles = 73728 : i64}
+// CHECK-NEXT: tensor.expand_shape
+// CHECK-NEXT: scf.yield
+// CHECK-NEXT: {{^ *}}}{{$}}
 // CHECK-NOT: linalg.conv_2d_nchw_fchw
 func.func @dynamic_weight_grad(%x: tensor<8x?x10x10xf32>, %g: tensor<16x?x8x8xf32>, %acc: tensor<8x16x3x3xf32>) -> tensor<8x16x3x3xf32> {
   %0 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %g : tensor<8x?x10x10xf32>, tensor<16x?x8x8xf32>) outs(%acc : tensor<8x16x3x3xf32>) -> tensor<8x16x3x3xf32>

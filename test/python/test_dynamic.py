@@ -484,3 +484,33 @@ def test_a_wrong_dynamic_graph_is_caught_on_its_first_run(monkeypatch):
     c = counts()
     assert c["DynamicValidationMismatch"] == 1 and c["DynamicCompile"] == 1
     assert c["DynamicGraphHit"] == 0 and c["UncachedCompile"] == 4
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_cnn_training_over_batch_sizes(native, channels_last):
+    """The MNIST CNN and a ResNet BasicBlock (batch norm, channels_last too)
+    trained over ragged batches: one dynamic graph from batches 3 and 4 serves
+    batches past 16 as well (FakeTensor's convolution guarded the batch to
+    < 16 when choosing eager's layout), with eager's losses."""
+    for make in (lambda: testing.MnistNet().eval(),
+                 lambda: nn.Sequential(testing.BasicBlock(8), nn.Flatten(), nn.Linear(8 * 10 * 10, 10),
+                                       nn.LogSoftmax(1))):
+        lazymlir.cache.clear()
+        metrics.reset()
+        torch.manual_seed(0)
+        m = make()
+        shape = (1, 28, 28) if isinstance(m, testing.MnistNet) else (8, 10, 10)
+        me, ml = copy.deepcopy(m), copy.deepcopy(m).to("lazy")
+        oe, ol = torch.optim.SGD(me.parameters(), 1e-2), torch.optim.SGD(ml.parameters(), 1e-2)
+        for b in [2, 3, 4, 20, 7, 33]:
+            x, y = torch.randn(b, *shape), torch.randint(0, 10, (b,))
+            if channels_last:
+                x = x.to(memory_format=torch.channels_last)
+            le = testing.train_step(me, oe, x, y, "cpu")
+            ll = testing.train_step(ml, ol, x, y, "lazy")
+            torch.testing.assert_close(ll.item(), le.item(), rtol=1e-4, atol=1e-5)
+        c = counts()
+        # Batches 2 and 3 compile static, 4 the dynamic graph; 20, 7 and 33
+        # run it.
+        assert (c["UncachedCompile"], c["DynamicCompile"], c["DynamicGraphHit"]) == (3, 1, 3), c
+        assert c["DynamicValidationMismatch"] == 0 and c["CompileFallback"] == 0
