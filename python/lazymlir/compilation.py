@@ -296,6 +296,31 @@ def _note_shapes(graph: trace.Graph, name: str) -> None:
     seen.append(shapes)
 
 
+def _dynamic_entry(graph, native, name, options, disk, plain, t0):
+    """A dynamic graph for this trace, cached under its key, or None: one an
+    earlier process compiled for its structure (the disk cache keeps them by
+    skeleton: no compile at all), or, for a trace like one compiled before
+    with sizes changed, one compiled now for every size of them, if it can
+    be (lazymlir.dynamic)."""
+    if disk and plain:
+        entry = dynamic.lookup(graph, _disk_templates(native, name, options))
+        if entry is not None:
+            metrics.counter("UncachedCompile")
+            cache.insert(graph.key, entry, time.perf_counter() - t0)
+            return entry
+    template = dynamic.generalize(graph) if not lowered_graph_listeners else None
+    if template is None:
+        return None
+    entry = _compile_dynamic(graph, template, native, name, options, disk)
+    if entry is None:
+        return None
+    if disk and plain and entry.executable.cache_key:
+        loader, read = _disk_templates(native, name, options)
+        dynamic.save(graph, template, read, lambda sk, records: _write_templates(native, sk, records))
+    cache.insert(graph.key, entry, time.perf_counter() - t0)
+    return entry
+
+
 def _dynamic_dims(graph: trace.Graph, template) -> list:
     """For each argument of the graph (the leaves' buffers, then the lifted
     scalars), the dimensions that are symbols."""
@@ -507,35 +532,24 @@ def _compile(graph: trace.Graph):
                            streaming_store_bytes=config.streaming_store_bytes, tiered=config.tiered,
                            tier_up_runs=config.tier_up_runs)
             plain = not (config.dump_dir or config.profile or lowered_graph_listeners)
-            # A dynamic graph an earlier process compiled for this structure
-            # (the disk cache keeps them by skeleton): no compile at all.
-            if disk and plain:
-                entry = dynamic.lookup(graph, _disk_templates(native, name, options))
-                if entry is not None:
-                    metrics.counter("UncachedCompile")
-                    cache.insert(graph.key, entry, time.perf_counter() - t0)
-                    return entry
-            # A trace like one compiled before, with sizes changed: compiled
-            # once for every size of them, if it can be (lazymlir.dynamic).
-            template = dynamic.generalize(graph) if not lowered_graph_listeners else None
-            if template is not None:
-                entry = _compile_dynamic(graph, template, native, name, options, disk)
-                if entry is not None:
-                    if disk and plain and entry.executable.cache_key:
-                        loader, read = _disk_templates(native, name, options)
-                        dynamic.save(graph, template, read, lambda sk, records: _write_templates(native, sk, records))
-                    cache.insert(graph.key, entry, time.perf_counter() - t0)
-                    return entry
             executable = None
             # A trace compiled by an earlier process: its record names the
             # compiled graph on disk (no torch-mlir, no MLIR work). Dumps
             # want the IR, so they always lower.
             # A profiled graph needs its call sites, which only a compile gives.
+            # Looked up before the dynamic graphs: a static graph for these
+            # very sizes is as fast as code for them gets.
             record = cache.record_key(native, graph.key) if disk and plain else None
             if record is not None:
                 found = cache.read_record(native, record)
                 if found is not None:
                     executable = native.load_cached(found, **options)
+            if executable is not None:
+                dynamic.note_static(graph)  # the next size generalizes from this one
+            else:
+                entry = _dynamic_entry(graph, native, name, options, disk, plain, t0)
+                if entry is not None:
+                    return entry
             if executable is None:
                 t1 = time.perf_counter()
                 lowered = lowering.lower(gm, graph.input_values(), origins=config.profile)

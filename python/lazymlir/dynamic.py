@@ -487,6 +487,14 @@ def _symbolic_capable(graph) -> set:
     return capable
 
 
+def note_static(graph) -> None:
+    """``graph`` runs a static graph compiled earlier (from the disk cache):
+    it becomes the base its skeleton's next trace is compared with, as if
+    compiled here."""
+    skeleton, numbers, _ = decompose(graph.key)
+    _families.setdefault(skeleton, _Family(None)).base = numbers
+
+
 def generalize(graph) -> Optional[Template]:
     """The template to compile ``graph`` as (a new one, its entry not
     compiled yet), or None: compile it static.  ``graph`` becomes the base

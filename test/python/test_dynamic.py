@@ -514,3 +514,45 @@ def test_cnn_training_over_batch_sizes(native, channels_last):
         # run it.
         assert (c["UncachedCompile"], c["DynamicCompile"], c["DynamicGraphHit"]) == (3, 1, 3), c
         assert c["DynamicValidationMismatch"] == 0 and c["CompileFallback"] == 0
+
+
+_RAGGED_SCRIPT = r"""
+import json, sys, torch
+import lazymlir
+from lazymlir import metrics, testing
+torch.manual_seed(0)
+model = testing.MnistNet().eval().to("lazy")
+opt = torch.optim.SGD(model.parameters(), 1e-2)
+for b in json.loads(sys.argv[1]):
+    testing.train_step(model, opt, torch.randn(b, 1, 28, 28), torch.randint(0, 10, (b,)), "lazy").item()
+print(json.dumps({k: metrics.counter_value(k) for k in
+                  ("UncachedCompile", "DynamicCompile", "DynamicGraphHit", "DiskCacheHit")}))
+"""
+
+
+def test_a_later_process_runs_the_static_graph_of_a_size_seen_before(tmp_path):
+    """`make demo` trains with a ragged last batch, so the disk cache holds a
+    dynamic graph next to the static one of batch 64: a later process
+    training at batch 64 runs the static graph (found first), the dynamic one
+    only at sizes without a static graph of their own (it ran the dynamic
+    graph at every size, its convolutions then 20x slower)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, LAZYMLIR_CACHE_DIR=str(tmp_path))
+
+    def run(sizes):
+        out = subprocess.run([sys.executable, "-c", _RAGGED_SCRIPT, json.dumps(sizes)], capture_output=True,
+                             text=True, env=env, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = run([16, 16, 16, 5])  # the first step, the steady step, the ragged batch's dynamic graph
+    assert (first["UncachedCompile"], first["DynamicCompile"]) == (3, 1)
+    later = run([16, 16, 16, 16])
+    assert later["DynamicGraphHit"] == 0 and later["DynamicCompile"] == 0
+    assert later["DiskCacheHit"] == 2  # both static graphs
+    ragged = run([16, 16, 9])
+    assert ragged["DynamicGraphHit"] == 1 and ragged["DynamicCompile"] == 0  # the dynamic graph from disk
