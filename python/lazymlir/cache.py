@@ -86,8 +86,9 @@ def clear() -> None:
     """Forget every compiled graph (in memory; the disk cache stays) and reset
     the statistics."""
     global _hits, _misses, _compile_seconds, _disk_hits, _disk_misses
-    from . import dynamic
+    from . import compilation, dynamic
 
+    compilation.forget_static_compiles()
     _entries.clear()
     _shapes_by_structure.clear()
     dynamic.clear()
@@ -98,10 +99,12 @@ def clear() -> None:
 def wait_background_compiles() -> None:
     """Block until the kernels of every hot graph have been recompiled at full
     effort (tiered compilation, ``config.tiered``) and the graphs run that
-    code: for benchmarks that measure steady-state speed right after the
+    code, and the static graphs of sizes that kept coming back to a dynamic
+    graph are compiled: for benchmarks that measure steady-state speed right after the
     first steps."""
-    from . import runtime
+    from . import compilation, runtime
 
+    compilation.wait_static_compiles()
     native = runtime.native_compiler()
     if native is not None:
         native.wait_background_compiles()

@@ -296,6 +296,89 @@ def _note_shapes(graph: trace.Graph, name: str) -> None:
     seen.append(shapes)
 
 
+# Static graphs for sizes that keep coming back. A dynamic graph serves every
+# size of its structure, but code for known sizes is faster (whole tiles,
+# epilogues fused into convolutions, streaming stores): an instance (one set
+# of sizes) that has run config.static_tier_up_runs times gets its own static
+# graph, compiled on a background thread; its runs switch to it when it is
+# ready (the memory cache's entry for its key), and the disk cache keeps it.
+_instance_runs: dict = {}
+_INSTANCES_MAX = 4096
+_static_jobs: list = []
+_static_pool = None
+_static_generation = 0  # cache.clear() between scheduling and the end drops the result
+
+
+def note_dynamic_run(graph: trace.Graph) -> None:
+    """A run of a dynamic graph at ``graph``'s sizes (runtime.execute)."""
+    metrics.counter("DynamicGraphRun")
+    runs_needed = config.static_tier_up_runs
+    if runs_needed <= 0:
+        return
+    key = graph.key
+    runs = _instance_runs.get(key, 0) + 1
+    if runs > runs_needed:
+        return
+    if len(_instance_runs) >= _INSTANCES_MAX:
+        _instance_runs.clear()  # random sizes forever: bounded, and each restarts its count
+    _instance_runs[key] = runs
+    if runs == runs_needed:
+        _schedule_static(graph)
+
+
+def _schedule_static(graph: trace.Graph) -> None:
+    global _static_pool
+    import concurrent.futures
+
+    if _static_pool is None:
+        _static_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lazymlir-static")
+    # What the compile needs, taken now: the trace's nodes are released once
+    # it has run. The inputs are only looked at for their metadata.
+    job = (graph.key, trace.graph_hash(graph.key), trace.to_fx(graph), graph.input_values(), graph.output_specs(),
+           _options(), _static_generation)
+    _static_jobs.append(_static_pool.submit(_compile_static, *job))
+    del _static_jobs[:-64]
+
+
+def _compile_static(key, name, gm, inputs, specs, options, generation) -> None:
+    t0 = time.perf_counter()
+    try:
+        with _compile_lock:
+            native = native_compiler()
+            disk = _configure_disk_cache(native)
+            lowered = lowering.lower(gm, inputs)
+            executable = native.compile_linalg(lowered.linalg, **options)
+            if disk:
+                record = cache.record_key(native, key)
+                if record is not None:
+                    cache.write_record(native, record, executable.cache_key)
+    except Exception as e:  # the dynamic graph goes on serving this size
+        metrics.counter("StaticTierUpFailed")
+        if config.verbose:
+            print(f"lazymlir: static graph {name} for a dynamic graph's sizes failed to compile: {e}")
+        return
+    if generation != _static_generation:
+        return
+    cache.insert(key, _Compiled(name, executable, specs, gm), time.perf_counter() - t0)
+    metrics.counter("StaticTierUp")
+    if config.verbose:
+        print(f"lazymlir: static graph {name} replaces the dynamic graph at its sizes "
+              f"({(time.perf_counter() - t0) * 1e3:.0f} ms, in the background)")
+
+
+def wait_static_compiles() -> None:
+    """Block until every scheduled static tier-up has finished."""
+    for job in list(_static_jobs):
+        job.result()
+
+
+def forget_static_compiles() -> None:
+    """cache.clear(): run counts restart, compiles under way are dropped."""
+    global _static_generation
+    _static_generation += 1
+    _instance_runs.clear()
+
+
 def _dynamic_entry(graph, native, name, options, disk, plain, t0):
     """A dynamic graph for this trace, cached under its key, or None: one an
     earlier process compiled for its structure (the disk cache keeps them by
@@ -504,7 +587,24 @@ def _configure_disk_cache(native) -> bool:
     return bool(wanted[0])
 
 
+def _options() -> dict:
+    """The native compiler's options for a graph compiled now."""
+    return dict(fusion=config.fusion, channels_last=config.channels_last, threads=config.threads,
+                parallel_threshold=config.parallel_threshold, streaming_store_bytes=config.streaming_store_bytes,
+                tiered=config.tiered, tier_up_runs=config.tier_up_runs)
+
+
+# torch-mlir and the native compiler work for one graph at a time: the
+# tracing thread's compiles and the static tier-up thread's.
+_compile_lock = threading.RLock()
+
+
 def _compile(graph: trace.Graph):
+    with _compile_lock:
+        return _compile_locked(graph)
+
+
+def _compile_locked(graph: trace.Graph):
     t0 = time.perf_counter()
     gm = trace.to_fx(graph)
     name = trace.graph_hash(graph.key)
@@ -527,10 +627,7 @@ def _compile(graph: trace.Graph):
             if native is None:
                 raise RuntimeError(f"the native compiler is not available ({_compiler_import_error})")
             disk = _configure_disk_cache(native)
-            options = dict(fusion=config.fusion, channels_last=config.channels_last, threads=config.threads,
-                           parallel_threshold=config.parallel_threshold,
-                           streaming_store_bytes=config.streaming_store_bytes, tiered=config.tiered,
-                           tier_up_runs=config.tier_up_runs)
+            options = _options()
             plain = not (config.dump_dir or config.profile or lowered_graph_listeners)
             executable = None
             # A trace compiled by an earlier process: its record names the

@@ -124,6 +124,12 @@ recompile_warning_at: int = int(_env_str("LAZYMLIR_RECOMPILE_WARNING_AT", "8"))
 # 0: every new size compiles a new graph (lazymlir.mark_dynamic still works).
 dynamic: bool = _env_bool("LAZYMLIR_DYNAMIC", True)
 
+# Runs of a dynamic graph at one set of sizes after which those sizes get a
+# static graph of their own, compiled in the background (faster code: whole
+# tiles, fused epilogues); LAZYMLIR_STATIC_TIER_UP_RUNS, a count, default 8;
+# 0: dynamic graphs serve every size for good.
+static_tier_up_runs: int = int(_env_str("LAZYMLIR_STATIC_TIER_UP_RUNS", "8"))
+
 # Profile the whole process (LAZYMLIR_PROFILE=1): graphs compile with their
 # kernel calls timed and the per-kernel table prints at exit (see
 # lazymlir.profiler; ``lazymlir.profile()`` sets it for a block).  Part of the
@@ -136,7 +142,7 @@ verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 _NAMES = ("dump_dir", "cache_dir", "cache_max_bytes", "tiered", "tier_up_runs", "device", "fusion", "channels_last",
           "threads", "parallel_threshold", "streaming_store_bytes",
           "force_eager", "force_fallback", "async_execution", "max_in_flight", "recompile_warning_at", "profile",
-          "verbose", "dynamic")
+          "verbose", "dynamic", "static_tier_up_runs")
 
 
 def options_key() -> tuple:

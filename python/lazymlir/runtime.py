@@ -57,6 +57,8 @@ def execute(outputs: Sequence[trace.Node], now: bool = False):
             metrics.counter("CachedCompile")
     elif type(entry) is _Compiled:
         metrics.counter("CachedCompile")
+    if type(entry) is _Compiled and entry.dynamic:
+        compilation.note_dynamic_run(graph)  # a size that keeps coming back gets its static graph
     if entry is None:
         entry = _compile(graph)
         if type(entry) is _Split:

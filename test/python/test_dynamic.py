@@ -556,3 +556,32 @@ def test_a_later_process_runs_the_static_graph_of_a_size_seen_before(tmp_path):
     assert later["DiskCacheHit"] == 2  # both static graphs
     ragged = run([16, 16, 9])
     assert ragged["DynamicGraphHit"] == 1 and ragged["DynamicCompile"] == 0  # the dynamic graph from disk
+
+
+def test_a_size_that_keeps_coming_back_gets_its_static_graph():
+    """A dynamic graph serves every size, but static code is faster: after
+    config.static_tier_up_runs runs at one size, that size's static graph is
+    compiled in the background and its later runs use it (with eager's
+    values); other sizes stay on the dynamic graph."""
+    m = mlp()
+    me, ml = copy.deepcopy(m), copy.deepcopy(m).to("lazy")
+    oe, ol = torch.optim.SGD(me.parameters(), 1e-2), torch.optim.SGD(ml.parameters(), 1e-2)
+    torch.manual_seed(1)
+
+    def step(b):
+        x, y = torch.randn(b, 64), torch.randint(0, 10, (b,))
+        le = testing.train_step(me, oe, x, y, "cpu")
+        ll = testing.train_step(ml, ol, x, y, "lazy")
+        torch.testing.assert_close(ll.item(), le.item(), rtol=1e-5, atol=1e-5)
+
+    with config.patch(static_tier_up_runs=3):
+        for b in [4, 5, 6, 7, 7, 7]:
+            step(b)
+        lazymlir.cache.wait_background_compiles()
+        assert metrics.counter_value("StaticTierUp") == 1 and metrics.counter_value("StaticTierUpFailed") == 0
+        runs = metrics.counter_value("DynamicGraphRun")
+        step(7)
+        assert metrics.counter_value("DynamicGraphRun") == runs  # the static graph ran
+        step(9)  # a new size: the dynamic graph
+        assert metrics.counter_value("DynamicGraphRun") == runs + 1
+    assert counts()["UncachedCompile"] == 3 and counts()["DynamicCompile"] == 1
