@@ -40,7 +40,10 @@ runs eagerly. Every peer's outputs (forward) or losses (the first 2 training
 steps, with dropout off: MNIST is checked in eval mode) are compared with
 eager's once; a peer whose result differs shows "wrong" instead of a time.
 Each lazymlir row says whether its graphs compiled (lazymlir.metrics: a
-compile or cache hit, no CompileFallback, EagerGraph or eager aten:: op).
+compile or cache hit, no CompileFallback, EagerGraph or eager aten:: op),
+how many graphs it compiled or loaded and how many of those came from the
+disk cache. The run has its own disk cache (OUT/lazymlir-cache, emptied
+first): graphs another program left in the user's cache are never timed.
 
 Targets (issue 18): transformer steps <= 1.0x eager and <= 1.2x
 torch.compile; MNIST <= 0.8x eager and torch.compile; microbenchmarks
@@ -397,7 +400,11 @@ def lazymlir_compiled():
         return "fell back: " + ",".join(fallen)
     if not metrics.counter_value("UncachedCompile") + metrics.counter_value("CachedCompile"):
         return "fell back: nothing compiled"
-    return "compiled"
+    # Graphs compiled or loaded, and how many of them came from the disk
+    # cache (the bench's own, emptied at its start: only graphs this run
+    # compiled for an earlier workload).
+    graphs, disk = metrics.counter_value("UncachedCompile"), metrics.counter_value("DiskCacheHit")
+    return f"compiled ({graphs} graphs, {disk} from disk)"
 
 
 # ---------------------------------------------------------------------------
@@ -692,6 +699,12 @@ def main():
         peers.remove("torch.compile")
     if (args.smoke and not args.ltc) or args.no_ltc:
         peers.remove("torch._lazy")
+    # lazymlir's disk cache for this run alone, emptied first: graphs another
+    # program left there (a demo's dynamic graph for a ragged last batch) would
+    # otherwise run instead of this run's own. Children inherit it.
+    bench_cache = os.path.join(args.out, "lazymlir-cache")
+    shutil.rmtree(bench_cache, ignore_errors=True)
+    os.environ["LAZYMLIR_CACHE_DIR"] = bench_cache
     import lazymlir  # noqa: F401  (registers the lazy device; children import it themselves)
 
     all_w = workloads(args.smoke)
