@@ -62,6 +62,12 @@ def decomposition_table():
         table[torch.ops.aten.diagonal_scatter.default] = _diagonal_scatter
         table[torch.ops.aten.index_put.default] = _index_put
         table[torch.ops.aten.kthvalue.default] = _kthvalue  # else tm_tensor.topk
+        # PyTorch's reference decompositions end with prims.copy_strided to give
+        # a result eager's strides (lerp on a channels_last gradient: AdamW's
+        # update of a convolution's weight), which torch-mlir does not lower
+        # (the whole step ran eagerly). The lowered graph has value semantics:
+        # its layout is the boundary's business (trace.Graph's permutations).
+        table[torch.ops.prims.copy_strided.default] = _copy_strided
         # torch-mlir's scatter lowering runs out of memory (an abort) on a
         # negative dim, and its TMTensor lowerings treat bool as signed i1
         # (sort puts True first, add is xor): dims are made non-negative and
@@ -201,6 +207,10 @@ def _eq(self, other):
     if self is other and self.is_floating_point():
         return torch.logical_not(torch.isnan(self))
     return NotImplemented
+
+
+def _copy_strided(a, stride):
+    return torch.ops.aten.clone.default(a)
 
 
 _SCALAR_KINDS = {bool: 0, int: 1, float: 2}
