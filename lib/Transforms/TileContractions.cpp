@@ -447,53 +447,71 @@ struct TileContractionsPass
       (*conv1d)->setAttr(kVectorizeMarker, rewriter.getUnitAttr());
   }
 
-  void runOnOperation() override {
-    MLIRContext *ctx = &getContext();
-    func::FuncOp func = getOperation();
-
-    // A convolution with `?` loops (a dynamic batch, or the batch as the
-    // reduction of a weight gradient): each `?` loop tiled by 1 (scf.for),
-    // so that its tile is a static convolution, which im2col and the direct
-    // path below handle. Left whole, it lowered to scalar loops: a CNN's
-    // training step on a dynamic batch ran 15-20x slower than its static
-    // twin.
-    {
-      IRRewriter rewriter(ctx);
-      SmallVector<linalg::LinalgOp> dynamicConvs;
+  /// A convolution with `?` loops (a dynamic batch; the batch as the
+  /// reduced channel of a weight gradient) gets those loops tiled so that
+  /// its tiles are static convolutions, which im2col and the direct path
+  /// handle; left whole, it lowered to scalar loops (a CNN's training step
+  /// on a dynamic batch ran 15-20x slower than its static twin). A parallel
+  /// `?` loop is tiled by 1 (a sample at a time) and may run in parallel,
+  /// as the static conv's tiles do: each iteration writes its own slice.
+  /// A reduced `?` loop accumulates, sequentially, in chunks of tile-k
+  /// channels (one channel a step would leave each tile a K=1 contraction)
+  /// and a remainder of single channels.
+  void tileDynamicConvolutions(func::FuncOp func) {
+    IRRewriter rewriter(func.getContext());
+    auto dynamicConvs = [&] {
+      SmallVector<linalg::LinalgOp> convs;
       func.walk([&](linalg::LinalgOp op) {
-        if (op.hasDynamicShape() && op.hasPureTensorSemantics() &&
-            linalg::isaConvolutionOpInterface(op))
-          dynamicConvs.push_back(op);
+        if (!op.hasPureTensorSemantics() ||
+            !linalg::isaConvolutionOpInterface(op))
+          return;
+        lazymlir::foldStaticInputCasts(op); // a full chunk's static slices
+        if (op.hasDynamicShape())
+          convs.push_back(op);
       });
-      for (linalg::LinalgOp conv : dynamicConvs) {
-        SmallVector<int64_t> tiles = llvm::map_to_vector(
-            conv.getStaticLoopRanges(),
-            [](int64_t range) -> int64_t {
-              return ShapedType::isDynamic(range) ? 1 : 0;
-            });
-        SmallVector<utils::IteratorType> kinds =
-            conv.getIteratorTypesArray();
+      return convs;
+    };
+    for (bool chunks : {true, false}) {
+      bool peeled = false;
+      for (linalg::LinalgOp conv : dynamicConvs()) {
+        SmallVector<utils::IteratorType> kinds = conv.getIteratorTypesArray();
+        SmallVector<int64_t> tiles;
+        for (auto [range, kind] :
+             llvm::zip(conv.getStaticLoopRanges(), kinds)) {
+          bool reduced = kind == utils::IteratorType::reduction;
+          tiles.push_back(!ShapedType::isDynamic(range) ? 0
+                          : chunks && reduced          ? int64_t(tileK)
+                                                       : 1);
+        }
         SmallVector<LoopLikeOpInterface> loops;
         linalg::LinalgOp tile = tileBy(rewriter, conv, tiles, &loops);
         if (!tile)
           continue;
         tile->removeAttr(kVectorizeMarker); // tiled below like any conv
-        // A loop over a parallel dimension (the batch of a forward or input
-        // gradient) writes its own slice of the output: it may run in
-        // parallel (lazymlir-parallelize-tiles), as the static conv's tiles
-        // do; one over a reduction (a weight gradient's batch) accumulates
-        // and stays sequential.
         auto loop = loops.begin();
         for (auto [dim, size] : llvm::enumerate(tiles)) {
           if (!size)
             continue;
-          if (kinds[dim] == utils::IteratorType::parallel && loop != loops.end())
+          if (loop == loops.end())
+            break;
+          if (kinds[dim] == utils::IteratorType::parallel)
             (*loop)->setAttr(lazymlir::kParallelTilesAttr,
                              rewriter.getI64IntegerAttr(lazymlir::kUnknownPoints));
+          else if (size > 1) // full chunks of static shape, then the rest
+            peeled |= lazymlir::peelPartialTile(rewriter, *loop);
           ++loop;
         }
       }
+      if (peeled)
+        lazymlir::foldPeeledTiles(func);
     }
+  }
+
+  void runOnOperation() override {
+    MLIRContext *ctx = &getContext();
+    func::FuncOp func = getOperation();
+
+    tileDynamicConvolutions(func);
 
     if (im2col) {
       // NCHW convolutions (channels-last off) take the matmul path.

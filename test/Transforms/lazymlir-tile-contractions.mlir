@@ -332,18 +332,23 @@ func.func @dynamic_conv(%arg0: tensor<?x10x10x4xf32>, %arg1: tensor<3x3x4x8xf32>
 // -----
 
 // A weight gradient over a dynamic batch (the batch is the convolution's
-// reduced channel dimension): that loop tiled by 1, accumulating into the
-// static output, each step im2col + a vectorized contraction.
+// reduced channel dimension): that loop accumulates into the static output,
+// sequentially (unmarked), in chunks of tile-k (8) channels, each im2col + a
+// vectorized contraction with K = 8 x 64, then the rest a channel at a time.
 // CHECK-LABEL: func.func @dynamic_weight_grad
-// CHECK: scf.for %{{.+}} = %c0 to %{{.+}} step %c1 iter_args(%{{.+}} = %arg2) -> (tensor<8x16x3x3xf32>)
-// CHECK: tensor.extract_slice %arg0[0, %{{.+}}, 0, 0] [8, 1, 10, 10]
+// CHECK: scf.for %{{.+}} = %c0 to %{{.+}} step %c8 iter_args(%{{.+}} = %arg2) -> (tensor<8x16x3x3xf32>)
+// CHECK: tensor.extract_slice %arg0[0, %{{.+}}, 0, 0] [8, 8, 10, 10]
+// CHECK: scf.for %{{.+}} = %c0 to %c512 step %c8
 // CHECK: vector.contract
-// The batch loop accumulates: sequential, unmarked (its tiles are marked).
-// CHECK: } {lazymlir.parallel_tiles = 73728 : i64}
-// CHECK: } {lazymlir.parallel_tiles = 73728 : i64}
+// CHECK: } {lazymlir.parallel_tiles = 589824 : i64}
+// CHECK: } {lazymlir.parallel_tiles = 589824 : i64}
 // CHECK-NEXT: tensor.expand_shape
 // CHECK-NEXT: scf.yield
 // CHECK-NEXT: {{^ *}}}{{$}}
+// CHECK: scf.for %{{.+}} step %c8 iter_args
+// CHECK: scf.for %{{.+}} = %c0 to %{{.+}} step %c1 iter_args
+// CHECK: tensor<8x1x10x10xf32>
+// CHECK: vector.contract
 // CHECK-NOT: linalg.conv_2d_nchw_fchw
 func.func @dynamic_weight_grad(%x: tensor<8x?x10x10xf32>, %g: tensor<16x?x8x8xf32>, %acc: tensor<8x16x3x3xf32>) -> tensor<8x16x3x3xf32> {
   %0 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %g : tensor<8x?x10x10xf32>, tensor<16x?x8x8xf32>) outs(%acc : tensor<8x16x3x3xf32>) -> tensor<8x16x3x3xf32>
