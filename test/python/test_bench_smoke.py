@@ -72,3 +72,6 @@ def test_bench_dynamic_smoke(native, tmp_path):
         assert sweep["eager_fallbacks"] == 0 and sweep["worst_loss_diff"] < 1e-3, sweep
     for row in result["step_times"]:
         assert row["dynamic_ms"] is not None and row["ratio"] is not None, row
+    later = result["later_process"]  # after a ragged-batch run: the static graphs from disk, no dynamic run
+    assert later["dynamic_runs_after_ragged"] == 0 and later["disk_hits_after_ragged"] >= 1, later
+    assert later["empty_ms"] > 0 and later["after_ragged_ms"] > 0, later
