@@ -38,6 +38,11 @@ namespace {
 constexpr int64_t kRows = 8;
 constexpr int64_t kMaxWidth = 64;
 
+/// On the tiles to vectorize, found again after the peeled loops are
+/// folded: that canonicalization replaces linalg ops (static operand
+/// shapes), so handles taken before it may point at erased ops.
+constexpr StringLiteral kTileMarker = "lazymlir.column_tile";
+
 /// The largest divisor of `bound` at most `limit` that is a multiple of 8
 /// (or `bound` itself when it is at most `limit`); 0 when there is none.
 int64_t widthTile(int64_t bound, int64_t limit) {
@@ -111,10 +116,13 @@ struct VectorizeColumnReductionsPass
       return;
 
     IRRewriter rewriter(ctx);
-    SmallVector<linalg::LinalgOp> tiles;
+    Attribute marker = rewriter.getUnitAttr();
     bool peeled = false;
     for (auto &[op, sizes] : found) {
       unsigned reductions = op.getNumReductionLoops();
+      // Read before tiling: replaceOp below erases `op`.
+      unsigned rows = reductions - 1;
+      bool dynamicRows = ShapedType::isDynamic(op.getStaticLoopRanges()[rows]);
       // Parallel loops outside, so that the accumulator tile is invariant
       // in the reduction loops inside and stays in registers.
       SmallVector<int64_t> order;
@@ -133,13 +141,11 @@ struct VectorizeColumnReductionsPass
         continue;
       rewriter.replaceOp(op, result->replacements);
       for (Operation *tiled : result->tiledOps)
-        if (auto linalgOp = dyn_cast<linalg::LinalgOp>(tiled))
-          tiles.push_back(linalgOp);
+        if (isa<linalg::LinalgOp>(tiled))
+          tiled->setAttr(kTileMarker, marker);
       // A dynamic row count: full tiles of kRows rows (static once the
       // peeled loop's sizes fold), then the rest row by row.
-      unsigned rows = reductions - 1;
-      if (!ShapedType::isDynamic(op.getStaticLoopRanges()[rows]) ||
-          result->loops.empty())
+      if (!dynamicRows || result->loops.empty())
         continue;
       auto rowLoop = dyn_cast<scf::ForOp>(result->loops.back().getOperation());
       scf::ForOp partial;
@@ -150,7 +156,10 @@ struct VectorizeColumnReductionsPass
         continue;
       peeled = true;
       SmallVector<linalg::LinalgOp> rest;
-      partial.walk([&](linalg::LinalgOp tile) { rest.push_back(tile); });
+      partial.walk([&](linalg::LinalgOp tile) {
+        tile->removeAttr(kTileMarker); // the peeled copy: tiled again by row
+        rest.push_back(tile);
+      });
       for (linalg::LinalgOp tile : rest) {
         SmallVector<int64_t> single(tile.getNumLoops(), 0);
         single[rows] = 1;
@@ -164,12 +173,17 @@ struct VectorizeColumnReductionsPass
           continue;
         rewriter.replaceOp(tile, rowTiles->replacements);
         for (Operation *tiled : rowTiles->tiledOps)
-          if (auto linalgOp = dyn_cast<linalg::LinalgOp>(tiled))
-            tiles.push_back(linalgOp);
+          if (isa<linalg::LinalgOp>(tiled))
+            tiled->setAttr(kTileMarker, marker);
       }
     }
     if (peeled)
       lazymlir::foldPeeledTiles(func);
+    SmallVector<linalg::LinalgOp> tiles;
+    func.walk([&](linalg::LinalgOp tile) {
+      if (tile->removeAttr(kTileMarker))
+        tiles.push_back(tile);
+    });
     for (linalg::LinalgOp tile : tiles) {
       lazymlir::foldStaticInputCasts(tile);
       if (tile.hasDynamicShape())
