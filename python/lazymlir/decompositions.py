@@ -62,6 +62,11 @@ def decomposition_table():
         table[torch.ops.aten.diagonal_scatter.default] = _diagonal_scatter
         table[torch.ops.aten.index_put.default] = _index_put
         table[torch.ops.aten.kthvalue.default] = _kthvalue  # else tm_tensor.topk
+        # max_unpool's indices count within each (n, c) plane; torch._decomp
+        # adds the plane's offset, so a -1 or one past the plane landed in a
+        # neighbouring plane (a value where eager raises).
+        table[torch.ops.aten.max_unpool2d.default] = _max_unpool2d
+        table[torch.ops.aten.max_unpool3d.default] = _max_unpool3d
         # PyTorch's reference decompositions end with prims.copy_strided to give
         # a result eager's strides (lerp on a channels_last gradient: AdamW's
         # update of a convolution's weight), which torch-mlir does not lower
@@ -497,9 +502,42 @@ def _index_put(self, indices, values, accumulate=False):
 
 
 
+def _max_unpool(self, indices, output_size, dims):
+    """torch._decomp's max_unpool (an index_put of each value at its plane's
+    offset plus its index) with every index outside its plane sent past the
+    whole output: the index_put's runtime check then flags it and the graph
+    reruns eagerly, raising eager's "Found an invalid max index"."""
+    output_shape = list(self.shape[:-dims]) + list(output_size)
+    if any(n == 0 for n in output_shape) or indices.shape != self.shape:
+        return NotImplemented
+    planes = 1
+    for n in self.shape[:-dims]:
+        planes *= n
+    plane = 1
+    for n in output_size:
+        plane *= n
+    base = torch.arange(planes, device=self.device).reshape(list(self.shape[:-dims]) + [1] * dims) * plane
+    flat = torch.where((indices >= 0) & (indices < plane), indices + base, planes * plane)
+    out = torch.zeros(planes * plane, dtype=self.dtype, device=self.device)
+    out = torch.ops.aten.index_put.default(out, [flat.reshape(-1)], self.reshape(-1), False)
+    return out.reshape(output_shape)
+
+
+def _max_unpool2d(self, indices, output_size):
+    return _max_unpool(self, indices, output_size, 2)
+
+
+def _max_unpool3d(self, indices, output_size, stride, padding):
+    return _max_unpool(self, indices, output_size, 3)
+
+
 def _max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
     """max_pool2d's backward without scatter: each input position gathers the
     gradients of the windows whose argmax (``indices``, flat over H*W) it is.
+    Only right for indices that lie in their own windows, as the forward's
+    do: ops.py records this op only for indices it has seen the forward
+    (max_pool2d_with_indices with the same pooling) return, and a scatter
+    of the gradients at their indices for any others.
     Window offset (i, j) of output (oh, ow) reads input row oh*sh - ph + i*dh:
     compare ``indices`` with that position, then place the selected gradients
     on the input grid by zero-interleaving (pad + reshape) and shifting."""
@@ -522,7 +560,9 @@ def _max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilati
         hit = indices.reshape(lead + [OH, 1, OW, 1]) == pos
         g = torch.where(hit, grad_output.reshape(lead + [OH, 1, OW, 1]), zero)
         g = g.reshape(lead + [OH * kh, OW * kw])
-        return torch.nn.functional.pad(g, [0, W - OW * kw, 0, H - OH * kh])
+        if OH * kh > H or OW * kw > W:  # ceil_mode's last windows end past the input: crop (no negative pad,
+            g = g[..., :H, :W]          # which torch-mlir lowered to an out-of-bounds slice)
+        return torch.nn.functional.pad(g, [0, W - g.shape[-1], 0, H - g.shape[-2]])
     grad_input = torch.zeros(self.shape, dtype=grad_output.dtype, device=dev)
     for i in range(kh):
         for j in range(kw):

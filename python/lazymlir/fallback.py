@@ -5,7 +5,7 @@ device as device data (``aten::<op>`` counters); zero-size tensors."""
 import torch
 
 from . import metrics
-from .tensor import _cpu_alias, _from_cpu, LazyTensor, _write
+from .tensor import _cpu_alias, _from_cpu, LazyTensor, _rebind, _resize_out, _write
 from .meta import _eager_arg
 from .trace import Node
 
@@ -62,6 +62,12 @@ def _eager(func, args, kwargs, count: bool = True, overwrites: bool = False):
     cpu_kwargs = {k: convert(v, k) for k, v in kwargs.items()}
     out = func(*cpu_args, **cpu_kwargs)
     for lazy, cpu in targets:
+        if cpu.shape != lazy.shape:
+            # The op resized its out= argument: so does the lazy tensor, in
+            # its own storage where that holds the result (aliases see it).
+            if not _resize_out(lazy, cpu.shape, cpu.stride()):
+                _rebind(lazy, _from_cpu(cpu))
+                continue
         _write(lazy, Node.leaf(cpu))
 
     def wrap(r):

@@ -4,6 +4,7 @@ op; ops found not to lower run eagerly for the input dtypes they failed with."""
 
 import math
 import operator
+import weakref
 
 import torch
 
@@ -11,13 +12,13 @@ from . import compilation, config
 from .dtypes import SUPPORTED as SUPPORTED_DTYPES
 from .tensor import (
     signature, ViewStep,
-    _CPU, _cpu_alias, _eager_dtypes, _fresh, _from_cpu, _intern, _intern_like, LAZY, LazyTensor,
-    _META, _oid, _op_names, _op_node, forget_handler, set_classifier, set_handler, Storage, _TENSOR_DATA, _value, _view_node,
-    _wrap, _write,
+    _CPU, _cpu_alias, _eager_dtypes, _fresh, _from_cpu, _handler_of, _intern, _intern_like, LAZY, LazyTensor,
+    _META, _oid, _op_names, _op_node, forget_handler, _rebind, _resize_out, set_classifier, set_handler, Storage,
+    _storage_view, _TENSOR_DATA, _value, _view_node, _wrap, _write,
 )
 from .meta import _convert_all, _FAILED, _FLOAT, _infer, _meta_cache, _meta_sig
 from .fallback import _eager, _make_eager, _zero_size
-from .trace import BLANK, dense_perm, freeze, LIFTED_OPS, Node
+from .trace import BLANK, freeze, LIFTED_OPS, Node
 
 aten = torch.ops.aten
 
@@ -109,26 +110,20 @@ def _view(func, args, kwargs):
 
 
 def _as_strided(func, args, kwargs):
-    """as_strided addresses the storage, not its input: record it on the base's
-    value, which is the storage in order when the base is contiguous, and
-    the base permuted to its memory order when it is dense (channels_last)."""
+    """as_strided addresses the storage, not its input: recorded on the
+    storage's base value (tensor._storage_view), whatever chain of views led
+    to ``self``.  A storage it cannot address that way runs it eagerly."""
     self = args[0]
+    a = dict(zip(("size", "stride", "storage_offset"), args[1:]))
+    a.update(kwargs)
+    offset = a.get("storage_offset")
+    if offset is None:  # as_strided keeps the input's own offset, counted from the storage's start
+        offset = self.storage_offset()
+    found = _storage_view(self, a["size"], a["stride"], offset)
+    if found is None:
+        return _eager(func, args, kwargs)  # eager's error, or a storage with no dense order
+    chain, meta = found
     s = self._lz_storage
-    chain = ()
-    if not s.meta.is_contiguous():
-        perm = dense_perm(s.meta.shape, s.meta.stride())
-        if perm is None or s.meta.storage_offset():
-            return _eager(func, args, kwargs)
-        pmeta = _intern_like(aten.permute.default(s.meta, list(perm)))
-        chain = (ViewStep(aten.permute.default, (list(perm),), {}, pmeta, signature(aten.permute.default, (perm,), {})),)
-    rest = tuple(args[1:])
-    if (rest[2] if len(rest) > 2 else kwargs.get("storage_offset")) is None:
-        # No storage_offset: as_strided keeps the input's own, which recorded
-        # on the base would read from the storage's start.
-        kwargs = {k: v for k, v in kwargs.items() if k != "storage_offset"}
-        rest = (rest[0], rest[1], self.storage_offset())
-    meta = _intern_like(func(self._lz_meta, *rest, **kwargs))
-    chain += (ViewStep(func, rest, kwargs, meta, signature(func, rest, kwargs)),)
     value = s.base
     for step in chain:
         value = _view_node(step, value)
@@ -161,7 +156,8 @@ def _alias(func, args, kwargs):
 
 
 def _split(func, args, kwargs):
-    """split/unbind as slices/selects: single-output views the write path knows."""
+    """split/unbind as slices/selects: single-output views the write path knows.
+    unsafe_split's pieces are views in eager too (only autograd does not know)."""
     self = args[0]
     if type(self) is not LazyTensor:
         return _eager(func, args, kwargs)
@@ -245,8 +241,24 @@ def _out_variant(func):
     return None
 
 
-def _out(functional, extra):
-    """f(..., out=o) records f(...) and writes the result into o."""
+# Ops whose CPU kernels resize an out= tensor only when its number of
+# elements differs (RangeFactories.cpp): arange(1, 13, out=zeros(3, 4)) fills
+# the (3, 4) tensor in order.  Every other out= op gives it the result's
+# shape (resize_output); found by a sweep over OpInfo's out= ops.
+_KEEPS_OUT_SHAPE = {"aten::arange", "aten::range", "aten::linspace", "aten::logspace"}
+
+
+def _call(op, args, kwargs):
+    """``op``'s handler on lazy arguments, as a dispatch below autograd would."""
+    handler = _handler_of(id(op))
+    if handler is None:
+        handler = _handler_for(op)
+    return handler(op, args, kwargs)
+
+
+def _out(functional, extra, keeps_shape=False):
+    """f(..., out=o) records f(...) (through f's own handler) and writes the
+    result into o, resizing o first as eager does."""
 
     def handler(func, args, kwargs):
         out = kwargs.get("out")
@@ -257,15 +269,24 @@ def _out(functional, extra):
             fkwargs["dtype"] = out.dtype
         if "device" in extra:
             fkwargs["device"] = LAZY
-        result = _functional(functional, args, fkwargs)
+        result = _call(functional, args, fkwargs)
         if type(result) is not LazyTensor:
             return _eager(func, args, kwargs)
-        if result.shape != out.shape:  # eager resizes out= tensors
-            if result.dtype != out.dtype:
-                node = _cast(_value(result), out.dtype)
-                result = _fresh(node, node.meta)
-            _rebind(out, result)
-            return out
+        if result.shape != out.shape:
+            if keeps_shape and result.numel() == out.numel():
+                result = _functional(aten.reshape.default, (result, list(out.shape)), {})
+            elif _value(result).data is not None:
+                # f ran eagerly (linalg, fft, ...): so does the out= op, which
+                # gives o eager's layout (some resize it column-major).
+                return _eager(func, args, kwargs)
+            elif not _resize_out(out, result.shape):
+                # A storage too small for the result: eager grows it, here o
+                # gets one of its own (its aliases do not see the result).
+                if result.dtype != out.dtype:
+                    node = _cast(_value(result), out.dtype)
+                    result = _fresh(node, node.meta)
+                _rebind(out, result)
+                return out
         node = _value(result)
         if node.meta.dtype != out.dtype:
             node = _cast(node, out.dtype)
@@ -406,29 +427,106 @@ def _threshold_backward(func, args, kwargs):
     return _functional(func, args, kwargs)
 
 
+# Max pooling's indices and the pooling that made them, by their trace node
+# (the indices tensor's value until it is written): only such indices lie in
+# their own windows, which decompositions._max_pool2d_backward relies on.
+_pool_indices = weakref.WeakKeyDictionary()
+
+
+def _pool2d_key(kernel_size, stride, padding, dilation, ceil_mode, input_shape):
+    def pair(v, default):
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        v = v or default
+        return tuple(int(x) for x in (v * 2 if len(v) == 1 else v))
+
+    kernel = pair(kernel_size, [])
+    return (kernel, pair(stride, list(kernel)), pair(padding, [0]), pair(dilation, [1]), bool(ceil_mode),
+            tuple(input_shape[-2:]))
+
+
+_POOL2D_NAMES = ("self", "kernel_size", "stride", "padding", "dilation", "ceil_mode")
+
+
+def _max_pool2d_with_indices(func, args, kwargs):
+    outs = _functional(func, args, kwargs)
+    if isinstance(outs, (tuple, list)) and len(outs) == 2 and type(outs[1]) is LazyTensor:
+        a = {"stride": [], "padding": 0, "dilation": 1, "ceil_mode": False}
+        a.update(zip(_POOL2D_NAMES, args))
+        a.update(kwargs)
+        _pool_indices[_value(outs[1])] = _pool2d_key(a["kernel_size"], a["stride"], a["padding"], a["dilation"],
+                                                    a["ceil_mode"], a["self"].shape)
+    return outs
+
+
+def _max_pool2d_indices_backward(func, args, kwargs):
+    """Indices from max_pool2d_with_indices with the same pooling: recorded as
+    is (decompositions._max_pool2d_backward: a gather over each window).  Any
+    other indices (a caller's, repeated, outside their windows) are honoured
+    as eager's kernel does: each gradient added at its index of the input's
+    H*W plane, -1 skipped (a scatter_add)."""
+    names = ("grad_output", "self", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "indices")
+    a = dict(zip(names, args))
+    a.update(kwargs)
+    grad, x, indices = a["grad_output"], a["self"], a["indices"]
+    if not all(type(t) is LazyTensor for t in (grad, x, indices)):
+        return _eager(func, args, kwargs)
+    key = _pool2d_key(a["kernel_size"], a["stride"], a["padding"], a["dilation"], a["ceil_mode"], x.shape)
+    if _pool_indices.get(_value(indices)) == key:
+        return _functional(func, args, kwargs)
+    return _scatter_pool_backward(func, args, kwargs, grad, x, indices, 2)
+
+
+def _scatter_pool_backward(func, args, kwargs, grad, x, indices, spatial):
+    """grad_input of a max pooling over the last ``spatial`` dimensions from
+    its gradient and flat indices, as eager's CPU kernels compute it."""
+    try:
+        meta_args = [a._lz_meta if type(a) is LazyTensor else a for a in args]
+        expected = func(*meta_args, **{k: v._lz_meta if type(v) is LazyTensor else v for k, v in kwargs.items()})
+    except Exception:
+        return _eager(func, args, kwargs)  # eager's error
+    if expected.numel() == 0 or grad.numel() == 0 or grad.shape != indices.shape \
+            or expected.dtype != grad.dtype or grad.dim() <= spatial:
+        return _eager(func, args, kwargs)
+    lead = list(grad.shape[:-spatial])
+    plane = math.prod(x.shape[-spatial:])
+    g = _call(aten.reshape.default, (grad, lead + [-1]), {})
+    i = _call(aten.reshape.default, (indices, lead + [-1]), {})
+    keep = _call(aten.ne.Scalar, (i, -1), {})
+    i = _call(aten.where.ScalarOther, (keep, i, 0), {})
+    g = _call(aten.where.ScalarOther, (keep, g, 0), {})
+    zeros = _call(aten.new_zeros.default, (g, lead + [plane]), {})
+    r = _call(aten.scatter_add.default, (zeros, len(lead), i, g), {})
+    r = _call(aten.reshape.default, (r, list(expected.shape)), {})
+    if type(r) is LazyTensor and r.stride() != expected.stride():  # eager keeps the input's channels_last
+        r = _call(aten.clone.default, (r,), {"memory_format": torch._prims_common.suggest_memory_format(expected)})
+    if type(r) is not LazyTensor or r.stride() != expected.stride():
+        return _eager(func, args, kwargs)
+    return r
+
+
 def _scalar(func, args, kwargs):
     """.item(), bool(): a barrier that returns a Python value."""
     return func(_cpu_alias(args[0]))
 
 
-def _rebind(t: LazyTensor, new: LazyTensor) -> None:
-    """``t`` takes ``new``'s size, strides and value, with a storage of its own
-    (what resizing to a new size does in eager; autograd state is kept)."""
-    _TENSOR_DATA.__set__(t, new)  # swaps the TensorImpl metadata
-    t._lz_meta, t._lz_storage, t._lz_chain = new._lz_meta, new._lz_storage, new._lz_chain
-    t._lz_value, t._lz_version = new._lz_value, new._lz_version
-
-
 def _resize_(func, args, kwargs):
-    """Eager keeps a resized tensor's elements in storage order and leaves the
-    ones past its old size uninitialized (here: zeros).  Aliases of the old
-    storage do not follow a resize to a new size."""
+    """Eager keeps a resized tensor's elements in storage order: within its
+    storage, the tensor becomes a contiguous view of it at its offset (its
+    aliases see writes into it: composite out= kernels resize their out).
+    Past the storage, eager grows it and leaves the new elements
+    uninitialized (here: zeros), and the tensor gets a storage of its own
+    (its old aliases do not follow)."""
     self, size = args[0], list(args[1])
     if tuple(self.shape) == tuple(size):
+        return self
+    if type(self) is LazyTensor and math.prod(size) > 0 and _resize_out(self, size):
         return self
     if type(self) is not LazyTensor or not self.is_contiguous() or self.storage_offset():
         raise NotImplementedError("lazymlir: resizing a lazy view or a non-contiguous lazy tensor is not supported")
     n, old = math.prod(size), self.numel()
+    if old == 0:
+        _rebind(self, _empty(size, dtype=self.dtype))
+        return self
     flat = _functional(aten.reshape.default, (self, [old]), {})
     if n <= old:
         flat = _functional(aten.slice.Tensor, (flat, 0, 0, n), {})
@@ -457,13 +555,25 @@ _SPECIAL = {
     aten._local_scalar_dense.default: _scalar,
     aten.is_nonzero.default: _scalar,
     aten.split.Tensor: _split,
+    aten.split.sizes: _split,
     aten.split_with_sizes.default: _split,
+    aten.unsafe_split.Tensor: _split,
+    aten.unsafe_split_with_sizes.default: _split,
     aten.unbind.int: _split,
+    # Not a view to autograd, but an alias in eager (as_strided on it counts
+    # from the storage's start, writes through it reach its base).
+    aten._unsafe_view.default: _view,
     aten.resize_.default: _resize_,
     aten.native_batch_norm.default: _batch_norm,
     aten.native_dropout.default: _native_dropout,
     aten.set_.source_Tensor: _unsupported,
     aten.threshold_backward.default: _threshold_backward,
+}
+
+# Recorded by their own handlers, unless config.force_fallback names them.
+_POOLING = {
+    aten.max_pool2d_with_indices.default: _max_pool2d_with_indices,
+    aten.max_pool2d_with_indices_backward.default: _max_pool2d_indices_backward,
 }
 
 
@@ -484,7 +594,9 @@ def _handler_for(op):
     config.force_fallback as they are now) and cache the handler on it."""
     handler = _classify(op)
     bad = _eager_dtypes.get(op)
-    if bad is not None:
+    # Views stay views (tensor._view_node computes a marked one eagerly): run
+    # eagerly, their results would alias nothing.
+    if bad is not None and handler not in (_view, _split, _alias):
         recorded = handler
 
         def handler(func, args, kwargs):
@@ -538,6 +650,8 @@ def _classify(func):
     name = schema.name.split("::")[-1]
     if schema.name in {s.strip() for s in config.force_fallback.split(",") if s.strip()}:
         return _make_eager(True)
+    if func in _POOLING:
+        return _POOLING[func]
     if name.startswith("_foreach_"):
         handler = _foreach(func)
         if handler is not None:
@@ -562,7 +676,7 @@ def _classify(func):
                 return _inplace(variant)
         variant = _out_variant(func)
         if variant is not None:
-            return _out(*variant)
+            return _out(*variant, keeps_shape=schema.name in _KEEPS_OUT_SHAPE)
         return _make_eager(True)  # other mutating ops (e.g. batch norm's running stats)
     if func.is_view:
         if len(schema.returns) == 1 and isinstance(schema.returns[0].type, torch.TensorType):

@@ -25,7 +25,7 @@ from typing import Any, List, NamedTuple
 import torch
 
 from . import metrics, runtime
-from .trace import AS_RESHAPE, freeze, Node, QUANTIZED_REPR
+from .trace import ADDRESSES_STORAGE, AS_RESHAPE, dense_perm, freeze, Node, QUANTIZED_REPR
 
 aten = torch.ops.aten
 
@@ -244,7 +244,15 @@ def _from_cpu(tensor: torch.Tensor) -> LazyTensor:
 
 def _view_node(step, v: Node) -> Node:
     op, rest, kwargs, meta, sig = step
-    return Node(op, (v,) + rest, kwargs, (v,), sig, meta)
+    node = Node(op, (v,) + rest, kwargs, (v,), sig, meta)
+    if _eager_dtypes:
+        # A view op found not to lower (view.dtype): its value is computed
+        # eagerly, the view stays in the chain (writes and as_strided
+        # through it still reach the storage).
+        bad = _eager_dtypes.get(op)
+        if bad is not None and (v.meta.dtype,) in bad:
+            return _eager_node(node)
+    return node
 
 
 def _value(t: LazyTensor) -> Node:
@@ -329,6 +337,8 @@ def _scatter(step, base: Node, src: Node) -> Node:
         return _op_node(aten.permute.default, (src, inverse), {}, out_meta)
     if op is aten.as_strided.default:
         return _op_node(aten.as_strided_scatter.default, (base, src) + rest, {}, out_meta)
+    if op is aten.view.dtype:  # the same bytes, all of them
+        return _op_node(aten.view.dtype, (src, base.meta.dtype), {}, out_meta)
     raise NotImplementedError(f"lazymlir: writing through a view made by {op} is not supported yet")
 
 
@@ -342,6 +352,101 @@ _RESHAPE_LIKE = AS_RESHAPE | {
     aten.squeeze.dims,
     aten.expand.default,  # only reachable for writes eager allows (size-1 dims)
 }
+
+
+def _storage_view(t: LazyTensor, size, stride, offset):
+    """(chain, meta) of the view ``as_strided(t, size, stride, offset)``,
+    which addresses ``t``'s storage, not ``t``: recorded on the storage's base
+    value, which is the storage in order when the base is contiguous, and the
+    base permuted to its memory order when it is dense (channels_last); then
+    reinterpreted in ``t``'s dtype where it differs (``x.view(torch.int32)``,
+    ``view_as_real``: the offset and strides count ``t``'s elements), and
+    conjugated or negated as ``t`` is (the bits stay on the view).  None when
+    the storage is not dense in some order, or has an offset of its own."""
+    s = t._lz_storage
+    m = s.meta
+    if m.storage_offset():
+        return None
+    chain = ()
+    if not m.is_contiguous():
+        perm = dense_perm(m.shape, m.stride())
+        if perm is None:
+            return None
+        chain += (_meta_step(aten.permute.default, m, (list(perm),)),)
+        m = chain[-1].meta
+    mine = t._lz_meta
+    if m.dtype != mine.dtype:
+        try:
+            chain += (_meta_step(aten.view.dtype, m, (mine.dtype,)),)
+        except Exception:  # a storage whose last dimension does not split into the dtype
+            return None
+        m = chain[-1].meta
+    try:
+        chain += (_meta_step(aten.as_strided.default, m, (list(size), list(stride), offset)),)
+    except Exception:
+        return None
+    bits = _view_bits(mine)
+    if bits & 1:
+        chain += (_meta_step(aten._conj.default, chain[-1].meta, ()),)
+    if bits & 2:
+        chain += (_meta_step(aten._neg_view.default, chain[-1].meta, ()),)
+    return chain, chain[-1].meta
+
+
+def _meta_step(op, meta, rest) -> ViewStep:
+    return ViewStep(op, rest, {}, _intern_like(op(meta, *rest)), signature(op, rest, {}))
+
+
+def _contiguous_strides(shape) -> list:
+    strides, n = [], 1
+    for size in reversed(list(shape)):
+        strides.append(n)
+        n *= max(size, 1)
+    return strides[::-1]
+
+
+def _rebind(t: LazyTensor, new: LazyTensor) -> None:
+    """``t`` takes ``new``'s size, strides, storage and value (what resizing
+    does in eager: the TensorImpl's metadata changes; autograd state is kept)."""
+    _TENSOR_DATA.__set__(t, new)  # swaps the TensorImpl metadata
+    t._lz_meta, t._lz_storage, t._lz_chain = new._lz_meta, new._lz_storage, new._lz_chain
+    t._lz_value, t._lz_version = new._lz_value, new._lz_version
+
+
+def _resize_out(t: LazyTensor, shape, strides=None) -> bool:
+    """Eager's resize of an ``out=`` tensor ``t`` to another ``shape``
+    (``resize_output``; ``strides``: those the op then gives it, linalg's
+    column-major ones, default contiguous): ``t`` becomes that view of its
+    own storage at its own offset, so every alias of ``t`` sees what is then
+    written into it.  False when the storage cannot hold it (eager grows the
+    storage; the caller gives ``t`` a storage of its own, which its aliases
+    do not see) or is laid out in no order this can address."""
+    shape = [int(n) for n in shape]
+    contiguous = _contiguous_strides(shape)
+    strides = contiguous if strides is None else [int(n) for n in strides]
+    numel = 1
+    for n in shape:
+        numel *= n
+    mine = t._lz_meta
+    if strides == contiguous and numel == t.numel() and mine.is_contiguous() and not _view_bits(mine):
+        step = _meta_step(aten.view.default, mine, (shape,))
+        chain = t._lz_chain + (step,)
+        value = _view_node(step, _value(t))
+    else:
+        s = t._lz_storage
+        capacity = s.meta.numel() * s.meta.element_size() // mine.element_size()  # in t's elements
+        extent = 1 + sum((n - 1) * abs(st) for n, st in zip(shape, strides)) if numel else 0
+        if numel == 0 or t.storage_offset() + extent > capacity:
+            return False
+        found = _storage_view(t, shape, strides, t.storage_offset())
+        if found is None:
+            return False
+        chain, _ = found
+        value = s.base
+        for step in chain:
+            value = _view_node(step, value)
+    _rebind(t, _wrap(chain[-1].meta, t._lz_storage, chain, value))
+    return True
 
 
 def _write(t: LazyTensor, new: Node) -> None:
@@ -407,7 +512,12 @@ def _cpu_alias(t: LazyTensor) -> torch.Tensor:
             base = base.as_strided(m.shape, stride)  # differs in size-1 dimensions only
         else:
             base = torch.empty_strided(m.shape, stride, dtype=m.dtype).copy_(base)
-    for op, rest, kwargs, _, _ in t._lz_chain:
+    chain = t._lz_chain
+    if base.storage_offset() and any(step.op in ADDRESSES_STORAGE for step in chain):
+        # as_strided counts from the start of the storage, which device data
+        # (a view an eager op returned) need not begin at.
+        base = base.clone()
+    for op, rest, kwargs, _, _ in chain:
         base = op(base, *rest, **kwargs)
     return base
 
