@@ -273,6 +273,17 @@ def run_case(torch, gpu_runtime, case, options, data, device, device_chip, bandw
                 executable.run(buffers)
                 check_outputs(torch, row, f"lazymlir {chip}", outs, g, data)
             peers[f"lazymlir {chip}"] = lambda runs=runs: [e.run(b) for e, b, _, _ in runs]
+            # The same plans captured as CUDA graphs: kernels without the
+            # Python launch loop in between (what a replaying device pays).
+            captured = [e.capture(b) for e, b, _, _ in runs]
+            for _, _, outs, _ in runs:  # what the replays write is what is checked
+                for out in outs:
+                    out.fill_(float("nan") if out.is_floating_point() else 0)
+            for replay, (_, _, outs, g) in zip(captured, runs):
+                replay.replay()
+                check_outputs(torch, row, f"lazymlir {chip} graph", outs, g, data)
+            peers[f"lazymlir {chip} graph"] = lambda captured=captured: [c.replay(check=False) for c in captured]
+            row.setdefault("replays", []).extend(captured)
         except Exception as e:
             row["ok"] = False
             row["errors"].append(f"{chip}: {type(e).__name__}: {str(e)[:500]}")
@@ -309,6 +320,12 @@ def run_case(torch, gpu_runtime, case, options, data, device, device_chip, bandw
                     row["errors"].append(f"{name} (timing): {type(e).__name__}: {str(e)[:300]}")
                     samples[name] = []
         row["ms"] = {name: statistics.median(s) for name, s in samples.items() if s}
+    for replay in row.pop("replays", []):  # the timed replays' runtime checks, read once
+        try:
+            replay.check()
+        except Exception as e:
+            row["ok"] = False
+            row["errors"].append(f"graph replay: {type(e).__name__}: {str(e)[:300]}")
     if case.get("bytes") and row["ms"]:
         for name, ms in row["ms"].items():
             row.setdefault("bandwidth_share", {})[name] = case["bytes"] / (ms * 1e-3) / bandwidth
@@ -349,12 +366,14 @@ def table(rows, device_chip) -> str:
     peers = []
     for r in rows:
         peers += [p for p in r["ms"] if p not in peers]
-    head = ["case", "ok"] + [f"{p} ms" for p in peers] + ["ours/eager", "ours/inductor", "max rel err", "note"]
+    head = ["case", "ok"] + [f"{p} ms" for p in peers] + ["ours/eager", "ours/inductor", "graph/eager",
+                                                             "max rel err", "note"]
     lines = []
     for r in rows:
         ours = r["ms"].get(f"lazymlir {device_chip}") or next((v for k, v in r["ms"].items()
-                                                              if k.startswith("lazymlir")), None)
-        ratio = lambda peer: f"{ours / r['ms'][peer]:.2f}x" if ours and r["ms"].get(peer) else "-"
+                                                              if k.startswith("lazymlir") and "graph" not in k), None)
+        replayed = r["ms"].get(f"lazymlir {device_chip} graph")
+        ratio = lambda peer, ours=ours: f"{ours / r['ms'][peer]:.2f}x" if ours and r["ms"].get(peer) else "-"
         note = []
         if "bandwidth_share" in r:
             note.append("share of copy bandwidth: " + ", ".join(
@@ -364,7 +383,8 @@ def table(rows, device_chip) -> str:
         errs = [v for k, v in r.get("max_rel_err", {}).items() if k.startswith("lazymlir")]
         lines.append([r["case"], "ok" if r["ok"] else "FAIL"] + [f"{r['ms'][p]:.3f}" if p in r["ms"] else "-"
                                                                  for p in peers]
-                     + [ratio("eager"), ratio("inductor"), f"{max(errs):.1e}" if errs else "-", "; ".join(note)])
+                     + [ratio("eager"), ratio("inductor"), ratio("eager", replayed),
+                        f"{max(errs):.1e}" if errs else "-", "; ".join(note)])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     fmt = lambda cells: " | ".join(str(c).ljust(w) for c, w in zip(cells, widths))
     return "\n".join([fmt(head), "-+-".join("-" * w for w in widths)] + [fmt(l) for l in lines])

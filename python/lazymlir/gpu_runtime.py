@@ -86,6 +86,7 @@ class GpuExecutable:
         self.chips = sorted({m["chip"] for m in plan["modules"].values()})
         self._loaded = {}  # device index -> {module name: (CUmodule, {kernel: CUfunction})}
         self._constants = {}  # (device index, buffer id) -> tensor
+        self._flagged = set()  # the modules with a check flag the last run launched
 
     @classmethod
     def from_json(cls, text: str) -> "GpuExecutable":
@@ -95,7 +96,11 @@ class GpuExecutable:
             raise BundleError(f"lazymlir: a launch plan that is not JSON: {e}") from None
         return cls(plan)
 
-    def run(self, args: List[torch.Tensor]) -> None:
+    def run(self, args: List[torch.Tensor], check: bool = True) -> None:
+        """Runs the plan on ``args`` (inputs, then outputs written in place) on
+        the current stream. ``check``: then read the runtime-check flags (a
+        stream synchronize when a launched module has one) and raise
+        :class:`CheckFailed` if one is set; :meth:`capture` runs without."""
         if not torch.cuda.is_available():
             raise RuntimeError("lazymlir: running a GPU graph needs a CUDA device (torch.cuda.is_available() is False)")
         if len(args) != len(self.arguments):
@@ -146,8 +151,24 @@ class GpuExecutable:
                                                  pointers, None), "cuLaunchKernel")
                     if self.plan["modules"][step["module"]]["check_flag"]:
                         flagged.add(step["module"])
-            if flagged:
+            self._flagged = flagged
+            if flagged and check:
                 self._read_check_flags(driver, modules, flagged, stream)
+
+    def capture(self, args: List[torch.Tensor]) -> "CapturedRun":
+        """The plan on ``args`` as a CUDA graph: one replay launches every
+        kernel with no Python in between. Runs the plan once first (loads the
+        modules, uploads the constants, checks the flags), then captures a
+        second run; its temporaries live in the graph's memory pool. The
+        ``args`` must stay alive and in place while the graph is replayed."""
+        self.run(args)
+        device = args[0].device if args else torch.device("cuda", torch.cuda.current_device())
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.device(device):
+            torch.cuda.synchronize(device)
+            with torch.cuda.graph(graph):
+                self.run(args, check=False)
+        return CapturedRun(self, graph, device, set(self._flagged))
 
     @staticmethod
     def _param(arg: dict, buffers: Dict[int, torch.Tensor], roots: Dict[int, int]):
@@ -210,6 +231,28 @@ class GpuExecutable:
         if failed:
             raise CheckFailed(f"lazymlir: a runtime check failed in kernel module(s) {', '.join(failed)} "
                               "(an index out of range or an integer division by zero)")
+
+
+class CapturedRun:
+    """A plan captured as a CUDA graph (:meth:`GpuExecutable.capture`)."""
+
+    def __init__(self, executable: GpuExecutable, graph, device: torch.device, flagged: set):
+        self.executable, self.graph, self.device, self.flagged = executable, graph, device, flagged
+
+    def replay(self, check: bool = True) -> None:
+        """Launches the captured kernels on the current stream; ``check``:
+        then reads the runtime-check flags (a synchronize) as
+        :meth:`GpuExecutable.run` does."""
+        self.graph.replay()
+        if check and self.flagged:
+            self.check()
+
+    def check(self) -> None:
+        """Raises CheckFailed if a replay since the last check set a flag."""
+        with torch.cuda.device(self.device):
+            modules = self.executable._modules(_driver(), self.device.index)
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+            self.executable._read_check_flags(_driver(), modules, self.flagged, stream)
 
 
 def _validate_plan(plan) -> None:
