@@ -245,6 +245,34 @@ struct TileContractionsPass
     return tiles;
   }
 
+  /// Options to tile an epilogue by `tiles` and fuse `contraction` and what
+  /// initializes its accumulator (a fill, or an elementwise op such as a
+  /// conv's bias broadcast) into the tiles: each output tile needs its own
+  /// slice of the accumulator exactly once, so nothing is recomputed.
+  /// Producers of the epilogue's other inputs are not fused: they could be
+  /// read by several tiles.
+  scf::SCFTileAndFuseOptions tileAndFuseOptions(linalg::LinalgOp contraction,
+                                                ArrayRef<int64_t> tiles) {
+    scf::SCFTileAndFuseOptions options;
+    options.tilingOptions.setTileSizes(asFoldResults(&getContext(), tiles));
+    options.tilingOptions.setLoopType(scf::SCFTilingOptions::LoopType::ForOp);
+    Value accumulator = contraction.getDpsInitOperand(0)->get();
+    Operation *fused = contraction.getOperation();
+    options.setFusionControlFn(
+        [accumulator, fused](tensor::ExtractSliceOp, OpResult producer, bool)
+            -> std::optional<scf::SCFTileAndFuseOptions::ControlFnResult> {
+          Operation *owner = producer.getOwner();
+          auto linalgOp = dyn_cast<linalg::LinalgOp>(owner);
+          bool initializesAccumulator =
+              producer == accumulator && linalgOp &&
+              (isa<linalg::FillOp>(owner) || linalg::isElementwise(linalgOp));
+          if (owner == fused || initializesAccumulator)
+            return scf::SCFTileAndFuseOptions::ControlFnResult{};
+          return std::nullopt;
+        });
+    return options;
+  }
+
   /// Tiles `contraction` (through its epilogue if it has one); returns the
   /// tiled contraction, or null if tiling failed (the op is then left as it
   /// was and lowers to loops).
@@ -264,28 +292,7 @@ struct TileContractionsPass
       root = epilogue;
     }
 
-    scf::SCFTileAndFuseOptions options;
-    options.tilingOptions.setTileSizes(asFoldResults(&getContext(), tiles));
-    options.tilingOptions.setLoopType(scf::SCFTilingOptions::LoopType::ForOp);
-    // Fuse the contraction and what initializes its accumulator (a fill, or
-    // an elementwise op such as a conv's bias broadcast): each output tile
-    // needs its own slice of the accumulator exactly once, so nothing is
-    // recomputed. Producers of the epilogue's other inputs are not fused:
-    // they could be read by several tiles.
-    Value accumulator = contraction.getDpsInitOperand(0)->get();
-    options.setFusionControlFn(
-        [&, accumulator](tensor::ExtractSliceOp, OpResult producer, bool)
-            -> std::optional<scf::SCFTileAndFuseOptions::ControlFnResult> {
-          Operation *owner = producer.getOwner();
-          auto linalgOp = dyn_cast<linalg::LinalgOp>(owner);
-          bool initializesAccumulator =
-              producer == accumulator && linalgOp &&
-              (isa<linalg::FillOp>(owner) || linalg::isElementwise(linalgOp));
-          if (owner == contraction.getOperation() || initializesAccumulator)
-            return scf::SCFTileAndFuseOptions::ControlFnResult{};
-          return std::nullopt;
-        });
-
+    scf::SCFTileAndFuseOptions options = tileAndFuseOptions(contraction, tiles);
     rewriter.setInsertionPoint(root);
     FailureOr<scf::SCFTileAndFuseResult> result =
         scf::tileConsumerAndFuseProducersUsingSCF(
@@ -482,6 +489,42 @@ struct TileContractionsPass
           tiles.push_back(!ShapedType::isDynamic(range) ? 0
                           : chunks && reduced          ? int64_t(tileK)
                                                        : 1);
+        }
+        // Only parallel loops dynamic, and an elementwise epilogue (bias,
+        // ReLU): tile the epilogue and fuse the convolution into it, so that
+        // each sample's tiles below compute, finish and write their output
+        // once, as a static convolution's do.
+        bool reducedDynamic = llvm::any_of(llvm::enumerate(tiles), [&](auto t) {
+          return t.value() && kinds[t.index()] == utils::IteratorType::reduction;
+        });
+        linalg::GenericOp epilogue =
+            fuseEpilogue && !reducedDynamic ? findEpilogue(conv) : nullptr;
+        if (epilogue) {
+          SmallVector<unsigned> parallel;
+          conv.getParallelDims(parallel);
+          SmallVector<int64_t> epilogueTiles = llvm::map_to_vector(
+              parallel, [&](unsigned loop) { return tiles[loop]; });
+          rewriter.setInsertionPoint(epilogue);
+          FailureOr<scf::SCFTileAndFuseResult> fusedTiles =
+              scf::tileConsumerAndFuseProducersUsingSCF(
+                  rewriter, cast<TilingInterface>(epilogue.getOperation()),
+                  tileAndFuseOptions(conv, epilogueTiles));
+          if (succeeded(fusedTiles)) {
+            lazymlir::finishParallelTiling(rewriter, epilogue, *fusedTiles,
+                                           conv); // unknown size: parallel
+            rewriter.eraseOp(epilogue);
+            // The tile loop's bound reads the old result's size: read it
+            // from the accumulator (a destination has its result's shape).
+            Value result = conv->getResult(0);
+            for (Operation *user : llvm::make_early_inc_range(result.getUsers()))
+              if (auto dim = dyn_cast<tensor::DimOp>(user))
+                rewriter.modifyOpInPlace(dim, [&] {
+                  dim.getSourceMutable().assign(conv.getDpsInitOperand(0)->get());
+                });
+            if (conv->use_empty())
+              rewriter.eraseOp(conv);
+            continue;
+          }
         }
         SmallVector<LoopLikeOpInterface> loops;
         linalg::LinalgOp tile = tileBy(rewriter, conv, tiles, &loops);

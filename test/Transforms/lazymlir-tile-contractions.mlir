@@ -331,6 +331,37 @@ func.func @dynamic_conv(%arg0: tensor<?x10x10x4xf32>, %arg1: tensor<3x3x4x8xf32>
 
 // -----
 
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#ch = affine_map<(d0, d1, d2, d3) -> (d3)>
+// With an elementwise epilogue (bias, ReLU), the epilogue is tiled over the
+// batch and the convolution fused into it: one batch loop, each sample's
+// output tiles computed, finished and written once (vectorized max), no
+// convolution or epilogue left whole.
+// CHECK-LABEL: func.func @dynamic_conv_relu
+// CHECK: scf.for %{{.+}} = %c0 to %{{.+}} step %c1
+// CHECK: vector.contract
+// CHECK: arith.maximumf %{{.+}}, %{{.+}} : vector<1x1x8x8xf32>
+// CHECK: } {lazymlir.parallel_tiles = 9223372036854775807 : i64}
+// CHECK-NEXT: return
+// CHECK-NOT: linalg.generic
+func.func @dynamic_conv_relu(%x: tensor<?x10x10x4xf32>, %w: tensor<3x3x4x8xf32>, %b: tensor<8xf32>) -> tensor<?x8x8x8xf32> {
+  %c0 = arith.constant 0 : index
+  %zero = arith.constant 0.0 : f32
+  %n = tensor.dim %x, %c0 : tensor<?x10x10x4xf32>
+  %e = tensor.empty(%n) : tensor<?x8x8x8xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<?x8x8x8xf32>) -> tensor<?x8x8x8xf32>
+  %conv = linalg.conv_2d_nhwc_hwcf {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w : tensor<?x10x10x4xf32>, tensor<3x3x4x8xf32>) outs(%acc : tensor<?x8x8x8xf32>) -> tensor<?x8x8x8xf32>
+  %r = linalg.generic {indexing_maps = [#id, #ch, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%conv, %b : tensor<?x8x8x8xf32>, tensor<8xf32>) outs(%e : tensor<?x8x8x8xf32>) {
+  ^bb0(%in: f32, %bias: f32, %out: f32):
+    %s = arith.addf %in, %bias : f32
+    %m = arith.maximumf %s, %zero : f32
+    linalg.yield %m : f32
+  } -> tensor<?x8x8x8xf32>
+  return %r : tensor<?x8x8x8xf32>
+}
+
+// -----
+
 // A weight gradient over a dynamic batch (the batch is the convolution's
 // reduced channel dimension): that loop accumulates into the static output,
 // sequentially (unmarked), in chunks of tile-k (8) channels, each im2col + a
