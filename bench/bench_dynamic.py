@@ -308,20 +308,20 @@ def main():
     later = later_process(16 if args.smoke else 64, 5 if args.smoke else args.repeats, args.rounds)
 
     print(f"torch {torch.__version__}, 1 intra-op thread for eager; lazymlir threads={config.threads or os.cpu_count()}")
-    print(f"{'sweep':62} {'graphs':>6} {'after 1st':>9} {'dynamic':>7} {'hits':>5} {'fallback':>8} {'compile s':>9} "
+    print(f"{'sweep':66} {'graphs':>6} {'after 1st':>9} {'dynamic':>7} {'hits':>5} {'fallback':>8} {'compile s':>9} "
           f"{'max |diff|':>11}")
     for s in sweeps:
-        print(f"{s['workload'] + ' ' + s['sizes']:62} {s['graphs_compiled']:>6} {s['graphs_after_first_step']:>9} "
+        print(f"{s['workload'] + ' ' + s['sizes']:66} {s['graphs_compiled']:>6} {s['graphs_after_first_step']:>9} "
               f"{s['dynamic_compiles']:>7} "
               f"{s['dynamic_hits']:>5} {s['dynamic_fallbacks']:>8} {s['compile_s']:>9.1f} {s['worst_loss_diff']:>11.2e}")
-    print(f"{'step time at one size':62} {'static ms':>9} {'dynamic ms':>10} {'dyn/static':>10}")
+    print(f"{'step time at one size':66} {'static ms':>9} {'dynamic ms':>10} {'dyn/static':>10}")
     for t in times:
         dyn = f"{t['dynamic_ms']:.2f}" if t["dynamic_ms"] else "static"
         ratio = f"{t['ratio']:.2f}x" if t["ratio"] else "-"
-        print(f"{t['workload'] + ' at ' + str(t['size']):62} {t['static_ms']:>9.2f} {dyn:>10} {ratio:>10}")
-    print(f"{'MNIST CNN, a new process at batch ' + str(later['batch']):62} {'empty ms':>9} {'after ms':>10} "
+        print(f"{t['workload'] + ' at ' + str(t['size']):66} {t['static_ms']:>9.2f} {dyn:>10} {ratio:>10}")
+    print(f"{'MNIST CNN, a new process at batch ' + str(later['batch']):66} {'empty ms':>9} {'after ms':>10} "
           f"{'after/empty':>11}")
-    print(f"{'  on an empty cache / after a ragged-batch run':62} {later['empty_ms']:>9.2f} "
+    print(f"{'  on an empty cache / after a ragged-batch run':66} {later['empty_ms']:>9.2f} "
           f"{later['after_ragged_ms']:>10.2f} {later['ratio']:>10.2f}x  (dynamic runs "
           f"{later['dynamic_runs_after_ragged']}, graphs from disk {later['disk_hits_after_ragged']})")
     bad = [s for s in sweeps if s["worst_loss_diff"] > 1e-3]
