@@ -240,6 +240,20 @@ func.func @main(%arg0: tensor<?x4xf32>) -> tensor<?x4xf32> {
         exe.run_raw([x.data_ptr()], [x.nbytes], [x.data_ptr()], [x.nbytes], False, [[3, 4], [6, 4]])
 
 
+def _fresh_process(script: str, cache_dir, sizes) -> dict:
+    """``script`` run in a fresh process on the disk cache ``cache_dir`` with
+    ``sizes`` (JSON) as its argument: the JSON of its last line."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", script, json.dumps(sizes)], capture_output=True, text=True,
+                         env=dict(os.environ, LAZYMLIR_CACHE_DIR=str(cache_dir)), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 _DISK_SCRIPT = r"""
 import json, sys, torch, torch.nn as nn
 import lazymlir
@@ -261,18 +275,8 @@ print(json.dumps({k: metrics.counter_value(k) for k in
 def test_disk_cache_keeps_dynamic_graphs(tmp_path):
     """A second process finds the first one's dynamic graph on disk: sizes it
     never saw run without any compile."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, LAZYMLIR_CACHE_DIR=str(tmp_path))
-
     def run(sizes):
-        out = subprocess.run([sys.executable, "-c", _DISK_SCRIPT, json.dumps(sizes)], capture_output=True,
-                             text=True, env=env, timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return _fresh_process(_DISK_SCRIPT, tmp_path, sizes)
 
     first = run([2, 3, 4])
     assert (first["UncachedCompile"], first["DynamicCompile"], first["DynamicGraphHit"]) == (2, 1, 1)
@@ -536,18 +540,8 @@ def test_a_later_process_runs_the_static_graph_of_a_size_seen_before(tmp_path):
     training at batch 64 runs the static graph (found first), the dynamic one
     only at sizes without a static graph of their own (it ran the dynamic
     graph at every size, its convolutions then 20x slower)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, LAZYMLIR_CACHE_DIR=str(tmp_path))
-
     def run(sizes):
-        out = subprocess.run([sys.executable, "-c", _RAGGED_SCRIPT, json.dumps(sizes)], capture_output=True,
-                             text=True, env=env, timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return _fresh_process(_RAGGED_SCRIPT, tmp_path, sizes)
 
     first = run([16, 16, 16, 5])  # the first step, the steady step, the ragged batch's dynamic graph
     assert (first["UncachedCompile"], first["DynamicCompile"]) == (3, 1)
