@@ -201,6 +201,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (inductor)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
     parser.add_argument("--only", default="", help="comma-separated case names")
+    parser.add_argument("--profile", action="store_true",
+                        help="also list each case's top kernels (torch.profiler's CUDA records, matched to the "
+                             "plans' launches in order) with their grids and blocks")
     parser.add_argument("--budget-s", type=float, default=240,
                         help="past this many seconds, later cases skip torch.compile (its compiles are the slow part)")
     options = parser.parse_args(argv)
@@ -284,6 +287,8 @@ def run_case(torch, gpu_runtime, case, options, data, device, device_chip, bandw
                 check_outputs(torch, row, f"lazymlir {chip} graph", outs, g, data)
             peers[f"lazymlir {chip} graph"] = lambda captured=captured: [c.replay(check=False) for c in captured]
             row.setdefault("replays", []).extend(captured)
+            if options.profile and chip == device_chip:
+                row["top_kernels"] = profile_kernels(torch, runs)
         except Exception as e:
             row["ok"] = False
             row["errors"].append(f"{chip}: {type(e).__name__}: {str(e)[:500]}")
@@ -334,6 +339,57 @@ def run_case(torch, gpu_runtime, case, options, data, device, device_chip, bandw
     return row
 
 
+def profile_kernels(torch, runs, repeats: int = 3, top: int = 12) -> list:
+    """Each launch step of the plans (module, grid, block) with its CUDA
+    time, from torch.profiler's kernel records: they come in launch order,
+    so the i-th kernel of a run is the plan's i-th launch (every kernel of a
+    plan is named main_kernel). The slowest ``top``, with their share."""
+    from torch.profiler import ProfilerActivity, profile
+
+    launches = [(g["name"], st) for e, _, _, g in runs for st in e.plan["steps"] if st["op"] == "launch"]
+    for e, b, _, _ in runs:
+        e.run(b)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            for e, b, _, _ in runs:
+                e.run(b)
+        torch.cuda.synchronize()
+    names = {st["kernel"] for _, st in launches}
+    kernels = sorted((ev for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA
+                      and ev.name in names), key=lambda ev: ev.time_range.start)
+    if len(kernels) != repeats * len(launches):
+        return [{"note": f"{len(kernels)} kernel records for {repeats} x {len(launches)} launches: not matched"}]
+    totals = {}
+    for i, ev in enumerate(kernels):
+        graph, st = launches[i % len(launches)]
+        key = (graph, st["module"])
+        t = totals.setdefault(key, {"graph": graph, "module": st["module"], "grid": st["grid"], "block": st["block"],
+                                    "us": 0.0, "calls": 0})
+        t["us"] += ev.time_range.elapsed_us()
+        t["calls"] += 1
+    whole = sum(t["us"] for t in totals.values())
+    rows = sorted(totals.values(), key=lambda t: -t["us"])[:top]
+    for t in rows:
+        t["share"] = t["us"] / whole if whole else 0.0
+        t["us_per_call"] = t["us"] / t["calls"]
+    return [{"kernel_ms_per_run": whole / 1e3 / repeats, "launches_per_run": len(launches)}] + rows
+
+
+def format_kernels(rows) -> str:
+    if not rows or "note" in rows[0]:
+        return f"    kernels: {rows[0]['note'] if rows else 'none'}"
+    head = rows[0]
+    lines = [f"    kernels: {head['kernel_ms_per_run']:.3f} ms a run in {head['launches_per_run']} launches; slowest:"]
+    for t in rows[1:]:
+        threads = 1
+        for n in t["grid"] + t["block"]:
+            threads *= n
+        lines.append(f"      {t['share']:5.1%} {t['us_per_call']:9.1f} us  {t['module']:<16} grid {t['grid']} "
+                     f"block {t['block']} ({threads} threads)")
+    return "\n".join(lines)
+
+
 def check_outputs(torch, row, peer, outs, graph, data, torch_peer=False) -> None:
     torch.cuda.synchronize()
     worst = row.setdefault("max_rel_err", {}).get(peer, 0.0)
@@ -359,6 +415,8 @@ def format_row(row) -> str:
     times = ", ".join(f"{k} {v:.3f} ms" for k, v in row["ms"].items())
     lines = [f"[{status}] {row['case']}: {row['graphs']} graph(s); {times}"]
     lines += [f"    {e}" for e in row["errors"]]
+    if "top_kernels" in row:
+        lines.append(format_kernels(row["top_kernels"]))
     return "\n".join(lines)
 
 
