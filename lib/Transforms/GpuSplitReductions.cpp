@@ -46,13 +46,43 @@ struct GpuSplitReductionsPass
     return 0;
   }
 
+  /// Puts `op`'s parallel loops before its reductions (each group in its
+  /// order): lazymlir-lower-to-loops{all-parallel} maps leading parallel
+  /// loops to threads, and a reduction loop in front of them left the whole
+  /// nest to gpu-wrap-host-work, one thread for all of it (a conv bias's
+  /// gradient, reduced over batch and pixels around the channels: 28 ms of
+  /// an MNIST step on an H100). Each output's sum keeps its order.
+  static void parallelLoopsFirst(RewriterBase &rewriter, linalg::GenericOp op) {
+    SmallVector<unsigned> order;
+    SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
+    for (auto [i, kind] : llvm::enumerate(iterators))
+      if (kind == utils::IteratorType::parallel)
+        order.push_back(i);
+    for (auto [i, kind] : llvm::enumerate(iterators))
+      if (kind != utils::IteratorType::parallel)
+        order.push_back(i);
+    if (llvm::is_sorted(order))
+      return;
+    rewriter.setInsertionPoint(op);
+    (void)linalg::interchangeGenericOp(rewriter, op, order);
+  }
+
   void runOnOperation() override {
+    IRRewriter rewriter(&getContext());
+    SmallVector<linalg::GenericOp> mixed;
+    getOperation().walk([&](linalg::GenericOp op) {
+      if (op.hasPureTensorSemantics() && op.getNumReductionLoops() > 0 &&
+          op.getNumParallelLoops() > 0)
+        mixed.push_back(op);
+    });
+    for (linalg::GenericOp op : mixed)
+      parallelLoopsFirst(rewriter, op);
+
     SmallVector<std::pair<linalg::GenericOp, int64_t>> splits;
     getOperation().walk([&](linalg::GenericOp op) {
       if (int64_t r = partials(op))
         splits.push_back({op, r});
     });
-    IRRewriter rewriter(&getContext());
     for (auto [op, r] : splits) {
       int64_t split = r;
       rewriter.setInsertionPoint(op);
@@ -74,19 +104,8 @@ struct GpuSplitReductionsPass
       // elements (lazymlir-lower-to-loops parallelizes leading loops).
       auto partial = dyn_cast<linalg::GenericOp>(
           result->splitLinalgOp.getOperation());
-      if (!partial)
-        continue;
-      SmallVector<unsigned> order;
-      SmallVector<utils::IteratorType> iterators =
-          partial.getIteratorTypesArray();
-      for (auto [i, kind] : llvm::enumerate(iterators))
-        if (kind == utils::IteratorType::parallel)
-          order.push_back(i);
-      for (auto [i, kind] : llvm::enumerate(iterators))
-        if (kind != utils::IteratorType::parallel)
-          order.push_back(i);
-      rewriter.setInsertionPoint(partial);
-      (void)linalg::interchangeGenericOp(rewriter, partial, order);
+      if (partial)
+        parallelLoopsFirst(rewriter, partial);
     }
   }
 };

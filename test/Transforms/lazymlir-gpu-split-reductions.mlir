@@ -48,3 +48,26 @@ func.func @left_alone(%x: tensor<4096x8192xf32>, %y: tensor<1000xf32>) -> (tenso
   } -> tensor<f32>
   return %rows, %short : tensor<4096xf32>, tensor<f32>
 }
+
+// -----
+
+// A conv bias's gradient in NCHW: reduced over the batch (outside) and the
+// pixels (inside), around the channels. Parallel loops go first, each
+// output's sum in its order (batch, then pixels): the channels become
+// threads. With the batch loop leading, no loop was parallel and the whole
+// nest ran as one thread (28 ms of an MNIST step on an H100).
+// CHECK-DAG:   #[[X:.*]] = affine_map<(d0, d1, d2) -> (d1, d0, d2)>
+// CHECK-DAG:   #[[OUT:.*]] = affine_map<(d0, d1, d2) -> (d0)>
+// CHECK-LABEL: func.func @bias_gradient
+// CHECK:       linalg.generic {indexing_maps = [#[[X]], #[[OUT]]], iterator_types = ["parallel", "reduction", "reduction"]}
+func.func @bias_gradient(%x: tensor<64x64x576xf32>) -> tensor<64xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64xf32>) -> tensor<64xf32>
+  %sum = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1)>], iterator_types = ["reduction", "parallel", "reduction"]} ins(%x : tensor<64x64x576xf32>) outs(%f : tensor<64xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %s = arith.addf %a, %o : f32
+    linalg.yield %s : f32
+  } -> tensor<64xf32>
+  return %sum : tensor<64xf32>
+}

@@ -486,7 +486,11 @@ def GpuSplitReductionsPass
     (element i of thread j is j + i * R: consecutive threads read
     consecutive elements, coalesced), then a final reduction over R. The
     combiner must be one splitReduction knows (add, mul, max, min, and, or,
-    ...); other reductions are left alone.
+    ...); other reductions are left alone. First, every reduction gets its
+    parallel loops in front (each output's sum keeps its order):
+    lazymlir-lower-to-loops{all-parallel} makes leading parallel loops
+    threads, and a reduction loop in front of them (a conv bias gradient in
+    NCHW: batch, channels, pixels) left the whole nest to one thread.
   }];
   let dependentDialects = ["mlir::linalg::LinalgDialect",
                            "mlir::tensor::TensorDialect"];
