@@ -86,7 +86,9 @@ class GpuExecutable:
         self.chips = sorted({m["chip"] for m in plan["modules"].values()})
         self._loaded = {}  # device index -> {module name: (CUmodule, {kernel: CUfunction})}
         self._constants = {}  # (device index, buffer id) -> tensor
-        self._flagged = set()  # the modules with a check flag the last run launched
+        # The launched modules with a runtime-check flag: read after a run.
+        self.checked_modules = frozenset(step["module"] for step in plan["steps"] if step["op"] == "launch"
+                                         and plan["modules"][step["module"]]["check_flag"])
 
     @classmethod
     def from_json(cls, text: str) -> "GpuExecutable":
@@ -119,7 +121,6 @@ class GpuExecutable:
             stream = torch.cuda.current_stream(device).cuda_stream
             buffers: Dict[int, torch.Tensor] = dict(enumerate(args))
             roots: Dict[int, int] = {i: i for i in range(len(args))}  # buffer -> the buffer it views
-            flagged = set()
             for step in self.plan["steps"]:
                 op = step["op"]
                 if op == "alloc":
@@ -149,11 +150,8 @@ class GpuExecutable:
                     _check(driver.cuLaunchKernel(functions[step["kernel"]], grid[0], grid[1], grid[2],
                                                  block[0], block[1], block[2], 0, ctypes.c_void_p(stream),
                                                  pointers, None), "cuLaunchKernel")
-                    if self.plan["modules"][step["module"]]["check_flag"]:
-                        flagged.add(step["module"])
-            self._flagged = flagged
-            if flagged and check:
-                self._read_check_flags(driver, modules, flagged, stream)
+            if self.checked_modules and check:
+                self._read_check_flags(driver, modules, self.checked_modules, stream)
 
     def capture(self, args: List[torch.Tensor]) -> "CapturedRun":
         """The plan on ``args`` as a CUDA graph: one replay launches every
@@ -168,7 +166,7 @@ class GpuExecutable:
             torch.cuda.synchronize(device)
             with torch.cuda.graph(graph):
                 self.run(args, check=False)
-        return CapturedRun(self, graph, device, set(self._flagged))
+        return CapturedRun(self, graph, device)
 
     @staticmethod
     def _param(arg: dict, buffers: Dict[int, torch.Tensor], roots: Dict[int, int]):
@@ -236,23 +234,24 @@ class GpuExecutable:
 class CapturedRun:
     """A plan captured as a CUDA graph (:meth:`GpuExecutable.capture`)."""
 
-    def __init__(self, executable: GpuExecutable, graph, device: torch.device, flagged: set):
-        self.executable, self.graph, self.device, self.flagged = executable, graph, device, flagged
+    def __init__(self, executable: GpuExecutable, graph, device: torch.device):
+        self.executable, self.graph, self.device = executable, graph, device
 
     def replay(self, check: bool = True) -> None:
         """Launches the captured kernels on the current stream; ``check``:
         then reads the runtime-check flags (a synchronize) as
         :meth:`GpuExecutable.run` does."""
         self.graph.replay()
-        if check and self.flagged:
+        if check and self.executable.checked_modules:
             self.check()
 
     def check(self) -> None:
         """Raises CheckFailed if a replay since the last check set a flag."""
         with torch.cuda.device(self.device):
-            modules = self.executable._modules(_driver(), self.device.index)
+            driver = _driver()
+            modules = self.executable._modules(driver, self.device.index)
             stream = torch.cuda.current_stream(self.device).cuda_stream
-            self.executable._read_check_flags(_driver(), modules, self.flagged, stream)
+            self.executable._read_check_flags(driver, modules, self.executable.checked_modules, stream)
 
 
 def _validate_plan(plan) -> None:
