@@ -6,6 +6,7 @@
 the cache) and run it.
 """
 
+from . import tracer  # noqa: F401  (first: PrivateUse1 becomes "lazy" before any lazy device object exists)
 from . import cache, config, metrics
 from .tensor import LazyTensor, device, kernel_count, mark_step, sync
 from . import ops, registration  # noqa: F401,E402  (op handlers, Lazy-key kernels)

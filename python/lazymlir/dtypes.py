@@ -10,6 +10,8 @@ import torch
 _COMPILED = {
     torch.float32: ("f32", (2, 32)),
     torch.float64: ("f64", (2, 64)),
+    torch.float16: ("f16", (2, 16)),
+    torch.bfloat16: ("bf16", (4, 16)),
     torch.int32: ("i32", (0, 32)),
     torch.int64: ("i64", (0, 64)),
     torch.bool: ("i1", (6, 8)),  # bytes in memory, as torch's bool

@@ -80,10 +80,29 @@ def _functional(func, args, kwargs):
     hit = _infer((_meta_sig(sig), keys), func, meta_args, meta_kwargs)
     if hit is _FAILED or not hit[1]:
         if hit is not _FAILED and hit[2]:
+            if func is aten.cat.default:
+                return _cat_skipping_empty(args, kwargs, hit[0])
             return _zero_size(func, args, kwargs, hit[0])
         return _eager(func, args, kwargs)
     meta = hit[0]
     return _wrap_outputs(Node(func, node_args, node_kwargs, inputs, sig, meta), meta)
+
+
+def _cat_skipping_empty(args, kwargs, meta):
+    """``cat`` with empty tensors among its inputs (a KV cache's first
+    ``cat([empty, keys])``, in every Hugging Face forward): they add no
+    element, so the others are concatenated in the trace and cast to the
+    dtype eager promotes to over all of them; only an empty result is
+    known without running anything (_zero_size)."""
+    tensors = args[0] if args else kwargs["tensors"]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    rest = [t for t in tensors if t.numel() != 0]
+    if not rest or type(meta) is not torch.Tensor or meta.numel() == 0:
+        return _zero_size(aten.cat.default, args, kwargs, meta)
+    out = _functional(aten.cat.default, (rest, dim), {})
+    if out.dtype != meta.dtype:
+        out = _functional(aten._to_copy.default, (out,), {"dtype": meta.dtype})
+    return out
 
 
 def _view(func, args, kwargs):

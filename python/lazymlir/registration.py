@@ -1,4 +1,4 @@
-"""Registration with PyTorch: factory kernels for the ``Lazy`` dispatch key
+"""Registration with PyTorch: factory kernels for the lazy device's dispatch key (PrivateUse1)
 (``empty``, ``empty_strided``, ``_copy_from``, ...), and ``Module.to("lazy")``
 keeping tied parameters tied."""
 
@@ -13,7 +13,7 @@ aten = torch.ops.aten
 
 # ----------------------------------------------------------------------------
 # Factory functions: with device="lazy" and no tensor argument they reach the
-# Lazy dispatch key; everything else (zeros, ones, full, randn, to) is built
+# lazy device's key; everything else (zeros, ones, full, randn, to) is built
 # from these and in-place ops in core.
 
 
@@ -35,12 +35,12 @@ _FACTORIES = ["arange.default", "arange.start", "arange.start_step", "linspace.d
               "eye.m", "full.default", "zeros.default", "ones.default", "scalar_tensor.default"]
 
 _lib = torch.library.Library("aten", "IMPL")
-_lib.impl("_copy_from", _copy_from, "Lazy")
+_lib.impl("_copy_from", _copy_from, "PrivateUse1")
 for _name in _FACTORIES:
     _packet, _overload = _name.split(".")
-    _lib.impl(_packet if _overload == "default" else _name, _factory(getattr(getattr(aten, _packet), _overload)), "Lazy")
-_lib.impl("empty.memory_format", _empty, "Lazy")
-_lib.impl("empty_strided", _empty_strided, "Lazy")
+    _lib.impl(_packet if _overload == "default" else _name, _factory(getattr(getattr(aten, _packet), _overload)), "PrivateUse1")
+_lib.impl("empty.memory_format", _empty, "PrivateUse1")
+_lib.impl("empty_strided", _empty_strided, "PrivateUse1")
 
 
 def _tensor_split(self, tensor_indices_or_sections, dim=0):
@@ -54,7 +54,7 @@ def _tensor_split(self, tensor_indices_or_sections, dim=0):
     return aten.tensor_split.indices(self, points.tolist(), dim)
 
 
-_lib.impl("tensor_split.tensor_indices_or_sections", _tensor_split, "AutogradLazy")
+_lib.impl("tensor_split.tensor_indices_or_sections", _tensor_split, "AutogradPrivateUse1")
 
 
 # Module.to("lazy") and tied parameters.  For a device whose tensors share the
@@ -96,3 +96,32 @@ def _apply_keeping_ties(self, fn, recurse=True):
 
 
 torch.nn.Module._apply = _apply_keeping_ties
+
+
+# PyTorch's "fast path" for nn.TransformerEncoder(Layer) and
+# nn.MultiheadAttention in inference calls fused kernels
+# (_transformer_encoder_layer_fwd, _native_multi_head_attention) and nested
+# tensors on every device named in its list, which includes PrivateUse1 and so
+# the lazy device. Neither the fused kernels nor nested tensors are recorded
+# (they would run eagerly, and nested tensors cannot be device data), so on
+# lazy tensors these modules take their standard path, which compiles, as on
+# any device that is not in that list. Outputs at padded positions are then
+# computed values, as in training, where eager CPU's nested path gives zeros.
+def _standard_path(forward):
+    def wrapper(self, *args, **kwargs):
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        if type(first) is not LazyTensor or not torch.backends.mha._is_fastpath_enabled:
+            return forward(self, *args, **kwargs)
+        torch.backends.mha._is_fastpath_enabled = False
+        try:
+            return forward(self, *args, **kwargs)
+        finally:
+            torch.backends.mha._is_fastpath_enabled = True
+
+    wrapper.__wrapped__ = forward
+    wrapper.__doc__ = forward.__doc__
+    return wrapper
+
+
+for _module in (torch.nn.TransformerEncoder, torch.nn.TransformerEncoderLayer, torch.nn.MultiheadAttention):
+    _module.forward = _standard_path(_module.forward)

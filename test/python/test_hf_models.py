@@ -29,7 +29,17 @@ def _gpt2():
     return model, lambda m, ids: m(input_ids=ids, labels=ids).loss
 
 
-@pytest.mark.parametrize("make", [_bert, _gpt2], ids=["bert", "gpt2"])
+def _llama():
+    # Grouped-query attention (4 heads, 2 key/value heads); its rotary
+    # embedding opens torch.autocast(device_type="lazy", enabled=False), which
+    # needs the lazy device to be a device autocast knows (PrivateUse1).
+    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(cfg)
+    return model, lambda m, ids: m(input_ids=ids, labels=ids).loss
+
+
+@pytest.mark.parametrize("make", [_bert, _gpt2, _llama], ids=["bert", "gpt2", "llama"])
 def test_hf_model_trains_compiled(native, fresh_cache, make):
     torch.manual_seed(0)
     model, loss_fn = make()
@@ -48,7 +58,10 @@ def test_hf_model_trains_compiled(native, fresh_cache, make):
             losses.append(float(loss))
         assert abs(losses[0] - losses[1]) < 1e-4, (step, losses)
     for p, q in zip(model.parameters(), lazy.parameters()):
-        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-5)
+        # AdamW's normalized update: float32 rounding in a gradient near zero moves an element by ~1e-5.
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=5e-5)
+    if make is _llama:  # one graph a step: no barrier inside (its KV cache's cat of an empty tensor)
+        assert metrics.counter_value("Sync") == 3, metrics.metrics_report()
     assert_compiled()
     # The training step's graph: two identical layers, so far fewer distinct
     # kernels than loop nests run.

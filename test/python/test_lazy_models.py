@@ -79,3 +79,21 @@ def test_models_trace_without_native():
             torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
     assert lazymlir.metrics.counter_value("EagerGraph") > 0
     assert lazymlir.metrics.executed_fallback_ops() == []
+
+
+def test_transformer_encoder_with_padding_mask_takes_the_standard_path(native):
+    """PyTorch's inference fast path (fused kernels, nested tensors) covers
+    PrivateUse1 devices; on the lazy device the modules take their standard
+    path, which compiles: eager's values at every unpadded position."""
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
+    enc = nn.TransformerEncoder(layer, num_layers=2).eval()
+    x = torch.randn(3, 7, 32)
+    pad = torch.zeros(3, 7, dtype=torch.bool)
+    pad[0, 5:] = True
+    pad[2, 3:] = True
+    with torch.no_grad():
+        ref = enc(x, src_key_padding_mask=pad)
+        out = enc.to("lazy")(x.to("lazy"), src_key_padding_mask=pad.to("lazy")).cpu()
+    torch.testing.assert_close(out[~pad], ref[~pad], rtol=1e-4, atol=1e-5)
+    assert torch.backends.mha.get_fastpath_enabled()  # restored for other devices
+    assert_compiled()

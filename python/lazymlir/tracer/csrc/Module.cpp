@@ -1,0 +1,10 @@
+// lazymlir._device: the lazy device's C++ (links libtorch, knows nothing of
+// MLIR). Loading it registers the device guard, the PrivateUse1 hooks and the
+// autocast kernels (static initializers in DeviceHooks.cpp and Autocast.cpp);
+// the Python side (lazymlir.tracer) renames PrivateUse1 to "lazy" first.
+
+#include <torch/extension.h>
+
+PYBIND11_MODULE(_device, m) {
+  m.doc() = "lazymlir's lazy device (C++ on PyTorch's PrivateUse1 key); private";
+}
