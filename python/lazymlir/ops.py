@@ -662,12 +662,21 @@ def _functional_variant(func):
     return variant
 
 
+# Collectives (torch.distributed's ops, functional or not) and FSDP2's
+# copy-in/copy-out ops: run when they are dispatched, in program order, as on
+# any device (every rank must issue the same collectives in the same order;
+# recorded, they would run when some later barrier needs them).
+_COMMUNICATION = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd", "fsdp", "_dtensor"})
+
+
 def _classify(func):
     if func in _SPECIAL:
         return _SPECIAL[func]
     schema = func._schema
     name = schema.name.split("::")[-1]
     if schema.name in {s.strip() for s in config.force_fallback.split(",") if s.strip()}:
+        return _make_eager(True)
+    if schema.name.split("::")[0] in _COMMUNICATION:
         return _make_eager(True)
     if func in _POOLING:
         return _POOLING[func]

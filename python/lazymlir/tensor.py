@@ -86,15 +86,57 @@ def device(index: int = 0) -> torch.device:
 class Storage:
     """What aliases share: the value of the base tensor and a version number."""
 
-    __slots__ = ("base", "version", "meta", "step", "__weakref__")
+    __slots__ = ("base", "version", "meta", "step", "nbytes", "__weakref__")
 
     def __init__(self, base: Node, meta: torch.Tensor):
         self.base = base
         self.version = 0
         self.meta = meta  # layout of the base tensor, as eager would have it
         self.step = -1  # the mark_step epoch in which it was last registered pending
+        self.nbytes = None  # 0 while freed (StorageHandle.resize_), else the meta's size
         if base.data is None:
             _register(self)
+
+
+class StorageHandle:
+    """What ``untyped_storage()`` gives for a lazy tensor: its storage's
+    identity (``data_ptr``: equal for aliases, never 0) and byte size, and
+    ``resize_``, which FSDP2 calls to free an unsharded parameter's memory
+    between uses (``resize_(0)``) and to get it back before refilling it. A
+    lazy storage holds a value, not memory: its size is what is recorded and
+    the value is dropped to free it; whatever the tensor holds after it is
+    resized back is what is written into it next (undefined in eager too)."""
+
+    __slots__ = ("_s",)
+
+    def __init__(self, storage: Storage):
+        self._s = storage
+
+    def data_ptr(self) -> int:
+        return id(self._s)
+
+    def nbytes(self) -> int:
+        return self.size()
+
+    def size(self) -> int:
+        s = self._s
+        return s.nbytes if s.nbytes is not None else s.meta.numel() * s.meta.element_size()
+
+    def resize_(self, nbytes: int) -> "StorageHandle":
+        s = self._s
+        full = s.meta.numel() * s.meta.element_size()
+        if nbytes not in (0, full):
+            raise RuntimeError(f"lazymlir: a lazy tensor's storage can be resized to 0 bytes (freed) or back "
+                               f"to its size ({full} bytes), not to {nbytes}")
+        if nbytes == 0 and s.nbytes != 0:
+            # Freed: the value is dropped (zeros of the same layout, recorded
+            # lazily, so that nothing keeps the old value's data alive).
+            s.base = _op_node(aten.zeros.default, (list(s.meta.shape),), {"dtype": s.meta.dtype, "device": _CPU},
+                              s.meta)
+            s.version += 1
+            _register(s)
+        s.nbytes = 0 if nbytes == 0 else None
+        return self
 
 
 # Storages whose value may not be computed yet, in the order they became pending:
@@ -188,6 +230,9 @@ class LazyTensor(torch.Tensor):
         if self.requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return _to_cpu(self).detach().numpy()
+
+    def untyped_storage(self) -> "StorageHandle":
+        return StorageHandle(self._lz_storage)
 
     def __reduce_ex__(self, proto):
         # Saved (torch.save, pickle) as the CPU tensor of its value.
