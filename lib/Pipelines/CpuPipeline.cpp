@@ -188,6 +188,7 @@ void lazymlir::buildCpuLLVMPipeline(OpPassManager &pm,
   pm.addPass(createReconcileUnrealizedCastsPass());
   // Booleans as bytes: LLVM vectorizes loops over byte loads, not over i1's.
   pm.addPass(createByteBoolAccessesPass());
+  pm.addPass(createNoaliasAllocationsPass());
   pm.addPass(createCanonicalizerPass());
 }
 

@@ -469,6 +469,25 @@ def ByteBoolAccessesPass : Pass<"lazymlir-byte-bool-accesses"> {
   let dependentDialects = ["mlir::LLVM::LLVMDialect"];
 }
 
+def NoaliasAllocationsPass : Pass<"lazymlir-noalias-allocations", "mlir::ModuleOp"> {
+  let summary = "Tell LLVM that the runtime's allocation functions return "
+                "fresh memory";
+  let description = [{
+    Temporaries are allocated through `_mlir_memref_to_llvm_aligned_alloc`
+    and `_mlir_memref_to_llvm_alloc` (served by the runtime's buffer pool),
+    which LLVM knows nothing about: a store through an argument (a kernel's
+    output) might then overwrite a temporary, so LLVM reloads every
+    temporary after each store and keeps computations on them inside the
+    loop. In a fused layer norm, each 16-float vector of the output
+    recomputed its row's 1/sqrt(var + eps) and mean (a square root and
+    three divisions). This pass, on the LLVM dialect, marks the result of
+    those declarations `noalias` (as malloc's is): the memory they return
+    is reachable through no other pointer, which is what the pool
+    guarantees, so LLVM hoists the row's values out of the element loop.
+  }];
+  let dependentDialects = ["mlir::LLVM::LLVMDialect"];
+}
+
 def GpuSplitReductionsPass
     : Pass<"lazymlir-gpu-split-reductions", "mlir::func::FuncOp"> {
   let summary = "Split long reductions with few outputs into a parallel "
