@@ -8,8 +8,8 @@ the cache) and run it.
 
 from . import tracer  # noqa: F401  (first: PrivateUse1 becomes "lazy" before any lazy device object exists)
 from . import cache, config, metrics
-from .tensor import LazyTensor, device, kernel_count, mark_step, sync
-from . import ops, registration  # noqa: F401,E402  (op handlers, Lazy-key kernels)
+from .tracer.tensor import LazyTensor, device, kernel_count, mark_step, sync
+from .tracer import ops, registration  # noqa: F401,E402  (op handlers, PrivateUse1 kernels)
 from .runtime import empty_cache, wait_device_ops
 from .profiler import profile
 from .dynamic import mark_dynamic, mark_static

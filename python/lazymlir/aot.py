@@ -26,7 +26,7 @@ import torch
 
 from . import compilation, compiler, gpu_runtime
 from . import cache as _cache
-from .tensor import mark_step
+from .tracer.tensor import mark_step
 from .trace import to_fx
 
 

@@ -163,10 +163,13 @@ def _frontend_identity(native) -> str:
     if _identity is None:
         h = hashlib.sha256()
         here = os.path.dirname(os.path.abspath(__file__))
-        for name in sorted(os.listdir(here)):
-            if name.endswith(".py"):
-                with open(os.path.join(here, name), "rb") as f:
-                    h.update(name.encode() + b"\0" + f.read())
+        for folder, dirs, files in sorted(os.walk(here)):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    with open(path, "rb") as f:
+                        h.update(os.path.relpath(path, here).encode() + b"\0" + f.read())
         try:
             from importlib.metadata import version
 

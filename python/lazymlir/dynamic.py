@@ -71,7 +71,7 @@ _marks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # leaf Node -
 
 
 def _leaf_of(t, what: str):
-    from .tensor import LazyTensor
+    from .tracer.tensor import LazyTensor
 
     if type(t) is not LazyTensor:
         raise TypeError(f"lazymlir.{what}: not a lazy tensor")

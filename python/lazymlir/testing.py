@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .tensor import mark_step
+from .tracer.tensor import mark_step
 
 
 class MnistNet(nn.Module):

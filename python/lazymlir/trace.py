@@ -7,7 +7,7 @@ or e.g. channels_last: a permutation of a contiguous buffer, see
 :func:`dense_perm`).  Nodes only point backwards,
 so the graph a barrier needs is what is reachable from the tensors it reads, and
 dead intermediate nodes are freed by reference counting.  Aliasing and
-mutation never reach this level: the device (``tensor.py``, ``ops.py``) rewrites them functionally.
+mutation never reach this level: the device (``tracer/tensor.py``, ``tracer/ops.py``) rewrites them functionally.
 """
 
 import hashlib

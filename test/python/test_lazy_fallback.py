@@ -153,7 +153,7 @@ def test_op_that_cannot_lower_costs_one_op_not_the_graph(monkeypatch, native, fr
     """The first graph holding an op that does not lower is split around it:
     the op runs eagerly in place, everything before and after it compiles
     (it used to run the whole graph eagerly)."""
-    device = sys.modules["lazymlir.ops"]
+    device = sys.modules["lazymlir.tracer.ops"]
     real = lowering.lower
 
     def lower(gm, example_inputs, **kwargs):
@@ -182,7 +182,7 @@ def test_op_that_cannot_lower_costs_one_op_not_the_graph(monkeypatch, native, fr
 def test_op_that_cannot_lower_for_one_dtype_still_compiles_for_others(monkeypatch, native, fresh_cache):
     """The probe marks an op with its inputs' dtypes: an op that does not
     lower on int64 still compiles on float32."""
-    device = sys.modules["lazymlir.ops"]
+    device = sys.modules["lazymlir.tracer.ops"]
     real = lowering.lower
 
     def lower(gm, example_inputs, **kwargs):

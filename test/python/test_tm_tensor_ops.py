@@ -251,7 +251,7 @@ def test_tm_tensor_op_the_native_compiler_lacks_runs_alone_eagerly(native, fresh
 
     from lazymlir import lowering, metrics
 
-    device = sys.modules["lazymlir.ops"]
+    device = sys.modules["lazymlir.tracer.ops"]
     monkeypatch.setattr(lowering, "_NATIVE_TM_TENSOR_OPS", frozenset({"scatter", "scan", "yield"}))
     x = torch.randn(4, 6)
     try:

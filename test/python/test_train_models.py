@@ -298,7 +298,7 @@ def test_memory_flat_over_500_steps(native, fresh_cache):
     lazymlir.wait_device_ops()
     gc.collect()
     rss0 = _rss_mb()
-    meta0 = len(lazymlir.meta._meta_cache)
+    meta0 = len(lazymlir.tracer.meta._meta_cache)
     for i in range(450):
         loss = step()
         if i % 100 == 0:
@@ -308,8 +308,8 @@ def test_memory_flat_over_500_steps(native, fresh_cache):
     growth = _rss_mb() - rss0
     assert growth < 8, f"RSS grew by {growth:.1f} MB over 450 steps"
     assert cache.stats().entries == 2 and cache.stats().misses == 2
-    assert len(lazymlir.meta._meta_cache) == meta0
-    assert len(lazymlir.tensor._pending) < 20  # weak refs of the last step only
+    assert len(lazymlir.tracer.meta._meta_cache) == meta0
+    assert len(lazymlir.tracer.tensor._pending) < 20  # weak refs of the last step only
     # Parameters are device data whose graphs were forgotten: nothing chains
     # back through 500 steps.
     for p in model.parameters():

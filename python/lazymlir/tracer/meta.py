@@ -5,9 +5,9 @@ eager CPU's memory formats where meta kernels differ."""
 
 import torch
 
-from .dtypes import SUPPORTED as SUPPORTED_DTYPES
+from ..dtypes import SUPPORTED as SUPPORTED_DTYPES
 from .tensor import _CPU, _cpu_alias, _intern_like, LazyTensor, _META, _value
-from .trace import BLANK, freeze, LIFTED_OPS, Node
+from ..trace import BLANK, freeze, LIFTED_OPS, Node
 
 aten = torch.ops.aten
 

@@ -24,8 +24,8 @@ from typing import Any, List, NamedTuple
 
 import torch
 
-from . import metrics, runtime
-from .trace import ADDRESSES_STORAGE, AS_RESHAPE, dense_perm, freeze, Node, QUANTIZED_REPR
+from .. import metrics, runtime
+from ..trace import ADDRESSES_STORAGE, AS_RESHAPE, dense_perm, freeze, Node, QUANTIZED_REPR
 
 aten = torch.ops.aten
 
@@ -169,7 +169,7 @@ def _register(s: Storage) -> None:
 
 
 def _no_classifier(func):
-    raise RuntimeError("lazymlir: no op handlers installed (import lazymlir, not lazymlir.tensor alone)")
+    raise RuntimeError("lazymlir: no op handlers installed (import lazymlir, not lazymlir.tracer.tensor alone)")
 
 
 # Picks the handler of an op and caches it with set_handler (ops._handler_for,

@@ -4,10 +4,10 @@ device as device data (``aten::<op>`` counters); zero-size tensors."""
 
 import torch
 
-from . import metrics
+from .. import metrics
 from .tensor import _cpu_alias, _from_cpu, LazyTensor, _rebind, _resize_out, _write
 from .meta import _eager_arg
-from .trace import Node
+from ..trace import Node
 
 aten = torch.ops.aten
 

@@ -8,8 +8,8 @@ import weakref
 
 import torch
 
-from . import compilation, config
-from .dtypes import SUPPORTED as SUPPORTED_DTYPES
+from .. import compilation, config
+from ..dtypes import SUPPORTED as SUPPORTED_DTYPES
 from .tensor import (
     signature, ViewStep,
     _CPU, _cpu_alias, _eager_dtypes, _fresh, _from_cpu, _handler_of, _intern, _intern_like, LAZY, LazyTensor,
@@ -18,7 +18,7 @@ from .tensor import (
 )
 from .meta import _convert_all, _FAILED, _FLOAT, _infer, _meta_cache, _meta_sig
 from .fallback import _eager, _make_eager, _zero_size
-from .trace import BLANK, freeze, LIFTED_OPS, Node
+from ..trace import BLANK, freeze, LIFTED_OPS, Node
 
 aten = torch.ops.aten
 
