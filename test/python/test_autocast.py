@@ -28,6 +28,11 @@ def test_lazy_is_privateuse1_with_a_device_module():
     assert x.device == torch.device("lazy", 0) and x.device.type == "lazy"
     with pytest.raises(ValueError, match="single lazy device"):
         mod.set_device(1)
+    for make in (lambda: torch.ones(2).to("lazy:1"), lambda: torch.zeros(2, device="lazy:1"),
+                 lambda: torch.arange(3, device="lazy:1")):
+        with pytest.raises(RuntimeError, match="single lazy device"):
+            make()
+    assert torch.Generator(device="lazy").manual_seed(1).initial_seed() == 1
     assert torch.amp.is_autocast_available("lazy")
     assert set(mod.get_amp_supported_dtype()) == {torch.bfloat16, torch.float16}
 

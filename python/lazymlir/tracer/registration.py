@@ -22,13 +22,26 @@ def _copy_from(self, dst, non_blocking=False):
     return _copy_(aten.copy_.default, (dst, self), {})
 
 
+def _one_device(kernel):
+    """``kernel`` refusing a lazy device index other than 0 (``lazy:1``), as
+    the device guard does: there is one lazy device."""
+
+    def checked(*args, **kwargs):
+        device = kwargs.get("device")
+        if device is not None and device.index not in (None, 0):
+            raise RuntimeError(f"lazymlir has a single lazy device, index 0 (got {device})")
+        return kernel(*args, **kwargs)
+
+    return checked
+
+
 def _factory(op):
     # Recorded as a node (device=cpu in the graph): arange's composite would
     # otherwise resize an empty out= tensor, which a wrapper cannot do.
     def kernel(*args, **kwargs):
         return _functional(op, args, kwargs)
 
-    return kernel
+    return _one_device(kernel)
 
 
 _FACTORIES = ["arange.default", "arange.start", "arange.start_step", "linspace.default", "eye.default",
@@ -39,8 +52,8 @@ _lib.impl("_copy_from", _copy_from, "PrivateUse1")
 for _name in _FACTORIES:
     _packet, _overload = _name.split(".")
     _lib.impl(_packet if _overload == "default" else _name, _factory(getattr(getattr(aten, _packet), _overload)), "PrivateUse1")
-_lib.impl("empty.memory_format", _empty, "PrivateUse1")
-_lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+_lib.impl("empty.memory_format", _one_device(_empty), "PrivateUse1")
+_lib.impl("empty_strided", _one_device(_empty_strided), "PrivateUse1")
 
 
 def _tensor_split(self, tensor_indices_or_sections, dim=0):
