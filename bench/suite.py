@@ -11,6 +11,11 @@ torch._lazy, for `make test`):
                     (GPT2LMHeadModel), both from configs with random weights,
                     hidden 128, 4 heads, MLP 512, vocab 1000, and a 2-layer
                     torch.nn LM (causal SDPA, GELU MLP): batch 4 x 64 tokens
+  bert512, gpt2_512, vit512
+                    the same at sizes where kernels outweigh tracing
+                    (issue 32): hidden 512, 4 layers, 8 heads, MLP 2048,
+                    batch 8 x 128 tokens; ViTForImageClassification on
+                    64x64 images, patch 4 (257 tokens), batch 16
   mnist, mlp        training steps (Adadelta, batch 64) of the tutorial's
                     MNIST CNN and of an MLP 784-256-10
   chain, softmax, layernorm, matmul_512/1024/2048, resnet_block
@@ -303,6 +308,7 @@ def _resnet(c, shape):
 SIZES = {}
 
 TRANSFORMER_TARGET = (("eager", 1.0), ("torch.compile", 1.2))
+KERNEL_BOUND_TARGET = (("eager", 0.9), ("torch.compile", 1.0))  # issue 32
 MNIST_TARGET = (("eager", 0.8), ("torch.compile", 0.8))
 MICRO_TARGET = (("eager", 1.5),)
 
@@ -319,6 +325,11 @@ def workloads(smoke):
     SIZES["rows"] = rows
     T = testing
     ms = "ms/step"
+    # Sizes where kernels outweigh tracing (issue 32): hidden 512, 4 layers,
+    # 8 heads, MLP 2048, 128 tokens x 8 (ViT: 64x64 images, patch 4, x 16).
+    big = (dict(vocab=100, hidden=32, layers=1, heads=2, intermediate=64, seq=16, batch=2) if smoke else
+           dict(vocab=1000, hidden=512, layers=4, heads=8, intermediate=2048, seq=128, batch=8))
+    vit = dict(big, seq=8 if smoke else 64, batch=2 if smoke else 16)
     w = [
         Workload("bert", f"BERT train step (h{tf['hidden']})", ms,
                  train_setup(lambda: T().hf_model("bert", **tf), "adamw"), per_call=TRAIN_STEPS_PER_CALL,
@@ -326,6 +337,15 @@ def workloads(smoke):
         Workload("gpt2", f"GPT-2 train step (h{tf['hidden']})", ms,
                  train_setup(lambda: T().hf_model("gpt2", **tf), "adamw"), per_call=TRAIN_STEPS_PER_CALL,
                  target=TRANSFORMER_TARGET),
+        Workload("bert512", f"BERT train step (h{big['hidden']}, {big['layers']} layers)", ms,
+                 train_setup(lambda: T().hf_model("bert", **big), "adamw"), target=KERNEL_BOUND_TARGET,
+                 per_call=TRAIN_STEPS_PER_CALL),
+        Workload("gpt2_512", f"GPT-2 train step (h{big['hidden']}, {big['layers']} layers)", ms,
+                 train_setup(lambda: T().hf_model("gpt2", **big), "adamw"), target=KERNEL_BOUND_TARGET,
+                 per_call=TRAIN_STEPS_PER_CALL),
+        Workload("vit512", f"ViT train step (h{vit['hidden']}, {vit['seq']}px, b{vit['batch']})", ms,
+                 train_setup(lambda: T().hf_model("vit", **vit), "adamw"), target=KERNEL_BOUND_TARGET,
+                 per_call=TRAIN_STEPS_PER_CALL),
         Workload("lm2", f"2-layer LM train step (d{lm['d']})", ms,
                  train_setup(lambda: T().transformer_lm(2, **lm), "adamw"), per_call=TRAIN_STEPS_PER_CALL,
                  target=TRANSFORMER_TARGET),

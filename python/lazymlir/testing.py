@@ -123,7 +123,8 @@ def hf_model(kind, vocab=1000, hidden=128, layers=2, heads=4, intermediate=512, 
     weights (no download), dropout off: ``kind`` "bert"
     (BertForSequenceClassification, an encoder), "gpt2" (GPT2LMHeadModel, a
     causal decoder; its MLP is 4*hidden wide) or "t5"
-    (T5ForConditionalGeneration, ``layers`` encoder and decoder layers).
+    (T5ForConditionalGeneration, ``layers`` encoder and decoder layers) or
+    "vit" (ViTForImageClassification on ``seq`` x ``seq`` images, patch 4).
     Returns ``(model, batch, loss)`` like :func:`transformer_lm`."""
     import transformers
 
@@ -159,4 +160,15 @@ def hf_model(kind, vocab=1000, hidden=128, layers=2, heads=4, intermediate=512, 
             return (torch.randint(1, vocab, (batch, seq)).to(device), torch.randint(1, vocab, (batch, seq)).to(device))
 
         return model, make_batch, lambda m, b: m(input_ids=b[0], labels=b[1]).loss
-    raise ValueError(f"unknown Hugging Face model kind {kind!r}: bert, gpt2 or t5")
+    if kind == "vit":  # ``seq``: the image side (patches of 4x4 pixels, seq**2/16 tokens + CLS)
+        cfg = transformers.ViTConfig(image_size=seq, patch_size=4, num_channels=3, hidden_size=hidden,
+                                     num_hidden_layers=layers, num_attention_heads=heads,
+                                     intermediate_size=intermediate, num_labels=10, hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0)
+        model = transformers.ViTForImageClassification(cfg)
+
+        def make_batch(device):
+            return (torch.randn(batch, 3, seq, seq).to(device), torch.randint(0, 10, (batch,)).to(device))
+
+        return model, make_batch, lambda m, b: m(pixel_values=b[0], labels=b[1]).loss
+    raise ValueError(f"unknown Hugging Face model kind {kind!r}: bert, gpt2, t5 or vit")

@@ -12,7 +12,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUITE = os.path.join(ROOT, "bench", "suite.py")
 
-WORKLOADS = {"bert", "gpt2", "lm2", "mnist", "mlp", "chain", "softmax", "layernorm", "matmul_512", "matmul_1024",
+WORKLOADS = {"bert", "gpt2", "bert512", "gpt2_512", "vit512", "lm2", "mnist", "mlp", "chain", "softmax", "layernorm", "matmul_512", "matmul_1024",
              "matmul_2048", "resnet_block", "trace_overhead", "compile_cold_mnist", "compile_warm_mnist",
              "compile_cold_lm2", "compile_warm_lm2"}
 
@@ -38,7 +38,7 @@ def test_bench_suite_smoke(native, tmp_path):
         assert compiled and compiled.startswith("compiled"), (name, compiled, proc.stderr[-3000:])
         if name.startswith("compile_warm"):
             assert row["peers"]["lazymlir"]["disk_hits"] > 0, row  # the second process loaded from disk
-        if name in ("bert", "gpt2", "lm2", "mnist", "chain", "matmul_1024"):
+        if name in ("bert", "gpt2", "bert512", "gpt2_512", "vit512", "lm2", "mnist", "chain", "matmul_1024"):
             assert row["target"] and row["target_status"], row
     png = tmp_path / "latest.png"
     assert png.exists() and png.stat().st_size > 1000
