@@ -16,6 +16,9 @@ torch._lazy, for `make test`):
                     (issue 32): hidden 512, 4 layers, 8 heads, MLP 2048,
                     batch 8 x 128 tokens; ViTForImageClassification on
                     64x64 images, patch 4 (257 tokens), batch 16
+  {bert,gpt2,lm2}_read{1,10}
+                    the h128 steps with the loss read (.item()) every step
+                    and every 10 steps (issue 30's targets)
   mnist, mlp        training steps (Adadelta, batch 64) of the tutorial's
                     MNIST CNN and of an MLP 784-256-10
   chain, softmax, layernorm, matmul_512/1024/2048, resnet_block
@@ -152,8 +155,12 @@ class Workload:
         self.per_call, self.scale, self.target, self.flops, self.peers = per_call, scale, target, flops, peers
 
 
-def train_setup(make, optimizer, eval_check=False):
-    """A training step: ``make()`` -> (model, batch(device), loss(model, batch))."""
+def train_setup(make, optimizer, eval_check=False, read_every=None):
+    """A training step: ``make()`` -> (model, batch(device), loss(model, batch)).
+    ``read_every``: one timed call is that many steps and reads the last
+    step's loss (``loss.item()``, a barrier on the lazy device), as a
+    training loop that logs the loss every N steps does; default:
+    TRAIN_STEPS_PER_CALL steps, then wait for the device."""
 
     def setup(peer):
         torch.manual_seed(0)
@@ -182,10 +189,13 @@ def train_setup(make, optimizer, eval_check=False):
         count = [0]
 
         def run():
-            for _ in range(TRAIN_STEPS_PER_CALL):
+            for _ in range(read_every or TRAIN_STEPS_PER_CALL):
                 loss = step(batches[count[0] % 2])
                 count[0] += 1
-            peer.wait()
+            if read_every:
+                loss.item()
+            else:
+                peer.wait()
             return loss
 
         return run, losses
@@ -349,11 +359,22 @@ def workloads(smoke):
         Workload("lm2", f"2-layer LM train step (d{lm['d']})", ms,
                  train_setup(lambda: T().transformer_lm(2, **lm), "adamw"), per_call=TRAIN_STEPS_PER_CALL,
                  target=TRANSFORMER_TARGET),
+    ]
+    # Issue 30's targets: the loss read every step (tracing cannot overlap
+    # execution), and every 10 steps (it can).
+    for every, target in ((1, (("eager", 1.0),)), (10, (("eager", 0.7), ("torch.compile", 1.0)))):
+        for name, label, make in (("bert", "BERT", lambda: T().hf_model("bert", **tf)),
+                                  ("gpt2", "GPT-2", lambda: T().hf_model("gpt2", **tf)),
+                                  ("lm2", "2-layer LM", lambda: T().transformer_lm(2, **lm))):
+            w.append(Workload(f"{name}_read{every}", f"{label} step, loss read every {every}", ms,
+                              train_setup(make, "adamw", read_every=every), per_call=every, target=target))
+    w += [
         Workload("mnist", f"MNIST CNN train step (b{batch})", ms,
                  train_setup(_classifier(lambda: T().MnistNet(), batch, (1, 28, 28)), "adadelta", eval_check=True),
                  per_call=TRAIN_STEPS_PER_CALL, target=MNIST_TARGET),
         Workload("mlp", f"MLP 784-256-10 train step (b{batch})", ms,
-                 train_setup(_classifier(mlp_model, batch, (1, 28, 28)), "adadelta"), per_call=TRAIN_STEPS_PER_CALL),
+                 train_setup(_classifier(mlp_model, batch, (1, 28, 28)), "adadelta"), per_call=TRAIN_STEPS_PER_CALL,
+                 target=(("eager", 1.0),)),
         Workload("chain", f"elementwise chain (10 ops, {n // 1024}K)", "ms",
                  forward_setup(_fn_args(chain_fn, (n,), (n,))), target=MICRO_TARGET),
         Workload("softmax", f"softmax {rows}x{d}", "ms",
@@ -368,7 +389,8 @@ def workloads(smoke):
     w.append(Workload("resnet_block", f"ResNet block {'x'.join(map(str, res[1]))}", "ms",
                       forward_setup(_resnet(*res), no_grad=True)))
     w.append(Workload("trace_overhead", f"trace overhead ({2 * ops} ops)", "us/op", trace_setup(ops), kind="trace",
-                      scale=1e6, peers=("eager", "torch._lazy", "lazymlir")))
+                      scale=1e6, peers=("eager", "torch._lazy", "lazymlir"),
+                      target=(("abs", 2.5), ("eager", 1.0))))  # issue 30
     for model in ("mnist", "lm2"):
         for phase in ("cold", "warm"):
             target = None
