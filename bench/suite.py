@@ -340,22 +340,20 @@ def workloads(smoke):
     big = (dict(vocab=100, hidden=32, layers=1, heads=2, intermediate=64, seq=16, batch=2) if smoke else
            dict(vocab=1000, hidden=512, layers=4, heads=8, intermediate=2048, seq=128, batch=8))
     vit = dict(big, seq=8 if smoke else 64, batch=2 if smoke else 16)
+
+    def hf_step(name, label, kind, config, target):
+        return Workload(name, label, ms, train_setup(lambda: T().hf_model(kind, **config), "adamw"),
+                        per_call=TRAIN_STEPS_PER_CALL, target=target)
+
     w = [
-        Workload("bert", f"BERT train step (h{tf['hidden']})", ms,
-                 train_setup(lambda: T().hf_model("bert", **tf), "adamw"), per_call=TRAIN_STEPS_PER_CALL,
-                 target=TRANSFORMER_TARGET),
-        Workload("gpt2", f"GPT-2 train step (h{tf['hidden']})", ms,
-                 train_setup(lambda: T().hf_model("gpt2", **tf), "adamw"), per_call=TRAIN_STEPS_PER_CALL,
-                 target=TRANSFORMER_TARGET),
-        Workload("bert512", f"BERT train step (h{big['hidden']}, {big['layers']} layers)", ms,
-                 train_setup(lambda: T().hf_model("bert", **big), "adamw"), target=KERNEL_BOUND_TARGET,
-                 per_call=TRAIN_STEPS_PER_CALL),
-        Workload("gpt2_512", f"GPT-2 train step (h{big['hidden']}, {big['layers']} layers)", ms,
-                 train_setup(lambda: T().hf_model("gpt2", **big), "adamw"), target=KERNEL_BOUND_TARGET,
-                 per_call=TRAIN_STEPS_PER_CALL),
-        Workload("vit512", f"ViT train step (h{vit['hidden']}, {vit['seq']}px, b{vit['batch']})", ms,
-                 train_setup(lambda: T().hf_model("vit", **vit), "adamw"), target=KERNEL_BOUND_TARGET,
-                 per_call=TRAIN_STEPS_PER_CALL),
+        hf_step("bert", f"BERT train step (h{tf['hidden']})", "bert", tf, TRANSFORMER_TARGET),
+        hf_step("gpt2", f"GPT-2 train step (h{tf['hidden']})", "gpt2", tf, TRANSFORMER_TARGET),
+        hf_step("bert512", f"BERT train step (h{big['hidden']}, {big['layers']} layers)", "bert", big,
+                KERNEL_BOUND_TARGET),
+        hf_step("gpt2_512", f"GPT-2 train step (h{big['hidden']}, {big['layers']} layers)", "gpt2", big,
+                KERNEL_BOUND_TARGET),
+        hf_step("vit512", f"ViT train step (h{vit['hidden']}, {vit['seq']}px, b{vit['batch']})", "vit", vit,
+                KERNEL_BOUND_TARGET),
         Workload("lm2", f"2-layer LM train step (d{lm['d']})", ms,
                  train_setup(lambda: T().transformer_lm(2, **lm), "adamw"), per_call=TRAIN_STEPS_PER_CALL,
                  target=TRANSFORMER_TARGET),
