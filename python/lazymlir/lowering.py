@@ -152,21 +152,33 @@ def _opmath_dtype(target, args, kwargs):
 
 class _OpMathInterpreter(torch.fx.Interpreter):
     """Runs each op on float16/bfloat16 arguments in float32 and rounds its
-    floating results back (see _LOW_PRECISION)."""
+    floating results back to the dtypes eager gives them (see
+    _LOW_PRECISION): the trace's, from ``node.meta["lazymlir_dtypes"]``
+    (trace.to_fx), since some ops return float32 statistics next to a
+    bfloat16 result (the CPU flash attention's logsumexp). An op whose
+    result dtypes are not known runs as recorded."""
+
+    def run_node(self, n):
+        self._dtypes = n.meta.get("lazymlir_dtypes")
+        return super().run_node(n)
 
     def call_function(self, target, args, kwargs):
         low = _opmath_dtype(target, args, kwargs)
-        if low is None:
+        dtypes = self._dtypes
+        if low is None or dtypes is None:
             return super().call_function(target, args, kwargs)
 
         def up(a):
             return _aten._to_copy.default(a, dtype=torch.float32) if isinstance(a, torch.Tensor) and a.dtype == low else a
 
-        def down(r):
-            return _aten._to_copy.default(r, dtype=low) if isinstance(r, torch.Tensor) and r.dtype == torch.float32 else r
-
         args, kwargs = torch.utils._pytree.tree_map(up, (args, kwargs))
-        return torch.utils._pytree.tree_map(down, target(*args, **kwargs))
+        result = target(*args, **kwargs)
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        if len(results) != len(dtypes):
+            raise LoweringError(f"{target}: {len(results)} results, the trace recorded {len(dtypes)}")
+        rounded = [_aten._to_copy.default(r, dtype=dt) if isinstance(r, torch.Tensor) and dt is not None and r.dtype != dt
+                   else r for r, dt in zip(results, dtypes)]
+        return type(result)(rounded) if isinstance(result, (tuple, list)) else rounded[0]
 
 
 @contextlib.contextmanager

@@ -397,6 +397,10 @@ def to_fx(graph: Graph, rewrite=None, phantoms: int = 0) -> torch.fx.GraphModule
             env[n] = g.call_function(op, (first,) + tuple(args[1:]), {k: fx_arg(v) for k, v in kwargs.items()})
         else:
             env[n] = g.call_function(op, fx_arg(args), {k: fx_arg(v) for k, v in kwargs.items()})
+            # The dtypes eager gives each result (lowering's float16/bfloat16
+            # rounding reads them: some ops return float32 statistics too).
+            metas = n.meta if isinstance(n.meta, (tuple, list)) else (n.meta,)
+            env[n].meta["lazymlir_dtypes"] = tuple(m.dtype if isinstance(m, torch.Tensor) else None for m in metas)
     outs = []
     for o, perm in zip(graph.outputs, graph.output_perms or [None] * len(graph.outputs)):
         v = env[o]

@@ -5,6 +5,7 @@ precision training against eager CPU autocast, and the device module
 ``torch.lazy``."""
 
 import copy
+import operator
 
 import pytest
 import torch
@@ -176,3 +177,19 @@ def test_an_op_that_does_not_compile_in_low_precision_runs_eagerly_alone(native,
     assert torch.equal(out, f(a))
     assert metrics.executed_fallback_ops() == ["aten::erfinv"]
     assert metrics.counter_value("UncachedCompile") + metrics.counter_value("CachedCompile") >= 1
+
+
+def test_low_precision_results_take_the_dtypes_the_trace_recorded():
+    """Computed in float32, each result is rounded to the dtype eager gave it
+    (``lazymlir_dtypes``, from the trace): an op may return float32
+    statistics next to a bfloat16 result (the CPU flash attention's
+    logsumexp), which must not be rounded to bfloat16."""
+    from lazymlir import lowering
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    node = g.call_function(torch.ops.aten.var_mean.correction, (x, [1]))
+    node.meta["lazymlir_dtypes"] = (torch.float32, torch.bfloat16)  # as such an op would record
+    g.output((g.call_function(operator.getitem, (node, 0)), g.call_function(operator.getitem, (node, 1))))
+    linalg = lowering.lower(torch.fx.GraphModule({}, g), [torch.randn(4, 8).bfloat16()]).linalg
+    assert "-> (tensor<4xf32>, tensor<4xbf16>)" in linalg, linalg[-600:]
