@@ -144,9 +144,10 @@ def _opmath_dtype(target, args, kwargs):
                 found = a.dtype
         elif isinstance(a, torch.dtype):  # sum(dtype=), softmax(dtype=): the caller's choice
             return None
-    if found is not None and kwargs.get("half_to_float", args[2] if len(args) > 2 and
-                                        target in (_aten._softmax.default, _aten._log_softmax.default) else False):
-        return None
+    if target in (_aten._softmax.default, _aten._log_softmax.default):
+        half_to_float = args[2] if len(args) > 2 else kwargs.get("half_to_float", False)
+        if half_to_float:  # a float32 result of low-precision input: the dtype is the point
+            return None
     return found
 
 

@@ -14,7 +14,7 @@ from .tensor import (
     signature, ViewStep,
     _CPU, _cpu_alias, _eager_dtypes, _fresh, _from_cpu, _handler_of, _intern, _intern_like, LAZY, LazyTensor,
     _META, _oid, _op_names, _op_node, forget_handler, _rebind, _resize_out, set_classifier, set_handler, Storage,
-    _storage_view, _TENSOR_DATA, _value, _view_node, _wrap, _write,
+    _storage_view, _TENSOR_DATA, _value, _view_node, _wrap, _write, _zeros_node,
 )
 from .meta import _convert_all, _FAILED, _FLOAT, _infer, _meta_cache, _meta_sig
 from .fallback import _eager, _make_eager, _zero_size
@@ -721,9 +721,7 @@ def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_f
     meta = _intern_like(torch.empty(size, dtype=dtype, device=_META, memory_format=memory_format or torch.contiguous_format))
     if meta.numel() == 0:  # no value to compute
         return _from_cpu(torch.empty_strided(meta.shape, meta.stride(), dtype=dtype))
-    # The contents are undefined; zeros keep graphs deterministic.
-    node = _op_node(aten.zeros.default, (list(size),), {"dtype": dtype, "device": _CPU}, meta)
-    return _fresh(node, meta)
+    return _fresh(_zeros_node(size, dtype, meta), meta)
 
 
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
@@ -731,8 +729,7 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
     meta = _intern(size, stride, dtype)
     if meta.numel() == 0:  # no value to compute
         return _from_cpu(torch.empty_strided(size, stride, dtype=dtype))
-    node = _op_node(aten.zeros.default, (list(size),), {"dtype": dtype, "device": _CPU}, meta)
-    return _fresh(node, meta)
+    return _fresh(_zeros_node(size, dtype, meta), meta)
 
 
 set_classifier(_handler_for)

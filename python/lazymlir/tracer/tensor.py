@@ -86,14 +86,13 @@ def device(index: int = 0) -> torch.device:
 class Storage:
     """What aliases share: the value of the base tensor and a version number."""
 
-    __slots__ = ("base", "version", "meta", "step", "nbytes", "__weakref__")
+    __slots__ = ("base", "version", "meta", "step", "__weakref__")
 
     def __init__(self, base: Node, meta: torch.Tensor):
         self.base = base
         self.version = 0
         self.meta = meta  # layout of the base tensor, as eager would have it
         self.step = -1  # the mark_step epoch in which it was last registered pending
-        self.nbytes = None  # 0 while freed (StorageHandle.resize_), else the meta's size
         if base.data is None:
             _register(self)
 
@@ -120,23 +119,38 @@ class StorageHandle:
 
     def size(self) -> int:
         s = self._s
-        return s.nbytes if s.nbytes is not None else s.meta.numel() * s.meta.element_size()
+        return 0 if s in _freed else _storage_bytes(s)
 
     def resize_(self, nbytes: int) -> "StorageHandle":
         s = self._s
-        full = s.meta.numel() * s.meta.element_size()
+        full = _storage_bytes(s)
         if nbytes not in (0, full):
             raise RuntimeError(f"lazymlir: a lazy tensor's storage can be resized to 0 bytes (freed) or back "
                                f"to its size ({full} bytes), not to {nbytes}")
-        if nbytes == 0 and s.nbytes != 0:
-            # Freed: the value is dropped (zeros of the same layout, recorded
-            # lazily, so that nothing keeps the old value's data alive).
-            s.base = _op_node(aten.zeros.default, (list(s.meta.shape),), {"dtype": s.meta.dtype, "device": _CPU},
-                              s.meta)
+        if nbytes == 0 and s not in _freed:
+            # Freed: the value is dropped, so that nothing keeps its data alive.
+            s.base = _zeros_node(s.meta.shape, s.meta.dtype, s.meta)
             s.version += 1
             _register(s)
-        s.nbytes = 0 if nbytes == 0 else None
+            _freed.add(s)
+        elif nbytes:
+            _freed.discard(s)
         return self
+
+
+# Storages resized to 0 bytes (StorageHandle.resize_): FSDP2's alone, kept
+# out of Storage so that recording an op pays nothing for them.
+_freed: "weakref.WeakSet[Storage]" = weakref.WeakSet()
+
+
+def _storage_bytes(s: Storage) -> int:
+    return s.meta.numel() * s.meta.element_size()
+
+
+def _zeros_node(size, dtype, meta) -> Node:
+    """A value whose contents are undefined (a new empty tensor, a freed
+    storage): zeros keep graphs deterministic."""
+    return _op_node(aten.zeros.default, (list(size),), {"dtype": dtype, "device": _CPU}, meta)
 
 
 # Storages whose value may not be computed yet, in the order they became pending:
