@@ -71,13 +71,13 @@ _marks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # leaf Node -
 
 
 def _leaf_of(t, what: str):
-    from .tracer.tensor import LazyTensor
+    from .tracer.tensor import state
 
-    if type(t) is not LazyTensor:
+    if state(t) is None:
         raise TypeError(f"lazymlir.{what}: not a lazy tensor")
-    if t._lz_chain:
+    if state(t).chain:
         raise ValueError(f"lazymlir.{what}: the tensor is a view; mark the tensor it views")
-    return t._lz_storage.base
+    return state(t).storage.base
 
 
 def _mark(t, dims, value: bool, what: str) -> None:

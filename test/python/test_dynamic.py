@@ -514,9 +514,10 @@ def test_cnn_training_over_batch_sizes(native, channels_last):
             ll = testing.train_step(ml, ol, x, y, "lazy")
             torch.testing.assert_close(ll.item(), le.item(), rtol=1e-4, atol=1e-5)
         c = counts()
-        # Batches 2 and 3 compile static, 4 the dynamic graph; 20, 7 and 33
-        # run it.
-        assert (c["UncachedCompile"], c["DynamicCompile"], c["DynamicGraphHit"]) == (3, 1, 3), c
+        # Batch 2 compiles static, 3 the dynamic graph (the first step's graph
+        # is the steady one: parameters moved to the device are device data);
+        # 4, 20, 7 and 33 run it.
+        assert (c["UncachedCompile"], c["DynamicCompile"], c["DynamicGraphHit"]) == (2, 1, 4), c
         assert c["DynamicValidationMismatch"] == 0 and c["CompileFallback"] == 0
 
 
@@ -543,11 +544,11 @@ def test_a_later_process_runs_the_static_graph_of_a_size_seen_before(tmp_path):
     def run(sizes):
         return _fresh_process(_RAGGED_SCRIPT, tmp_path, sizes)
 
-    first = run([16, 16, 16, 5])  # the first step, the steady step, the ragged batch's dynamic graph
-    assert (first["UncachedCompile"], first["DynamicCompile"]) == (3, 1)
+    first = run([16, 16, 16, 5])  # the step, the ragged batch's dynamic graph
+    assert (first["UncachedCompile"], first["DynamicCompile"]) == (2, 1)
     later = run([16, 16, 16, 16])
     assert later["DynamicGraphHit"] == 0 and later["DynamicCompile"] == 0
-    assert later["DiskCacheHit"] == 2  # both static graphs
+    assert later["DiskCacheHit"] == 1  # the static graph
     ragged = run([16, 16, 9])
     assert ragged["DynamicGraphHit"] == 1 and ragged["DynamicCompile"] == 0  # the dynamic graph from disk
 
@@ -578,4 +579,4 @@ def test_a_size_that_keeps_coming_back_gets_its_static_graph():
         assert metrics.counter_value("DynamicGraphRun") == runs  # the static graph ran
         step(9)  # a new size: the dynamic graph
         assert metrics.counter_value("DynamicGraphRun") == runs + 1
-    assert counts()["UncachedCompile"] == 3 and counts()["DynamicCompile"] == 1
+    assert counts()["UncachedCompile"] == 2 and counts()["DynamicCompile"] == 1

@@ -12,6 +12,7 @@ from conftest import assert_compiled
 
 import lazymlir
 from lazymlir import metrics
+from lazymlir.tracer.tensor import state
 
 
 def add_two_maybe(t: torch.Tensor, maybe: torch.Tensor):
@@ -102,10 +103,10 @@ def test_mark_step_makes_device_data():
     x = torch.randn(8).to("lazy")
     y = x * 2 + 1
     z = y.relu()
-    assert y._lz_storage.base.data is None
+    assert state(y).storage.base.data is None
     lazymlir.mark_step()
     lazymlir.wait_device_ops()
-    assert y._lz_storage.base.data is not None and z._lz_storage.base.data is not None
+    assert state(y).storage.base.data is not None and state(z).storage.base.data is not None
     assert metrics.counter_value("MarkStep") == 1
     before = metrics.counter_value("Sync")
     torch.testing.assert_close(z.cpu(), (x.cpu() * 2 + 1).relu())

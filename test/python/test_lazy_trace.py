@@ -7,6 +7,7 @@ import torch
 
 import lazymlir
 from lazymlir import lowering, trace
+from lazymlir.tracer.tensor import state
 
 
 def run_both(fn, *inputs):
@@ -130,7 +131,7 @@ def test_fx_graph_matches_eager():
     w = torch.randn(5, 4)
     lx, lw = x.to("lazy"), w.to("lazy")
     out = torch.nn.functional.linear(lx, lw).relu().sum(0) * 0.5
-    graph = trace.collect([out._lz_storage.base])
+    graph = trace.collect([state(out).storage.base])
     gm = trace.to_fx(graph)
     got = gm(*graph.input_values())[0]
     torch.testing.assert_close(got, torch.nn.functional.linear(x, w).relu().sum(0) * 0.5)
@@ -140,7 +141,7 @@ def test_fx_graph_matches_eager():
 def test_lowering_to_linalg():
     x = torch.randn(2, 3).to("lazy")
     out = (x.exp() + 1).sum(1)
-    graph = trace.collect([out._lz_storage.base])
+    graph = trace.collect([state(out).storage.base])
     lowered = lowering.lower(trace.to_fx(graph), graph.input_values())
     assert "func.func @main" in lowered.linalg and "linalg." in lowered.linalg
     assert "torch.aten" not in lowered.linalg
@@ -150,7 +151,7 @@ def test_lowering_to_linalg():
 def _key(fn):
     x = torch.ones(4).to("lazy")
     lazymlir.mark_step()
-    return trace.collect([fn(x)._lz_storage.base]).key
+    return trace.collect([state(fn(x)).storage.base]).key
 
 
 def test_key_distinguishes_constants():
@@ -171,7 +172,7 @@ def test_arithmetic_floats_are_graph_inputs():
     assert _key(lambda x: x * 2) != _key(lambda x: x * 2.0)  # ints stay constants
     i = torch.arange(4).to("lazy")
     lazymlir.mark_step()
-    assert trace.collect([(i * 3)._lz_storage.base]).scalars == []
+    assert trace.collect([state(i * 3).storage.base]).scalars == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -202,9 +202,12 @@ def test_scatters_and_sorts_of_bools_and_negative_dims():
 
 def test_sparse_tensors_get_a_clear_error():
     for make in (lambda: torch.eye(3).to_sparse().to("lazy"), lambda: torch.eye(3).to("lazy").to_sparse(),
-                 lambda: torch.eye(3).to_sparse_csr().to("lazy")):
+                 lambda: torch.eye(3).to_sparse_csr().to("lazy"), lambda: torch.eye(3).to_sparse_csc().to("lazy")):
         with pytest.raises(NotImplementedError, match="tensors cannot live on the lazy device"):
             make()
+    # PyTorch's own copies of CSR tensors are untouched.
+    csr = torch.eye(3).to_sparse_csr()
+    assert torch.equal(csr.to(torch.float64).to_dense(), torch.eye(3, dtype=torch.float64))
 
 
 def test_integer_powers_compile_in_contraction_epilogues(native):

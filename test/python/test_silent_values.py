@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from conftest import assert_compiled
 
 from lazymlir import metrics
+from lazymlir.tracer.tensor import state
 
 aten = torch.ops.aten
 
@@ -63,7 +64,7 @@ def test_max_pool2d_backward_honours_given_indices(native, name):
 
     eager = f(grad, x, indices)
     lazy = f(*_lazy(grad, x, indices))
-    assert lazy._lz_value.op is not aten.max_pool2d_with_indices_backward.default  # a scatter of the gradients
+    assert state(lazy).value.op is not aten.max_pool2d_with_indices_backward.default  # a scatter of the gradients
     _equal(lazy, eager)
     assert_compiled()
 
@@ -89,7 +90,7 @@ def test_max_pool2d_backward_of_the_forwards_indices_keeps_the_window_gather(nat
             return aten.max_pool2d_with_indices_backward(out * 2, x, kernel, stride, padding, [1, 1], False, indices)
 
         lazy = f(x.to("lazy"))
-        assert lazy._lz_value.op is aten.max_pool2d_with_indices_backward.default
+        assert state(lazy).value.op is aten.max_pool2d_with_indices_backward.default
         _equal(lazy, f(x))
     # Through autograd (F.max_pool2d in a module's forward).
     xl = x.to("lazy").requires_grad_()
@@ -118,7 +119,7 @@ def test_max_pool2d_backward_indices_changed_after_the_forward(native):
                                                      False, indices[..., ::2, ::2])
 
     lazy = g(x.to("lazy"))
-    assert lazy._lz_value.op is not aten.max_pool2d_with_indices_backward.default
+    assert state(lazy).value.op is not aten.max_pool2d_with_indices_backward.default
     _equal(lazy, g(x))
     assert_compiled()
 

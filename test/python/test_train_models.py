@@ -15,6 +15,7 @@ from conftest import assert_compiled
 import lazymlir
 from lazymlir import cache, metrics, runtime
 from lazymlir.testing import MnistNet, train_step
+from lazymlir.tracer.tensor import state
 
 
 
@@ -127,7 +128,7 @@ def test_mark_step_returns_before_execution(native, gate):
     w = torch.randn(64, 64).to("lazy")
     y = (x.to("lazy") @ w).relu()
     lazymlir.mark_step()  # returns although the worker is blocked
-    job = y._lz_storage.base.job
+    job = state(y).storage.base.job
     assert job is not None and not job.done()
     z = y * 2  # tracing goes on
     assert z.shape == (64, 64)
@@ -143,7 +144,7 @@ def test_item_and_wait_device_ops_wait(native, gate):
     lazymlir.mark_step()
     threading.Timer(0.1, gate.set).start()
     lazymlir.wait_device_ops()
-    assert s._lz_storage.base.job is None or s._lz_storage.base.job.done()
+    assert state(s).storage.base.job is None or state(s).storage.base.job.done()
     assert s.item() == pytest.approx(float((x.cpu() * 3).sum()), rel=1e-5)
 
 
@@ -203,7 +204,7 @@ def test_a_barrier_on_computed_data_runs_ahead_of_queued_graphs(native, monkeypa
     assert bool((ly * 3).sum() > 0) == bool((y * 3).sum() > 0)  # would hang if it waited for the worker
     torch.testing.assert_close((ly + 1).cpu(), y + 1)
     assert metrics.counter_value("RunAhead") == ahead + 2
-    assert not a._lz_storage.base.job.done()
+    assert not state(a).storage.base.job.done()
     threading.Timer(0.2, release.set).start()
     torch.testing.assert_close(a.sum().item(), (x * 2).sum().item())  # queued behind the step
     assert metrics.counter_value("RunAhead") == ahead + 2
@@ -263,7 +264,7 @@ def test_synchronous_mode(native):
     with lazymlir.config.patch(async_execution=False):
         y = torch.ones(3).to("lazy") * 2
         lazymlir.mark_step()
-        assert y._lz_storage.base.job.done()
+        assert state(y).storage.base.job.done()
         torch.testing.assert_close(y.cpu(), torch.full((3,), 2.0))
 
 
@@ -313,6 +314,6 @@ def test_memory_flat_over_500_steps(native, fresh_cache):
     # Parameters are device data whose graphs were forgotten: nothing chains
     # back through 500 steps.
     for p in model.parameters():
-        base = p._lz_storage.base
+        base = state(p).storage.base
         assert base.data is not None and base.inputs == ()
     assert_compiled()

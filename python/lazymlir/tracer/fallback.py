@@ -5,7 +5,7 @@ device as device data (``aten::<op>`` counters); zero-size tensors."""
 import torch
 
 from .. import metrics
-from .tensor import _cpu_alias, _from_cpu, LazyTensor, _rebind, _resize_out, _write
+from .tensor import _cpu_alias, _from_cpu, _rebind, _resize_out, state, _write
 from .meta import _eager_arg
 from ..trace import Node
 
@@ -45,7 +45,7 @@ def _eager(func, args, kwargs, count: bool = True, overwrites: bool = False):
     targets = []  # (lazy tensor, the CPU tensor the op writes in its place)
 
     def convert(a, name):
-        if type(a) is LazyTensor:
+        if state(a) is not None:
             if name not in written:
                 return _cpu_alias(a)  # read-only use of device data
             if overwrites and name == names[0]:

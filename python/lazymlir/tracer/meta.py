@@ -6,7 +6,7 @@ eager CPU's memory formats where meta kernels differ."""
 import torch
 
 from ..dtypes import SUPPORTED as SUPPORTED_DTYPES
-from .tensor import _CPU, _cpu_alias, _intern_like, LazyTensor, _META, _value
+from .tensor import _CPU, _cpu_alias, _intern_like, _META, state, _state_value
 from ..trace import BLANK, freeze, LIFTED_OPS, Node
 
 aten = torch.ops.aten
@@ -128,12 +128,13 @@ def _args_supported(meta_args, meta_kwargs) -> bool:
 def _convert(a, inputs: list, keys: list):
     """(meta argument, node argument, frozen constant) for one argument; tensors
     are appended to ``inputs`` (their value) and ``keys`` (their metadata)."""
-    t = type(a)
-    if t is LazyTensor:
-        v = a._lz_value if a._lz_version == a._lz_storage.version else _value(a)
+    st = state(a)
+    if st is not None:
+        v = st.value if st.version == st.storage.version else _state_value(st)
         inputs.append(v)
-        keys.append(id(a._lz_meta))  # interned, alive for ever: the id is the identity
-        return a._lz_meta, v, BLANK
+        keys.append(id(st.meta))  # interned, alive for ever: the id is the identity
+        return st.meta, v, BLANK
+    t = type(a)
     if isinstance(a, torch.Tensor):
         # A CPU tensor (a 0-dim scalar, or a copy_ source): snapshot it as device data.
         v = Node.leaf(a.detach().clone())
@@ -180,7 +181,7 @@ def _convert_all(args, kwargs):
 
 def _eager_arg(a):
     """An argument for running an op eagerly on CPU (lazy tensors: read-only)."""
-    if type(a) is LazyTensor:
+    if state(a) is not None:
         return _cpu_alias(a)
     t = type(a)
     if t is list or t is tuple:

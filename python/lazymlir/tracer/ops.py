@@ -12,9 +12,9 @@ from .. import compilation, config
 from ..dtypes import SUPPORTED as SUPPORTED_DTYPES
 from .tensor import (
     signature, ViewStep,
-    _CPU, _cpu_alias, _eager_dtypes, _fresh, _from_cpu, _handler_of, _intern, _intern_like, LAZY, LazyTensor,
-    _META, _oid, _op_names, _op_node, forget_handler, _rebind, _resize_out, set_classifier, set_handler, Storage,
-    _storage_view, _TENSOR_DATA, _value, _view_node, _wrap, _write, _zeros_node,
+    _CPU, _cpu_alias, _eager_dtypes, _fresh, _from_cpu, _handler_of, _intern, _intern_like, LAZY,
+    _META, _oid, _op_names, _op_node, forget_handler, _rebind, _resize_out, set_classifier, set_handler,
+    state, _state_value, _storage_view, _TENSOR_DATA, _value, _view_node, _wrap, _write, _zeros_node,
 )
 from .meta import _convert_all, _FAILED, _FLOAT, _infer, _meta_cache, _meta_sig
 from .fallback import _eager, _make_eager, _zero_size
@@ -48,11 +48,12 @@ def _functional(func, args, kwargs):
         name = _op_names.get(id(func)) or _oid(func)
         for a in args:
             t = type(a)
-            if t is LazyTensor:
-                v = a._lz_value if a._lz_version == a._lz_storage.version else _value(a)
+            st = state(a)
+            if st is not None:
+                v = st.value if st.version == st.storage.version else _state_value(st)
                 inputs.append(v)
                 node_args.append(v)
-                keys.append(id(a._lz_meta))
+                keys.append(id(st.meta))
                 frozen.append(BLANK)
             elif t is float:  # freeze(), inlined
                 frozen.append(("f", a) if a == a and a != 0.0 else ("f", repr(a)))
@@ -74,7 +75,7 @@ def _functional(func, args, kwargs):
                 meta = hit[0]
                 if type(meta) is torch.Tensor:
                     node = Node(func, tuple(node_args), {}, tuple(inputs), sig, meta)
-                    return _wrap(meta, Storage(node, meta), (), node)
+                    return _fresh(node, meta)
     meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen, keys = _convert_all(args, kwargs)
     sig = (_oid(func),) + frozen
     hit = _infer((_meta_sig(sig), keys), func, meta_args, meta_kwargs)
@@ -86,6 +87,46 @@ def _functional(func, args, kwargs):
         return _eager(func, args, kwargs)
     meta = hit[0]
     return _wrap_outputs(Node(func, node_args, node_kwargs, inputs, sig, meta), meta)
+
+
+def fast_info(func):
+    """For the C++ fast path (csrc/FastPath.cpp): (kind, name, lifted,
+    recorded op) when ``func``'s handler is :func:`_functional` (kind 0),
+    :func:`_view` (1) or one made by :func:`_inplace` (2; its node records
+    the functional variant), else None (every call of it comes here). name:
+    the recorded op's name in signatures; lifted: trace.LIFTED_OPS (its
+    float constants are not in the metadata key)."""
+    handler = _handler_of(id(func)) or _handler_for(func)
+    if handler is _functional:
+        recorded, kind = func, 0
+    elif handler is _view and func is not aten.as_strided.default and func not in _eager_dtypes:
+        recorded, kind = func, 1
+    elif getattr(handler, "functional", None) is not None:
+        recorded, kind = handler.functional, 2
+    else:
+        return None
+    name = _oid(recorded)
+    return kind, name, kind != 1 and name in LIFTED_OPS, recorded
+
+
+def fast_meta(func, args, kwargs):
+    """For the C++ fast path: what its handler would record for ``func`` on
+    ``args`` and ``kwargs`` (lazy tensors and constants) when that is one
+    plain case: the output meta of a functional op with one new tensor, the
+    ViewStep of a view, the output meta of an in-place op that needs no
+    cast; else None (then the call comes here)."""
+    handler = _handler_of(id(func)) or _handler_for(func)
+    if handler is _view:
+        step = _view_step(func, state(args[0]), tuple(args[1:]), kwargs)
+        return None if step is _FAILED else step
+    meta_args, meta_kwargs, _, _, _, frozen, keys = _convert_all(args, kwargs)
+    if handler is _functional:
+        hit = _infer((_meta_sig((_oid(func),) + frozen), keys), func, meta_args, meta_kwargs)
+        ok = hit is not _FAILED and hit[1] and type(hit[0]) is torch.Tensor
+    else:
+        hit = _inplace_hit(handler.functional, state(args[0]).meta, frozen, keys, meta_args, meta_kwargs)
+        ok = hit is not _FAILED and hit[1] and hit[0].dtype == args[0].dtype
+    return hit[0] if ok else None
 
 
 def _cat_skipping_empty(args, kwargs, meta):
@@ -107,25 +148,31 @@ def _cat_skipping_empty(args, kwargs, meta):
 
 def _view(func, args, kwargs):
     self = args[0]
-    if type(self) is not LazyTensor:
+    st = state(self)
+    if st is None:
         return _functional(func, args, kwargs)
     if func is aten.as_strided.default:
         return _as_strided(func, args, kwargs)
-    rest = tuple(args[1:])
+    step = _view_step(func, st, tuple(args[1:]), kwargs)
+    if step is _FAILED:
+        return _eager(func, args, kwargs)
+    node = _view_node(step, _state_value(st))
+    return _wrap(step.meta, st.storage, st.chain + (step,), node)
+
+
+def _view_step(func, st, rest, kwargs):
+    """The ViewStep of view ``func`` on a tensor of State ``st`` (cached), or _FAILED."""
     sig = signature(func, rest, kwargs)
-    key = (sig, id(self._lz_meta))
+    key = (sig, id(st.meta))
     step = _meta_cache.get(key)
     if step is None:
         try:
-            meta = _intern_like(func(self._lz_meta, *rest, **kwargs))
+            meta = _intern_like(func(st.meta, *rest, **kwargs))
             step = ViewStep(func, rest, kwargs, meta, sig)
         except Exception:
             step = _FAILED
         _meta_cache[key] = step
-    if step is _FAILED:
-        return _eager(func, args, kwargs)
-    node = _view_node(step, _value(self))
-    return _wrap(step.meta, self._lz_storage, self._lz_chain + (step,), node)
+    return step
 
 
 def _as_strided(func, args, kwargs):
@@ -142,7 +189,7 @@ def _as_strided(func, args, kwargs):
     if found is None:
         return _eager(func, args, kwargs)  # eager's error, or a storage with no dense order
     chain, meta = found
-    s = self._lz_storage
+    s = state(self).storage
     value = s.base
     for step in chain:
         value = _view_node(step, value)
@@ -155,14 +202,12 @@ def _inplace_view(view):
 
     def handler(func, args, kwargs):
         self = args[0]
-        if type(self) is not LazyTensor:
+        if state(self) is None:
             return _eager(func, args, kwargs)
         v = _view(view, args, kwargs)
-        if type(v) is not LazyTensor or v._lz_storage is not self._lz_storage:
+        if state(v) is None or state(v).storage is not state(self).storage:
             raise NotImplementedError(f"lazymlir: {func} on this tensor is not supported yet")
-        _TENSOR_DATA.__set__(self, v)  # swaps the TensorImpl metadata, keeps autograd state
-        self._lz_meta, self._lz_chain = v._lz_meta, v._lz_chain
-        self._lz_value, self._lz_version = v._lz_value, v._lz_version
+        _TENSOR_DATA.__set__(self, v)  # swaps the TensorImpl metadata and State, keeps autograd state
         return self
 
     return handler
@@ -170,18 +215,18 @@ def _inplace_view(view):
 
 def _alias(func, args, kwargs):
     """detach/alias: same storage, same value, new tensor (autograd sees a new one)."""
-    self = args[0]
-    return _wrap(self._lz_meta, self._lz_storage, self._lz_chain, _value(self))
+    st = state(args[0])
+    return _wrap(st.meta, st.storage, st.chain, _state_value(st))
 
 
 def _split(func, args, kwargs):
     """split/unbind as slices/selects: single-output views the write path knows.
     unsafe_split's pieces are views in eager too (only autograd does not know)."""
     self = args[0]
-    if type(self) is not LazyTensor:
+    if state(self) is None:
         return _eager(func, args, kwargs)
     try:
-        metas = func(self._lz_meta, *args[1:], **kwargs)
+        metas = func(state(self).meta, *args[1:], **kwargs)
     except Exception:
         return _eager(func, args, kwargs)
     if func is aten.unbind.int:
@@ -209,35 +254,43 @@ def _inplace(functional):
 
     def handler(func, args, kwargs):
         self = args[0]
-        if type(self) is not LazyTensor:
+        st = state(self)
+        if st is None:
             return _eager(func, args, kwargs)
         meta_args, meta_kwargs, node_args, node_kwargs, inputs, frozen, keys = _convert_all(args, kwargs)
-        sig = (_oid(functional),) + frozen
-        msig = _meta_sig(sig)
-        key = ("inplace", msig, keys)
-        hit = _meta_cache.get(key)
-        if hit is None:
-            hit = _infer((msig, keys), functional, meta_args, meta_kwargs)
-            if hit is not _FAILED:
-                meta, ok, _ = hit
-                target = self._lz_meta
-                ok = ok and (
-                    isinstance(meta, torch.Tensor)
-                    and meta.shape == target.shape
-                    and (meta.dtype == target.dtype or torch.can_cast(meta.dtype, target.dtype))
-                    and torch._debug_has_internal_overlap(target) != 1
-                )
-                hit = (meta, ok)
-            _meta_cache[key] = hit
+        hit = _inplace_hit(functional, st.meta, frozen, keys, meta_args, meta_kwargs)
         if hit is _FAILED or not hit[1]:
             return _eager(func, args, kwargs)  # eager raises its own error, or copes
-        node = Node(functional, node_args, node_kwargs, inputs, sig, hit[0])
+        node = Node(functional, node_args, node_kwargs, inputs, (_oid(functional),) + frozen, hit[0])
         if node.meta.dtype != self.dtype:
             node = _cast(node, self.dtype)
         _write(self, node)
         return self
 
+    handler.functional = functional  # the fast path records it too (fast_info)
     return handler
+
+
+def _inplace_hit(functional, target, frozen, keys, meta_args, meta_kwargs):
+    """(meta, ok) of the functional form of an in-place op on a tensor laid
+    out as ``target`` (cached), or _FAILED: ok when its result can be written
+    back (same shape, a dtype that casts to the tensor's, no overlap)."""
+    msig = _meta_sig((_oid(functional),) + frozen)
+    key = ("inplace", msig, keys)
+    hit = _meta_cache.get(key)
+    if hit is None:
+        hit = _infer((msig, keys), functional, meta_args, meta_kwargs)
+        if hit is not _FAILED:
+            meta, ok, _ = hit
+            ok = ok and (
+                isinstance(meta, torch.Tensor)
+                and meta.shape == target.shape
+                and (meta.dtype == target.dtype or torch.can_cast(meta.dtype, target.dtype))
+                and torch._debug_has_internal_overlap(target) != 1
+            )
+            hit = (meta, ok)
+        _meta_cache[key] = hit
+    return hit
 
 
 def _out_variant(func):
@@ -281,7 +334,9 @@ def _out(functional, extra, keeps_shape=False):
 
     def handler(func, args, kwargs):
         out = kwargs.get("out")
-        if type(out) is not LazyTensor:
+        if type(out) is list:  # split_with_sizes_copy(..., out=[...]) (FSDP2's copy-out), unbind_copy
+            return _list_out(func, functional, args, kwargs, out)
+        if state(out) is None:
             return _eager(func, args, kwargs)
         fkwargs = {k: v for k, v in kwargs.items() if k != "out"}
         if "dtype" in extra:
@@ -289,7 +344,7 @@ def _out(functional, extra, keeps_shape=False):
         if "device" in extra:
             fkwargs["device"] = LAZY
         result = _call(functional, args, fkwargs)
-        if type(result) is not LazyTensor:
+        if state(result) is None:
             return _eager(func, args, kwargs)
         if result.shape != out.shape:
             if keeps_shape and result.numel() == out.numel():
@@ -315,11 +370,28 @@ def _out(functional, extra, keeps_shape=False):
     return handler
 
 
+def _list_out(func, functional, args, kwargs, outs):
+    """An out= op writing a list of tensors: f(...) recorded, each result
+    written into its out tensor (same shapes: eager would resize them)."""
+    if not outs or any(state(o) is None for o in outs):
+        return _eager(func, args, kwargs)
+    results = _call(functional, args, {k: v for k, v in kwargs.items() if k != "out"})
+    if type(results) not in (list, tuple) or len(results) != len(outs) or any(
+            state(r) is None or r.shape != o.shape for r, o in zip(results, outs)):
+        return _eager(func, args, kwargs)
+    for r, o in zip(results, outs):
+        node = _value(r)
+        if node.meta.dtype != o.dtype:
+            node = _cast(node, o.dtype)
+        _write(o, node)
+    return None
+
+
 def _copy_(func, args, kwargs):
     dst, src = args[0], args[1]
-    if type(dst) is not LazyTensor:  # lazy -> cpu (or another device)
+    if state(dst) is None:  # lazy -> cpu (or another device)
         return dst.copy_(_cpu_alias(src), *args[2:])
-    if type(src) is LazyTensor:
+    if state(src) is not None:
         v = _value(src)
     else:
         v = Node.leaf(src.detach().to(_CPU, copy=True))
@@ -329,7 +401,7 @@ def _copy_(func, args, kwargs):
             return dst
         return _eager(func, args, kwargs)
     if tuple(v.meta.shape) != tuple(dst.shape):
-        meta = _intern_like(aten.copy.default(dst._lz_meta, v.meta))
+        meta = _intern_like(aten.copy.default(state(dst).meta, v.meta))
         v = _op_node(aten.copy.default, (_value(dst), v), {}, meta)
     elif v.meta.dtype != dst.dtype:
         v = _cast(v, dst.dtype)
@@ -344,6 +416,12 @@ def _to_copy(func, args, kwargs):
         cpu_kwargs["device"] = _CPU
         out = aten._to_copy.default(_cpu_alias(args[0]), **cpu_kwargs)
         return out if target.type == "cpu" else out.to(target)
+    if target is not None and target.index not in (None, 0):
+        raise RuntimeError(f"lazymlir has a single lazy device, index 0 (got {target})")
+    if state(args[0]) is None:  # onto the lazy device: its copy is device data, nothing to record
+        cpu_kwargs = dict(kwargs)
+        cpu_kwargs["device"] = _CPU
+        return _from_cpu(aten._to_copy.default(args[0], **cpu_kwargs))
     return _functional(func, args, kwargs)
 
 
@@ -365,7 +443,7 @@ def _batch_norm(func, args, kwargs):
         # kernel says [C], and so would the graph).
         empty = torch.empty(0, dtype=outs[1].dtype)
         return outs[0], _from_cpu(empty), _from_cpu(empty.clone())
-    if type(rm) is not LazyTensor or type(rv) is not LazyTensor:
+    if state(rm) is None or state(rv) is None:
         return _eager(func, args, kwargs)
     outs = _functional(aten._native_batch_norm_legit_functional.default, common + (True, a["momentum"], a["eps"]), {})
     out, save_mean, save_invstd, new_rm, new_rv = outs
@@ -382,10 +460,10 @@ def _native_dropout(func, args, kwargs):
     a = dict(zip(("input", "p", "train"), args))
     a.update(kwargs)
     x, p, train = a["input"], a["p"], a.get("train")
-    if type(x) is not LazyTensor or train is False or not 0.0 < p < 1.0 or x.numel() == 0:
+    if state(x) is None or train is False or not 0.0 < p < 1.0 or x.numel() == 0:
         return _functional(func, args, kwargs)
     # empty_like: eager draws the mask in the memory order of the input (NHWC too)
-    noise = torch.empty_like(x._lz_meta, device=_CPU).bernoulli_(1 - p).div_(1 - p)
+    noise = torch.empty_like(state(x).meta, device=_CPU).bernoulli_(1 - p).div_(1 - p)
     out = _functional(aten.mul.Tensor, (x, _from_cpu(noise)), {})
     return out, _from_cpu(noise != 0)
 
@@ -468,7 +546,7 @@ _POOL2D_NAMES = ("self", "kernel_size", "stride", "padding", "dilation", "ceil_m
 
 def _max_pool2d_with_indices(func, args, kwargs):
     outs = _functional(func, args, kwargs)
-    if isinstance(outs, (tuple, list)) and len(outs) == 2 and type(outs[1]) is LazyTensor:
+    if isinstance(outs, (tuple, list)) and len(outs) == 2 and state(outs[1]) is not None:
         a = {"stride": [], "padding": 0, "dilation": 1, "ceil_mode": False}
         a.update(zip(_POOL2D_NAMES, args))
         a.update(kwargs)
@@ -487,7 +565,7 @@ def _max_pool2d_indices_backward(func, args, kwargs):
     a = dict(zip(names, args))
     a.update(kwargs)
     grad, x, indices = a["grad_output"], a["self"], a["indices"]
-    if not all(type(t) is LazyTensor for t in (grad, x, indices)):
+    if not all(state(t) is not None for t in (grad, x, indices)):
         return _eager(func, args, kwargs)
     key = _pool2d_key(a["kernel_size"], a["stride"], a["padding"], a["dilation"], a["ceil_mode"], x.shape)
     if _pool_indices.get(_value(indices)) == key:
@@ -499,8 +577,8 @@ def _scatter_pool_backward(func, args, kwargs, grad, x, indices, spatial):
     """grad_input of a max pooling over the last ``spatial`` dimensions from
     its gradient and flat indices, as eager's CPU kernels compute it."""
     try:
-        meta_args = [a._lz_meta if type(a) is LazyTensor else a for a in args]
-        expected = func(*meta_args, **{k: v._lz_meta if type(v) is LazyTensor else v for k, v in kwargs.items()})
+        meta_args = [state(a).meta if state(a) is not None else a for a in args]
+        expected = func(*meta_args, **{k: state(v).meta if state(v) is not None else v for k, v in kwargs.items()})
     except Exception:
         return _eager(func, args, kwargs)  # eager's error
     if expected.numel() == 0 or grad.numel() == 0 or grad.shape != indices.shape \
@@ -516,9 +594,9 @@ def _scatter_pool_backward(func, args, kwargs, grad, x, indices, spatial):
     zeros = _call(aten.new_zeros.default, (g, lead + [plane]), {})
     r = _call(aten.scatter_add.default, (zeros, len(lead), i, g), {})
     r = _call(aten.reshape.default, (r, list(expected.shape)), {})
-    if type(r) is LazyTensor and r.stride() != expected.stride():  # eager keeps the input's channels_last
+    if state(r) is not None and r.stride() != expected.stride():  # eager keeps the input's channels_last
         r = _call(aten.clone.default, (r,), {"memory_format": torch._prims_common.suggest_memory_format(expected)})
-    if type(r) is not LazyTensor or r.stride() != expected.stride():
+    if state(r) is None or r.stride() != expected.stride():
         return _eager(func, args, kwargs)
     return r
 
@@ -538,9 +616,9 @@ def _resize_(func, args, kwargs):
     self, size = args[0], list(args[1])
     if tuple(self.shape) == tuple(size):
         return self
-    if type(self) is LazyTensor and math.prod(size) > 0 and _resize_out(self, size):
+    if state(self) is not None and math.prod(size) > 0 and _resize_out(self, size):
         return self
-    if type(self) is not LazyTensor or not self.is_contiguous() or self.storage_offset():
+    if state(self) is None or not self.is_contiguous() or self.storage_offset():
         raise NotImplementedError("lazymlir: resizing a lazy view or a non-contiguous lazy tensor is not supported")
     n, old = math.prod(size), self.numel()
     if old == 0:

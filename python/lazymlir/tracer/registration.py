@@ -1,13 +1,16 @@
-"""Registration with PyTorch: factory kernels for the lazy device's dispatch key (PrivateUse1)
-(``empty``, ``empty_strided``, ``_copy_from``, ...), and ``Module.to("lazy")``
-keeping tied parameters tied."""
+"""Registration with PyTorch: the C++ kernel on every op of the lazy device's
+key (PrivateUse1) handing ops to :func:`tensor.dispatch`, the factory handlers
+(``empty``, ``empty_strided``, ``_copy_from``, ...), ``untyped_storage()`` of
+lazy tensors, and ``Module.to("lazy")`` keeping tied parameters tied."""
 
 import threading
 
 import torch
 
-from .tensor import LazyTensor
-from .ops import _copy_, _empty, _empty_strided, _functional
+from .. import _device
+from ..trace import BLANK, Node
+from .tensor import dispatch, LazyTensor, _register, State, state, _state_value, Storage, StorageHandle, _to_cpu
+from .ops import _copy_, _empty, _empty_strided, fast_info, fast_meta, _functional, _SPECIAL
 
 aten = torch.ops.aten
 
@@ -17,43 +20,44 @@ aten = torch.ops.aten
 # from these and in-place ops in core.
 
 
-def _copy_from(self, dst, non_blocking=False):
-    # Reached with the Python key excluded, e.g. by torch.tensor(data, device="lazy").
+def _copy_from(func, args, kwargs):
+    # copy_ between devices: torch.tensor(data, device="lazy"), x.to("lazy").
+    self, dst = args[0], args[1]
     return _copy_(aten.copy_.default, (dst, self), {})
 
 
-def _one_device(kernel):
-    """``kernel`` refusing a lazy device index other than 0 (``lazy:1``), as
+def _one_device(handler):
+    """``handler`` refusing a lazy device index other than 0 (``lazy:1``), as
     the device guard does: there is one lazy device."""
 
-    def checked(*args, **kwargs):
+    def checked(func, args, kwargs):
         device = kwargs.get("device")
         if device is not None and device.index not in (None, 0):
             raise RuntimeError(f"lazymlir has a single lazy device, index 0 (got {device})")
-        return kernel(*args, **kwargs)
+        return handler(func, args, kwargs)
 
     return checked
 
 
-def _factory(op):
-    # Recorded as a node (device=cpu in the graph): arange's composite would
-    # otherwise resize an empty out= tensor, which a wrapper cannot do.
-    def kernel(*args, **kwargs):
-        return _functional(op, args, kwargs)
+# Recorded as nodes (device=cpu in the graph): arange's composite would
+# otherwise resize an empty out= tensor.
+_FACTORIES = [aten.arange.default, aten.arange.start, aten.arange.start_step, aten.linspace.default,
+              aten.eye.default, aten.eye.m, aten.full.default, aten.zeros.default, aten.ones.default,
+              aten.scalar_tensor.default]
 
-    return _one_device(kernel)
+_SPECIAL[aten._copy_from.default] = _copy_from
+for _op in _FACTORIES:
+    _SPECIAL[_op] = _one_device(_functional)
+_SPECIAL[aten.empty.memory_format] = _one_device(lambda func, args, kwargs: _empty(*args, **kwargs))
+_SPECIAL[aten.empty_strided.default] = _one_device(lambda func, args, kwargs: _empty_strided(*args, **kwargs))
 
-
-_FACTORIES = ["arange.default", "arange.start", "arange.start_step", "linspace.default", "eye.default",
-              "eye.m", "full.default", "zeros.default", "ones.default", "scalar_tensor.default"]
+# From here on every op on a lazy tensor reaches the C++ kernel: functional
+# ops whose output metadata it has seen are recorded there, the rest come to
+# tensor.dispatch.
+_device.install(dispatch, State.copy)
+_device.install_fast(Node, Storage, State, _state_value, _register, fast_info, fast_meta, BLANK)
 
 _lib = torch.library.Library("aten", "IMPL")
-_lib.impl("_copy_from", _copy_from, "PrivateUse1")
-for _name in _FACTORIES:
-    _packet, _overload = _name.split(".")
-    _lib.impl(_packet if _overload == "default" else _name, _factory(getattr(getattr(aten, _packet), _overload)), "PrivateUse1")
-_lib.impl("empty.memory_format", _one_device(_empty), "PrivateUse1")
-_lib.impl("empty_strided", _one_device(_empty_strided), "PrivateUse1")
 
 
 def _tensor_split(self, tensor_indices_or_sections, dim=0):
@@ -111,6 +115,49 @@ def _apply_keeping_ties(self, fn, recurse=True):
 torch.nn.Module._apply = _apply_keeping_ties
 
 
+# A lazy tensor has no memory; its untyped_storage() is a StorageHandle
+# (aliases share it; FSDP2 frees and restores it with resize_).
+_untyped_storage = torch.Tensor.untyped_storage
+
+
+def _lazy_untyped_storage(self):
+    st = state(self)
+    return _untyped_storage(self) if st is None else StorageHandle(st.storage)
+
+
+_lazy_untyped_storage.__doc__ = _untyped_storage.__doc__
+torch.Tensor.untyped_storage = _lazy_untyped_storage
+
+# numpy() of a lazy tensor is a barrier that copies its value to the host, as
+# .cpu().numpy() does (torch refuses every non-CPU device; np.asarray(t) too).
+_numpy = torch.Tensor.numpy
+
+
+def _lazy_numpy(self, *, force=False):
+    if state(self) is None:
+        return _numpy(self, force=force)
+    if self.requires_grad and not force:
+        raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+    return _to_cpu(self).numpy()
+
+
+_lazy_numpy.__doc__ = _numpy.__doc__
+torch.Tensor.numpy = _lazy_numpy
+
+# Saved (torch.save, pickle) as the CPU tensor of its value: a checkpoint
+# written on the lazy device loads anywhere, lazymlir imported or not.
+_reduce_ex = torch.Tensor.__reduce_ex__
+
+
+def _lazy_reduce_ex(self, proto):
+    if state(self) is None:
+        return _reduce_ex(self, proto)
+    return _reduce_ex(_to_cpu(self), proto)
+
+
+torch.Tensor.__reduce_ex__ = _lazy_reduce_ex
+
+
 # PyTorch's "fast path" for nn.TransformerEncoder(Layer) and
 # nn.MultiheadAttention in inference calls fused kernels
 # (_transformer_encoder_layer_fwd, _native_multi_head_attention) and nested
@@ -123,7 +170,7 @@ torch.nn.Module._apply = _apply_keeping_ties
 def _standard_path(forward):
     def wrapper(self, *args, **kwargs):
         first = args[0] if args else next(iter(kwargs.values()), None)
-        if type(first) is not LazyTensor or not torch.backends.mha._is_fastpath_enabled:
+        if state(first) is None or not torch.backends.mha._is_fastpath_enabled:
             return forward(self, *args, **kwargs)
         torch.backends.mha._is_fastpath_enabled = False
         try:

@@ -1,8 +1,10 @@
 """The ``lazy`` device's tensors: LazyTensor, storages and aliasing, values,
 views and writes, barriers.
 
-A LazyTensor is a wrapper subclass (no storage of its own) whose
-``__torch_dispatch__`` records every aten op into the functional trace
+A lazy tensor is a plain ``torch.Tensor`` whose TensorImpl is C++
+(``csrc/LazyTensor.cpp``, PyTorch's PrivateUse1 key) and holds a
+:class:`State`; the C++ kernel registered for every op hands it to
+:func:`dispatch`, which records it into the functional trace
 (``trace.Node``), with output metadata from running the op on ``meta`` tensors
 (``meta``); the handler for each op comes from ``ops`` (installed as a hook, so
 this module does not import it).
@@ -24,7 +26,7 @@ from typing import Any, List, NamedTuple
 
 import torch
 
-from .. import metrics, runtime
+from .. import _device, metrics, runtime
 from ..trace import ADDRESSES_STORAGE, AS_RESHAPE, dense_perm, freeze, Node, QUANTIZED_REPR
 
 aten = torch.ops.aten
@@ -38,11 +40,11 @@ if torch._C._dispatch_has_kernel_for_dispatch_key("aten::add.Tensor", "Lazy"):
     )
 
 # Meta tensors are interned (one object per size/stride/dtype/offset/view
-# bits) and never mutated, so cache keys can hold them by identity. Each has
-# its layout (size, stride, offset, dtype, view bits) for _wrap in _layouts,
-# by id (interned metas live for ever).
+# bits) and never mutated, so cache keys can hold them by identity. The meta
+# of a quantized tensor is of its integer representation: the dtype its lazy
+# tensors show is in _dtypes, by id (interned metas live for ever).
 _interned = {}
-_layouts = {}
+_dtypes = {}
 
 
 def _intern(shape, stride, dtype, offset=0, bits=0) -> torch.Tensor:
@@ -56,8 +58,8 @@ def _intern(shape, stride, dtype, offset=0, bits=0) -> torch.Tensor:
             m = m._conj()
         if bits & 2:
             m = m._neg_view()
-        # The wrapper shows the quantized dtype, not its representation.
-        _layouts[id(m)] = (m.size(), m.stride(), offset, dtype, bits)
+        if m.dtype != dtype:  # lazy tensors show the quantized dtype, not its representation
+            _dtypes[id(m)] = dtype
         _interned[key] = m
     return m
 
@@ -208,91 +210,70 @@ def set_handler(op, handler) -> None:
 
 def forget_handler(op=None) -> None:
     """The next dispatch of ``op`` (None: of every op) classifies it again."""
+    _device.forget_fast()  # the C++ fast path asks again too
     if op is None:
         _handlers.clear()
     else:
         _handlers.pop(id(op), None)
 
 
-class LazyTensor(torch.Tensor):
-    """A tensor on the lazy device: metadata is real, values are a trace."""
+class State:
+    """What a lazy tensor's C++ TensorImpl holds of the trace (``state(t)``):
+    the layout ``meta`` (interned), the :class:`Storage` it shares with its
+    aliases, the chain of ViewSteps from the storage's base, and its value
+    node as of storage version ``version``.  Copied with the TensorImpl
+    (detach inside autograd, ``.data``, nn.Parameter, saved outputs)."""
 
-    # Outputs are made by __torch_dispatch__; the Python-level torch function
-    # layer would only add overhead.
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __slots__ = ("meta", "storage", "chain", "value", "version")
 
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        handler = _handler_of(id(func))
-        if handler is None:
-            handler = _classifier(func)
-        return handler(func, args, kwargs or {})
+    def __init__(self, meta, storage, chain, value, version):
+        self.meta = meta
+        self.storage = storage
+        self.chain = chain
+        self.value = value
+        self.version = version
 
-    def __repr__(self, *, tensor_contents=None):
-        text = repr(_to_cpu(self).detach())
-        suffix = f", device='{LAZY}'"
-        if self.grad_fn is not None:
-            suffix += f", grad_fn=<{type(self.grad_fn).__name__}>"
-        elif self.requires_grad:
-            suffix += ", requires_grad=True"
-        return text[:-1] + suffix + ")"
+    def copy(self) -> "State":
+        return State(self.meta, self.storage, self.chain, self.value, self.version)
 
-    def tolist(self):
-        return _to_cpu(self).tolist()
 
-    def numpy(self, *, force: bool = False):
-        if self.requires_grad and not force:
-            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-        return _to_cpu(self).detach().numpy()
+# state(t): t's State, None for anything that is not a lazy tensor (C++, one call).
+state = _device.state
 
-    def untyped_storage(self) -> "StorageHandle":
-        return StorageHandle(self._lz_storage)
 
-    def __reduce_ex__(self, proto):
-        # Saved (torch.save, pickle) as the CPU tensor of its value.
-        return _to_cpu(self).detach().__reduce_ex__(proto)
+class _LazyTensorType(type):
+    def __instancecheck__(cls, obj) -> bool:
+        return state(obj) is not None
 
-    @property
-    def data(self):
-        return _TENSOR_DATA.__get__(self)
 
-    @data.setter
-    def data(self, new):
-        # `t.data = new` swaps t's TensorImpl metadata in C++; the trace state lives
-        # in Python attributes, which must follow (t now aliases new).
-        _TENSOR_DATA.__set__(self, new)
-        if type(new) is LazyTensor:
-            self._lz_meta, self._lz_storage, self._lz_chain = new._lz_meta, new._lz_storage, new._lz_chain
-            self._lz_value, self._lz_version = new._lz_value, new._lz_version
+class LazyTensor(metaclass=_LazyTensorType):
+    """``isinstance(t, LazyTensor)``: ``t`` is a tensor on the lazy device.
+    Lazy tensors are plain ``torch.Tensor`` objects (a C++ TensorImpl on
+    PyTorch's PrivateUse1 key, named "lazy"); this class only answers that."""
+
+
+def dispatch(func, args, kwargs):
+    """Every op on lazy tensors (C++ ``lazyKernel``), as __torch_dispatch__ would get it."""
+    handler = _handler_of(id(func))
+    if handler is None:
+        handler = _classifier(func)
+    return handler(func, args, kwargs)
 
 
 _TENSOR_DATA = torch.Tensor.data
-_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+_make = _device.make
 
 
-def _wrap(meta: torch.Tensor, storage: Storage, chain: tuple, value: Node) -> LazyTensor:
-    layout = _layouts.get(id(meta))  # interned metas never die: their ids stay theirs
-    if layout is None:
-        layout = (meta.size(), meta.stride(), meta.storage_offset(), meta.dtype, _view_bits(meta))
-    size, stride, offset, dtype, bits = layout
-    t = _make_wrapper_subclass(LazyTensor, size, strides=stride, storage_offset=offset, dtype=dtype, device=LAZY)
-    if bits:  # a conjugate or negative view (complex): eager fallbacks read the bits
-        torch._C._set_conj(t, bool(bits & 1))
-        torch._C._set_neg(t, bool(bits & 2))
-    t._lz_meta = meta
-    t._lz_storage = storage
-    t._lz_chain = chain  # ViewSteps from the base
-    t._lz_value = value
-    t._lz_version = storage.version
-    return t
+def _wrap(meta: torch.Tensor, storage: Storage, chain: tuple, value: Node) -> torch.Tensor:
+    return _make(meta, State(meta, storage, chain, value, storage.version), _dtypes.get(id(meta)))
 
 
-def _fresh(node: Node, meta: torch.Tensor) -> LazyTensor:
+def _fresh(node: Node, meta: torch.Tensor) -> torch.Tensor:
     """A new tensor owning a new storage."""
     return _wrap(meta, Storage(node, meta), (), node)
 
 
-def _from_cpu(tensor: torch.Tensor) -> LazyTensor:
+def _from_cpu(tensor: torch.Tensor) -> torch.Tensor:
     """Device data from a CPU tensor that nobody else will write to."""
     return _fresh(Node.leaf(tensor), _intern(tensor.shape, tensor.stride(), tensor.dtype))
 
@@ -314,16 +295,20 @@ def _view_node(step, v: Node) -> Node:
     return node
 
 
-def _value(t: LazyTensor) -> Node:
-    """The current functional value of ``t``."""
-    s = t._lz_storage
-    if t._lz_version == s.version:
-        return t._lz_value
+def _value(t: torch.Tensor) -> Node:
+    """The current functional value of lazy tensor ``t``."""
+    return _state_value(state(t))
+
+
+def _state_value(st: State) -> Node:
+    s = st.storage
+    if st.version == s.version:
+        return st.value
     v = s.base
-    for step in t._lz_chain:
+    for step in st.chain:
         v = _view_node(step, v)
-    t._lz_value = v
-    t._lz_version = s.version
+    st.value = v
+    st.version = s.version
     return v
 
 
@@ -343,7 +328,7 @@ def _oid(op) -> str:
 
 
 class ViewStep(NamedTuple):
-    """One view op of a chain from the base (``LazyTensor._lz_chain``): the
+    """One view op of a chain from the base (``State.chain``): the
     view's value is ``op(base value, *rest, **kwargs)``, with metadata ``meta``."""
 
     op: Any
@@ -413,7 +398,7 @@ _RESHAPE_LIKE = AS_RESHAPE | {
 }
 
 
-def _storage_view(t: LazyTensor, size, stride, offset):
+def _storage_view(t: torch.Tensor, size, stride, offset):
     """(chain, meta) of the view ``as_strided(t, size, stride, offset)``,
     which addresses ``t``'s storage, not ``t``: recorded on the storage's base
     value, which is the storage in order when the base is contiguous, and the
@@ -422,7 +407,8 @@ def _storage_view(t: LazyTensor, size, stride, offset):
     ``view_as_real``: the offset and strides count ``t``'s elements), and
     conjugated or negated as ``t`` is (the bits stay on the view).  None when
     the storage is not dense in some order, or has an offset of its own."""
-    s = t._lz_storage
+    st = state(t)
+    s = st.storage
     m = s.meta
     if m.storage_offset():
         return None
@@ -433,7 +419,7 @@ def _storage_view(t: LazyTensor, size, stride, offset):
             return None
         chain += (_meta_step(aten.permute.default, m, (list(perm),)),)
         m = chain[-1].meta
-    mine = t._lz_meta
+    mine = st.meta
     if m.dtype != mine.dtype:
         try:
             chain += (_meta_step(aten.view.dtype, m, (mine.dtype,)),)
@@ -464,15 +450,13 @@ def _contiguous_strides(shape) -> list:
     return strides[::-1]
 
 
-def _rebind(t: LazyTensor, new: LazyTensor) -> None:
+def _rebind(t: torch.Tensor, new: torch.Tensor) -> None:
     """``t`` takes ``new``'s size, strides, storage and value (what resizing
     does in eager: the TensorImpl's metadata changes; autograd state is kept)."""
-    _TENSOR_DATA.__set__(t, new)  # swaps the TensorImpl metadata
-    t._lz_meta, t._lz_storage, t._lz_chain = new._lz_meta, new._lz_storage, new._lz_chain
-    t._lz_value, t._lz_version = new._lz_value, new._lz_version
+    _TENSOR_DATA.__set__(t, new)  # swaps the TensorImpl metadata and copies its State
 
 
-def _resize_out(t: LazyTensor, shape, strides=None) -> bool:
+def _resize_out(t: torch.Tensor, shape, strides=None) -> bool:
     """Eager's resize of an ``out=`` tensor ``t`` to another ``shape``
     (``resize_output``; ``strides``: those the op then gives it, linalg's
     column-major ones, default contiguous): ``t`` becomes that view of its
@@ -486,13 +470,14 @@ def _resize_out(t: LazyTensor, shape, strides=None) -> bool:
     numel = 1
     for n in shape:
         numel *= n
-    mine = t._lz_meta
+    st = state(t)
+    mine = st.meta
     if strides == contiguous and numel == t.numel() and mine.is_contiguous() and not _view_bits(mine):
         step = _meta_step(aten.view.default, mine, (shape,))
-        chain = t._lz_chain + (step,)
-        value = _view_node(step, _value(t))
+        chain = st.chain + (step,)
+        value = _view_node(step, _state_value(st))
     else:
-        s = t._lz_storage
+        s = st.storage
         capacity = s.meta.numel() * s.meta.element_size() // mine.element_size()  # in t's elements
         extent = 1 + sum((n - 1) * abs(st) for n, st in zip(shape, strides)) if numel else 0
         if numel == 0 or t.storage_offset() + extent > capacity:
@@ -504,15 +489,16 @@ def _resize_out(t: LazyTensor, shape, strides=None) -> bool:
         value = s.base
         for step in chain:
             value = _view_node(step, value)
-    _rebind(t, _wrap(chain[-1].meta, t._lz_storage, chain, value))
+    _rebind(t, _wrap(chain[-1].meta, st.storage, chain, value))
     return True
 
 
-def _write(t: LazyTensor, new: Node) -> None:
+def _write(t: torch.Tensor, new: Node) -> None:
     """``t`` now holds ``new`` (same shape and dtype): update its storage so that
     every alias sees it."""
-    s = t._lz_storage
-    chain = t._lz_chain
+    st = state(t)
+    s = st.storage
+    chain = st.chain
     if not chain:
         s.base = new
     else:
@@ -524,8 +510,8 @@ def _write(t: LazyTensor, new: Node) -> None:
             cur = _scatter(step, base, cur)
         s.base = cur
     s.version += 1
-    t._lz_value = new
-    t._lz_version = s.version
+    st.value = new
+    st.version = s.version
     if s.base.data is None:
         _register(s)
 
@@ -552,12 +538,13 @@ def _sync(storages, now: bool = False) -> None:
         node.set_data(value, job, kernels)
 
 
-def _cpu_alias(t: LazyTensor) -> torch.Tensor:
+def _cpu_alias(t: torch.Tensor) -> torch.Tensor:
     """A CPU tensor with ``t``'s exact size, stride and offset, sharing device data.
     Read-only: device data is immutable."""
     if t.numel() == 0:  # no data to compute: nothing is synced
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
-    s = t._lz_storage
+    st = state(t)
+    s = st.storage
     _sync((s,), now=True)
     runtime.wait(s.base)
     base = s.base.data
@@ -571,7 +558,7 @@ def _cpu_alias(t: LazyTensor) -> torch.Tensor:
             base = base.as_strided(m.shape, stride)  # differs in size-1 dimensions only
         else:
             base = torch.empty_strided(m.shape, stride, dtype=m.dtype).copy_(base)
-    chain = t._lz_chain
+    chain = st.chain
     if base.storage_offset() and any(step.op in ADDRESSES_STORAGE for step in chain):
         # as_strided counts from the start of the storage, which device data
         # (a view an eager op returned) need not begin at.
@@ -581,7 +568,7 @@ def _cpu_alias(t: LazyTensor) -> torch.Tensor:
     return base
 
 
-def _to_cpu(t: LazyTensor) -> torch.Tensor:
+def _to_cpu(t: torch.Tensor) -> torch.Tensor:
     """A private CPU copy of ``t`` (what ``t.cpu()`` returns), autograd-free."""
     return aten._to_copy.default(_cpu_alias(t))
 
@@ -607,16 +594,17 @@ def kernel_count(tensor: torch.Tensor = None):
     count as the sample metric ``KernelCount``."""
     if tensor is None:
         return runtime.last_kernels
-    if type(tensor) is not LazyTensor:
+    st = state(tensor)
+    if st is None:
         raise TypeError("kernel_count: not a lazy tensor")
-    s = tensor._lz_storage
+    s = st.storage
     _sync((s,))
     return s.base.kernels
 
 
 def sync(tensors: List[torch.Tensor]) -> None:
     """Compute the given lazy tensors now, in one graph."""
-    _sync([t._lz_storage for t in tensors if isinstance(t, LazyTensor)])
+    _sync([st.storage for st in map(state, tensors) if st is not None])
 
 
 # Ops found not to lower (runtime's probe), with the input dtypes they were

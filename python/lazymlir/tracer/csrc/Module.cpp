@@ -5,6 +5,11 @@
 
 #include <torch/extension.h>
 
+namespace lazymlir::device {
+void defineTensor(pybind11::module_& m);
+}
+
 PYBIND11_MODULE(_device, m) {
   m.doc() = "lazymlir's lazy device (C++ on PyTorch's PrivateUse1 key); private";
+  lazymlir::device::defineTensor(m);
 }

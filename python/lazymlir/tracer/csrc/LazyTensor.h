@@ -1,0 +1,114 @@
+// The lazy device's TensorImpl and what the kernels share (lazymlir._device;
+// links libtorch, knows nothing of MLIR).
+
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/utils/pybind.h>
+
+namespace lazymlir::device {
+
+namespace py = pybind11;
+
+constexpr c10::DeviceType kLazy = c10::DeviceType::PrivateUse1;
+
+// tensor.State.copy (unbound): set by install().
+extern PyObject* gCopyState;
+
+struct LazyTensorImpl final : c10::TensorImpl {
+  // A storage of its own with no memory (data_ptr() refuses): is_alias_of is
+  // true for this tensor and its shallow copies only (DDP's reducer asks).
+  LazyTensorImpl(caffe2::TypeMeta dtype, PyObject* state)
+      : c10::TensorImpl(c10::Storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(kLazy, 0)),
+                                     /*allocator=*/nullptr, /*resizable=*/false),
+                        c10::DispatchKeySet{c10::DispatchKey::PrivateUse1, c10::DispatchKey::AutogradPrivateUse1,
+                                            c10::DispatchKey::ADInplaceOrView},
+                        dtype),
+        state_(state) {}
+
+  ~LazyTensorImpl() override { release(); }
+
+  // A new reference to the state (the caller holds the GIL).
+  PyObject* state() const { return state_; }
+
+  void setState(PyObject* state) {  // steals; GIL held
+    PyObject* old = state_;
+    state_ = state;
+    Py_XDECREF(old);
+  }
+
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(const c10::VariableVersion& version,
+                                                              bool allowMetadataChange) const override {
+    return copyWith(c10::VariableVersion(version), allowMetadataChange);
+  }
+
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(c10::VariableVersion&& version,
+                                                              bool allowMetadataChange) const override {
+    return copyWith(std::move(version), allowMetadataChange);
+  }
+
+  void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override {
+    auto* other = dynamic_cast<LazyTensorImpl*>(impl.get());
+    TORCH_CHECK(other != nullptr, "lazymlir: a lazy tensor's data can only be set to another lazy tensor");
+    copy_tensor_metadata(other, this, version_counter(), allow_tensor_metadata_change());
+    py::gil_scoped_acquire gil;
+    setState(copyState(other->state_));
+    refresh_numel();
+    refresh_contiguous();
+  }
+
+ // A new tensor with this one's metadata and a copy of its state.
+  c10::intrusive_ptr<c10::TensorImpl> copyWith(c10::VariableVersion&& version, bool allowMetadataChange) const {
+    PyObject* state;
+    {
+      py::gil_scoped_acquire gil;
+      state = copyState(state_);
+    }
+    auto impl = c10::make_intrusive<LazyTensorImpl>(dtype(), state);
+    copy_tensor_metadata(this, impl.get(), std::move(version), allowMetadataChange);
+    impl->refresh_numel();
+    impl->refresh_contiguous();
+    return impl;
+  }
+
+ private:
+  static PyObject* copyState(PyObject* state) {
+    PyObject* copy = PyObject_CallOneArg(gCopyState, state);
+    if (copy == nullptr) throw py::error_already_set();
+    return copy;
+  }
+
+  // Destroyed on any thread (autograd's device thread too). A thread that
+  // would wait for the GIL while the interpreter shuts down is ended there
+  // (pthread_exit), which a destructor cannot survive: then the state is
+  // left to the dying interpreter.
+  void release() {
+    if (state_ == nullptr) return;
+    if (PyGILState_Check()) {
+      Py_CLEAR(state_);
+      return;
+    }
+    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+    py::gil_scoped_acquire gil;
+    Py_CLEAR(state_);
+  }
+
+  PyObject* state_;
+};
+
+// make(meta, state, dtype): a lazy tensor with meta's sizes, strides, offset
+// and conjugate/negative bits holding ``state`` (stolen).
+at::Tensor make(const at::Tensor& meta, py::object state, std::optional<at::ScalarType> dtype);
+
+// The OpOverload (torch.ops.<ns>.<name>.<overload>) of an operator; borrowed, kept for ever.
+PyObject* opOverload(const c10::OperatorHandle& op);
+
+// An argument as __torch_dispatch__ shows it.
+py::object toPython(const c10::Argument& arg, const c10::IValue& value);
+
+// The fast path (FastPath.cpp): records the op and returns true, or leaves
+// the stack alone and returns false (then tensor.dispatch gets it).
+bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void defineFastPath(py::module_& m);
+
+}  // namespace lazymlir::device
