@@ -18,6 +18,7 @@
 
 #include <cstring>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace lazymlir::device {
@@ -241,32 +242,28 @@ py::object valueOf(PyObject* state) {
   return py::reinterpret_steal<py::object>(v);
 }
 
+// A new object of a __slots__ class, its slots set from (offset, value).
+py::object newSlotted(PyTypeObject* type, std::initializer_list<std::pair<Py_ssize_t, PyObject*>> slots) {
+  PyObject* obj = type->tp_alloc(type, 0);
+  if (obj == nullptr) throw py::error_already_set();
+  for (const auto& [offset, value] : slots) setSlot(obj, offset, value);
+  return py::reinterpret_steal<py::object>(obj);
+}
+
 py::object newNode(PyObject* op, PyObject* args, PyObject* kwargs, PyObject* inputs, PyObject* sig,
                    PyObject* meta) {
-  PyObject* node = gPy.nodeType->tp_alloc(gPy.nodeType, 0);
-  if (node == nullptr) throw py::error_already_set();
-  setSlot(node, gPy.node.op, op);
-  setSlot(node, gPy.node.args, args);
-  setSlot(node, gPy.node.kwargs, kwargs);
-  setSlot(node, gPy.node.inputs, inputs);
-  setSlot(node, gPy.node.sig, sig);
-  setSlot(node, gPy.node.meta, meta);
-  setSlot(node, gPy.node.data, Py_None);
-  setSlot(node, gPy.node.job, Py_None);
-  setSlot(node, gPy.node.kernels, Py_None);
-  return py::reinterpret_steal<py::object>(node);
+  const auto& n = gPy.node;
+  return newSlotted(gPy.nodeType, {{n.op, op}, {n.args, args}, {n.kwargs, kwargs}, {n.inputs, inputs},
+                                   {n.sig, sig}, {n.meta, meta}, {n.data, Py_None}, {n.job, Py_None},
+                                   {n.kernels, Py_None}});
 }
 
 // A lazy tensor holding a new State.
 at::Tensor newTensor(PyObject* meta, PyObject* storage, PyObject* chain, PyObject* value, PyObject* version) {
-  PyObject* state = gPy.stateType->tp_alloc(gPy.stateType, 0);
-  if (state == nullptr) throw py::error_already_set();
-  setSlot(state, gPy.state.meta, meta);
-  setSlot(state, gPy.state.storage, storage);
-  setSlot(state, gPy.state.chain, chain);
-  setSlot(state, gPy.state.value, value);
-  setSlot(state, gPy.state.version, version);
-  return make(THPVariable_Unpack(meta), py::reinterpret_steal<py::object>(state), std::nullopt);
+  const auto& s = gPy.state;
+  py::object state = newSlotted(gPy.stateType, {{s.meta, meta}, {s.storage, storage}, {s.chain, chain},
+                                                {s.value, value}, {s.version, version}});
+  return make(THPVariable_Unpack(meta), std::move(state), std::nullopt);
 }
 
 }  // namespace
