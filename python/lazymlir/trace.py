@@ -17,6 +17,8 @@ from typing import List, NamedTuple, Sequence
 
 import torch
 
+from . import _device
+
 aten = torch.ops.aten
 
 
@@ -275,60 +277,13 @@ def _lifting(n: Node):
 
 def collect(outputs: Sequence[Node], options: tuple = ()) -> Graph:
     """Walk back from ``outputs`` to device data, in a deterministic order, and
-    build the cache key on the way: one tuple entry per node."""
-    index = {}
-    entries = []
-    inputs = []
-    nodes = []
-    scalars = []
-    lifted = {}
-    input_perms = []
-    for out in outputs:
-        if out in index:
-            continue
-        stack = [out]
-        while stack:
-            n = stack[-1]
-            if n in index:
-                stack.pop()
-                continue
-            if n.data is not None:
-                index[n] = len(entries)
-                d = n.data
-                if d.is_contiguous():
-                    entries.append((d.shape, d.dtype))
-                    input_perms.append(None)
-                else:  # dense (Node.leaf): passed as is, permuted
-                    perm = dense_perm(d.shape, d.stride())
-                    entries.append((d.shape, d.dtype, perm))
-                    input_perms.append(perm)
-                inputs.append(n)
-                stack.pop()
-                continue
-            missing = [i for i in n.inputs if i not in index]
-            if missing:
-                missing.reverse()
-                stack.extend(missing)
-                continue
-            stack.pop()
-            index[n] = len(entries)
-            sig = n.sig
-            if sig[0] in _LIFT:
-                lift = _lifting(n)
-                if lift is not None:
-                    positions, values, sig = lift
-                    lifted[n] = (len(scalars), positions)
-                    dtype = n.meta.dtype
-                    scalars.extend([(v, dtype) for v in values])
-            entries.append((sig, tuple([index[i] for i in n.inputs])))
-            nodes.append(n)
-    output_perms = []
-    for o in outputs:
-        m = o.meta
-        perm = None if m.is_contiguous() else dense_perm(m.shape, m.stride())
-        output_perms.append(perm)
-    key = (tuple(entries), tuple([index[o] for o in outputs]), tuple(output_perms), options)
-    return Graph(key, inputs, nodes, list(outputs), scalars, lifted, input_perms, output_perms)
+    build the cache key on the way: one tuple entry per node, ``(signature,
+    input positions)`` (lifted floats blanked in the signature and listed in
+    ``Graph.scalars``), ``(shape, dtype[, perm])`` for device data; then the
+    outputs' positions and permutations, and ``options``.  C++
+    (``tracer/csrc/FastPath.cpp``): a barrier runs it over every node of the
+    step."""
+    return _device.collect(outputs, options)
 
 
 def graph_hash(key: tuple) -> str:
