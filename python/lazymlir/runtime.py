@@ -8,6 +8,7 @@ the caller goes on tracing (``LAZYMLIR_ASYNC=0``: in the caller); barriers wait
 for the job that writes what they read, ``wait_device_ops`` for all of them.
 """
 
+import copy
 import _thread
 import atexit
 import collections
@@ -15,6 +16,7 @@ import math
 import operator
 import threading
 import time
+import traceback
 from typing import List, Sequence
 
 import torch
@@ -247,6 +249,7 @@ class _Job:
         try:
             _run_job(*args, background=background)
         except BaseException as e:
+            _drop_frames(e)
             self._error = e
         del args
         self.entry = None  # only unfinished jobs need it (_running)
@@ -384,7 +387,39 @@ def wait(node: trace.Node) -> None:
     root = e.__cause__ if isinstance(e, DependencyError) else e
     if root in _unreported:
         _unreported.remove(root)
-    raise e
+    _reraise(e)
+
+
+def _drop_frames(e: BaseException) -> None:
+    """A job's error (and its causes) without traceback objects, their text
+    kept as a note. The job keeps the error for every waiter, and the job is
+    reached from lazy tensors' trace state, which C++ holds out of the cyclic
+    GC's sight: frames (the compiled graph and buffers in their locals, and,
+    when a waiting thread ran the job, through f_back the waiter's frames
+    holding lazy tensors) hanging off it would form cycles never collected."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if e.__traceback__ is not None:
+            e.add_note("lazymlir: raised while running a graph, at:\n"
+                       + "".join(traceback.format_tb(e.__traceback__)).rstrip())
+            e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+
+
+def _reraise(e: BaseException):
+    """Raise a job's error here. A copy is raised where one can be made (same
+    type, arguments, notes and cause): the frames this raise passes through
+    (holding lazy tensors, whose trace state reaches the job and its error
+    through C++, where the cyclic GC cannot see) then never hang off the
+    error the job keeps (see _drop_frames)."""
+    try:
+        copied = copy.copy(e)
+    except Exception:
+        copied = None
+    if type(copied) is not type(e):
+        raise e
+    raise copied from e.__cause__
 
 
 def wait_device_ops() -> None:
@@ -396,5 +431,5 @@ def wait_device_ops() -> None:
     if _unreported:
         first = _unreported[0]
         _unreported.clear()
-        raise first
+        _reraise(first)
 

@@ -4,6 +4,8 @@ staying flat over many steps."""
 
 import copy
 import gc
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -258,6 +260,32 @@ def test_error_raised_by_item_after_mark_step(native, monkeypatch):
     with pytest.raises(RuntimeError, match="boom"):
         loss.item()
     lazymlir.wait_device_ops()  # already reported by item()
+
+
+def test_a_failed_step_leaves_nothing_alive_at_exit():
+    """A graph that failed on the worker: its error is kept by its job (every
+    later read raises it), without the frames' locals (the compiled graph),
+    and what a read raises is a copy, so the frames it passes through (lazy
+    tensors, whose trace state reaches the job through C++, out of the
+    cyclic GC's sight) never hang off the job. Before, the compiled graph
+    outlived the interpreter (nanobind reported it leaked at exit)."""
+    code = (
+        "import torch, lazymlir, pytest\n"
+        "from lazymlir import runtime\n"
+        "def broken(self, inputs, outs, background):\n"
+        "    raise RuntimeError('boom')\n"
+        "runtime._Compiled.run_into = broken\n"
+        "loss = torch.randn(8).to('lazy').exp().sum()\n"
+        "lazymlir.mark_step()\n"
+        "with pytest.raises(RuntimeError, match='boom'):\n"
+        "    loss.item()\n"
+        "with pytest.raises(RuntimeError, match='boom'):\n"
+        "    loss.item()  # every read raises\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    assert "leaked" not in out.stderr, out.stderr[-2000:]
 
 
 def test_synchronous_mode(native):

@@ -10,13 +10,9 @@
 // is kept here, "not here" included; everything else goes to tensor.dispatch.
 // ops.forget_handler forgets it all (a new eager mark, config.force_fallback).
 
-#include "LazyTensor.h"
+#include "PySlots.h"
 
-#include <torch/csrc/DynamicTypes.h>
-#include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
-
-#include <structmember.h>  // PyMemberDef: where a __slots__ attribute lives
 
 #include <cstring>
 #include <unordered_map>
@@ -24,56 +20,10 @@
 #include <vector>
 
 namespace lazymlir::device {
+
+Python gPy;
+
 namespace {
-
-// Where a __slots__ attribute of a Python class lives in its objects.
-Py_ssize_t slotOffset(const py::object& type, const char* name) {
-  py::object descr = type.attr(name);
-  TORCH_CHECK(Py_IS_TYPE(descr.ptr(), &PyMemberDescr_Type), "lazymlir: ", name, " is not a slot");
-  return reinterpret_cast<PyMemberDescrObject*>(descr.ptr())->d_member->offset;
-}
-
-PyObject*& slot(PyObject* obj, Py_ssize_t offset) {
-  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
-}
-
-// Stores a new reference to value in a slot, dropping what it held.
-void setSlot(PyObject* obj, Py_ssize_t offset, PyObject* value) {
-  Py_INCREF(value);
-  PyObject* old = slot(obj, offset);
-  slot(obj, offset) = value;
-  Py_XDECREF(old);
-}
-
-enum Kind : int { kFunctional = 0, kView = 1, kInplace = 2 };
-
-struct Python {
-  PyTypeObject* nodeType = nullptr;
-  PyTypeObject* stateType = nullptr;
-  PyObject* storageType = nullptr;
-  PyObject* stateValue = nullptr;  // tensor._state_value(state)
-  PyObject* registerPending = nullptr;  // tensor._register(storage)
-  PyObject* info = nullptr;        // ops.fast_info(func) -> (kind, name, lifted, recorded op) or None
-  PyObject* meta = nullptr;        // ops.fast_meta(func, args, kwargs) -> meta / ViewStep or None
-  PyObject* blank = nullptr;       // trace.BLANK
-  PyObject* f = nullptr;           // "f", "b": trace.freeze()'s tags
-  PyObject* b = nullptr;
-  PyObject* zero = nullptr;
-  PyObject* one = nullptr;
-  PyObject* emptyTuple = nullptr;
-  struct {
-    Py_ssize_t op, args, kwargs, inputs, sig, meta, data, job, kernels;
-  } node{};
-  struct {
-    Py_ssize_t meta, storage, chain, value, version;
-  } state{};
-  struct {
-    Py_ssize_t base, version;
-  } storage{};
-  struct {
-    Py_ssize_t rest, kwargs, meta, sig;  // ViewStep's fields (a NamedTuple: indices)
-  } step{1, 2, 3, 4};
-} gPy;
 
 struct FastOp {
   bool known = false;
@@ -398,7 +348,9 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   py::tuple sig = py::make_tuple(name, frozen, frozenKwargs);
-  py::object node = newNode(recorded.ptr(), nodeArgs.ptr(), nodeKwargs.ptr(), inputs.ptr(), sig.ptr(), meta);
+  // Nodes never change their kwargs: those without any share one empty dict.
+  PyObject* kw = kwargs.empty() ? gPy.emptyDict : nodeKwargs.ptr();
+  py::object node = newNode(recorded.ptr(), nodeArgs.ptr(), kw, inputs.ptr(), sig.ptr(), meta);
 
   if (kind == kInplace) {
     // tensor._write on a tensor that is no view: the storage's base is the
@@ -420,128 +372,21 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return true;
   }
 
-  PyObject* storage = PyObject_CallFunctionObjArgs(gPy.storageType, node.ptr(), meta, nullptr);
-  if (storage == nullptr) throw py::error_already_set();
-  py::object storageRef = py::reinterpret_steal<py::object>(storage);
+  // tensor.Storage(node, meta): version 0, never registered, then pending.
+  const auto& st = gPy.storage;
+  py::object storageRef = newSlotted(gPy.storageType, {{st.base, node.ptr()}, {st.version, gPy.zero},
+                                                       {st.meta, meta}, {st.step, gPy.minusOne}});
+  PyObject* storage = storageRef.ptr();
+  PyObject* done = PyObject_CallOneArg(gPy.registerPending, storage);
+  if (done == nullptr) throw py::error_already_set();
+  Py_DECREF(done);
   at::Tensor out = newTensor(meta, storage, gPy.emptyTuple, node.ptr(), gPy.zero);
   torch::jit::drop(*stack, n);
   torch::jit::push(stack, std::move(out));
   return true;
 }
 
-// ---------------------------------------------------------------------------
-// trace.collect: the graph a barrier needs, walked back from its outputs to
-// device data in a deterministic order, and its cache key (one entry per
-// node). What the Python version did, without a Python frame per node.
-
 namespace {
-
-struct Collect {
-  PyObject* graphType = nullptr;  // trace.Graph
-  PyObject* densePerm = nullptr;  // trace.dense_perm(shape, stride)
-  PyObject* lifting = nullptr;    // trace._lifting(node)
-  PyObject* lift = nullptr;       // trace._LIFT: the ops whose floats may be lifted
-} gCollect;
-
-py::object call(PyObject* f, std::initializer_list<py::handle> args) {
-  py::tuple t(args.size());
-  size_t i = 0;
-  for (auto a : args) t[i++] = py::reinterpret_borrow<py::object>(a);
-  PyObject* r = PyObject_Call(f, t.ptr(), nullptr);
-  if (r == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::object>(r);
-}
-
-py::object sizeOf(const at::Tensor& t) {
-  py::tuple dims(t.dim());
-  for (int64_t i = 0; i < t.dim(); ++i) dims[i] = py::int_(t.size(i));
-  return call(reinterpret_cast<PyObject*>(&THPSizeType), {dims});
-}
-
-py::object dtypeOf(const at::Tensor& t) {
-  return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type())));
-}
-
-// None for a contiguous layout, else trace.dense_perm of it.
-py::object permOf(const at::Tensor& t) {
-  if (t.is_contiguous()) return py::none();
-  return call(gCollect.densePerm, {sizeOf(t), py::cast(t.strides().vec())});
-}
-
-py::object collect(py::sequence outputs, py::object options) {
-  TORCH_CHECK(gCollect.graphType != nullptr, "lazymlir: the tracer is not installed (import lazymlir)");
-  std::unordered_map<PyObject*, Py_ssize_t> index;
-  py::list entries, inputs, nodes, scalars, inputPerms;
-  py::dict lifted;
-  std::vector<PyObject*> stack;
-  for (py::handle out : outputs) {
-    if (index.count(out.ptr())) continue;
-    stack.push_back(out.ptr());
-    while (!stack.empty()) {
-      PyObject* n = stack.back();
-      if (index.count(n)) {
-        stack.pop_back();
-        continue;
-      }
-      PyObject* data = slot(n, gPy.node.data);
-      if (data != Py_None) {  // device data: a graph input
-        index[n] = static_cast<Py_ssize_t>(entries.size());
-        const at::Tensor& d = THPVariable_Unpack(data);
-        py::object perm = permOf(d);
-        if (perm.is_none())
-          entries.append(py::make_tuple(sizeOf(d), dtypeOf(d)));
-        else
-          entries.append(py::make_tuple(sizeOf(d), dtypeOf(d), perm));
-        inputPerms.append(perm);
-        inputs.append(n);
-        stack.pop_back();
-        continue;
-      }
-      PyObject* ins = slot(n, gPy.node.inputs);
-      const size_t before = stack.size();
-      for (Py_ssize_t i = PyTuple_GET_SIZE(ins) - 1; i >= 0; --i)
-        if (!index.count(PyTuple_GET_ITEM(ins, i))) stack.push_back(PyTuple_GET_ITEM(ins, i));
-      if (stack.size() != before) continue;  // its inputs first, the first one on top
-      stack.pop_back();
-      index[n] = static_cast<Py_ssize_t>(entries.size());
-      py::object sig = py::reinterpret_borrow<py::object>(slot(n, gPy.node.sig));
-      int lift = PyDict_Contains(gCollect.lift, PyTuple_GET_ITEM(sig.ptr(), 0));
-      if (lift < 0) throw py::error_already_set();
-      if (lift) {
-        py::object found = call(gCollect.lifting, {n});
-        if (!found.is_none()) {  // (positions, values, lifted signature)
-          py::object positions = found[py::int_(0)];
-          lifted[n] = py::make_tuple(py::int_(scalars.size()), positions);
-          py::object dtype = dtypeOf(THPVariable_Unpack(slot(n, gPy.node.meta)));
-          for (py::handle v : py::reinterpret_borrow<py::tuple>(found[py::int_(1)]))
-            scalars.append(py::make_tuple(v, dtype));
-          sig = found[py::int_(2)];
-        }
-      }
-      py::tuple at(PyTuple_GET_SIZE(ins));
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ins); ++i) at[i] = py::int_(index[PyTuple_GET_ITEM(ins, i)]);
-      entries.append(py::make_tuple(sig, at));
-      nodes.append(n);
-    }
-  }
-  py::list outs(outputs.size()), outputPerms(outputs.size());
-  py::tuple outIndex(outputs.size());
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    py::object o = outputs[i];
-    outs[i] = o;
-    outIndex[i] = py::int_(index[o.ptr()]);
-    outputPerms[i] = permOf(THPVariable_Unpack(slot(o.ptr(), gPy.node.meta)));
-  }
-  py::tuple key = py::make_tuple(py::tuple(entries), outIndex, py::tuple(outputPerms), options);
-  return call(gCollect.graphType, {key, inputs, nodes, outs, scalars, lifted, inputPerms, outputPerms});
-}
-
-void installCollect(py::object graphType, py::object densePerm, py::object lifting, py::object lift) {
-  gCollect.densePerm = densePerm.release().ptr();
-  gCollect.lifting = lifting.release().ptr();
-  gCollect.lift = lift.release().ptr();
-  gCollect.graphType = graphType.release().ptr();
-}
 
 void install(py::object nodeType, py::object storageType, py::object stateType, py::object stateValue,
              py::object registerPending, py::object info, py::object meta, py::object blank) {
@@ -550,10 +395,11 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
               slotOffset(nodeType, "data"),   slotOffset(nodeType, "job"),  slotOffset(nodeType, "kernels")};
   gPy.state = {slotOffset(stateType, "meta"), slotOffset(stateType, "storage"), slotOffset(stateType, "chain"),
                slotOffset(stateType, "value"), slotOffset(stateType, "version")};
-  gPy.storage = {slotOffset(storageType, "base"), slotOffset(storageType, "version")};
+  gPy.storage = {slotOffset(storageType, "base"), slotOffset(storageType, "version"),
+                 slotOffset(storageType, "meta"), slotOffset(storageType, "step")};
   gPy.nodeType = reinterpret_cast<PyTypeObject*>(nodeType.release().ptr());
   gPy.stateType = reinterpret_cast<PyTypeObject*>(stateType.release().ptr());
-  gPy.storageType = storageType.release().ptr();
+  gPy.storageType = reinterpret_cast<PyTypeObject*>(storageType.release().ptr());
   gPy.stateValue = stateValue.release().ptr();
   gPy.registerPending = registerPending.release().ptr();
   gPy.meta = meta.release().ptr();
@@ -562,7 +408,9 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
   gPy.b = py::str("b").release().ptr();
   gPy.zero = py::int_(0).release().ptr();
   gPy.one = py::int_(1).release().ptr();
+  gPy.minusOne = py::int_(-1).release().ptr();
   gPy.emptyTuple = py::tuple().release().ptr();
+  gPy.emptyDict = py::dict().release().ptr();
   gPy.info = info.release().ptr();  // last: it turns the fast path on
 }
 
@@ -571,10 +419,6 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
 void defineFastPath(py::module_& m) {
   m.def("install_fast", &install, py::arg("node_type"), py::arg("storage_type"), py::arg("state_type"),
         py::arg("state_value"), py::arg("register"), py::arg("fast_info"), py::arg("fast_meta"), py::arg("blank"));
-  m.def("install_collect", &installCollect, py::arg("graph_type"), py::arg("dense_perm"), py::arg("lifting"),
-        py::arg("lift"));
-  m.def("collect", &collect, py::arg("outputs"), py::arg("options") = py::tuple(),
-        "trace.collect: the Graph that computes the nodes `outputs`, with its cache key.");
   m.def("forget_fast", &forget, "The fast path asks Python again about every op (ops.forget_handler).");
 }
 

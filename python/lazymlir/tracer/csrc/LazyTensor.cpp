@@ -283,6 +283,7 @@ void defineTensor(py::module_& m) {
   m.def("make", &make, py::arg("meta"), py::arg("state"), py::arg("dtype") = py::none());
   m.add_object("state", py::reinterpret_steal<py::object>(PyCFunction_New(&stateDef, nullptr)));
   defineFastPath(m);
+  defineCollect(m);
 }
 
 }  // namespace lazymlir::device

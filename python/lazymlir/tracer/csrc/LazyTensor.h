@@ -110,5 +110,6 @@ py::object toPython(const c10::Argument& arg, const c10::IValue& value);
 // the stack alone and returns false (then tensor.dispatch gets it).
 bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void defineFastPath(py::module_& m);
+void defineCollect(py::module_& m);  // Collect.cpp: trace.collect
 
 }  // namespace lazymlir::device
