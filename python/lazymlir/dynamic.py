@@ -73,11 +73,12 @@ _marks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # leaf Node -
 def _leaf_of(t, what: str):
     from .tracer.tensor import state
 
-    if state(t) is None:
+    st = state(t)
+    if st is None:
         raise TypeError(f"lazymlir.{what}: not a lazy tensor")
-    if state(t).chain:
+    if st.chain:
         raise ValueError(f"lazymlir.{what}: the tensor is a view; mark the tensor it views")
-    return state(t).storage.base
+    return st.storage.base
 
 
 def _mark(t, dims, value: bool, what: str) -> None:

@@ -14,7 +14,7 @@ from .tensor import (
     signature, ViewStep,
     _CPU, _cpu_alias, _eager_dtypes, _fresh, _from_cpu, _handler_of, _intern, _intern_like, LAZY,
     _META, _oid, _op_names, _op_node, forget_handler, _rebind, _resize_out, set_classifier, set_handler,
-    state, _state_value, _storage_view, _TENSOR_DATA, _value, _view_node, _wrap, _write, _zeros_node,
+    state, _state_value, _storage_view, _value, _view_node, _wrap, _write, _zeros_node,
 )
 from .meta import _convert_all, _FAILED, _FLOAT, _infer, _meta_cache, _meta_sig
 from .fallback import _eager, _make_eager, _zero_size
@@ -96,7 +96,7 @@ def fast_info(func):
     the functional variant), else None (every call of it comes here). name:
     the recorded op's name in signatures; lifted: trace.LIFTED_OPS (its
     float constants are not in the metadata key)."""
-    handler = _handler_of(id(func)) or _handler_for(func)
+    handler = _handler(func)
     if handler is _functional:
         recorded, kind = func, 0
     elif handler is _view and func is not aten.as_strided.default and func not in _eager_dtypes:
@@ -115,7 +115,7 @@ def fast_meta(func, args, kwargs):
     plain case: the output meta of a functional op with one new tensor, the
     ViewStep of a view, the output meta of an in-place op that needs no
     cast; else None (then the call comes here)."""
-    handler = _handler_of(id(func)) or _handler_for(func)
+    handler = _handler(func)
     if handler is _view:
         step = _view_step(func, state(args[0]), tuple(args[1:]), kwargs)
         return None if step is _FAILED else step
@@ -207,7 +207,7 @@ def _inplace_view(view):
         v = _view(view, args, kwargs)
         if state(v) is None or state(v).storage is not state(self).storage:
             raise NotImplementedError(f"lazymlir: {func} on this tensor is not supported yet")
-        _TENSOR_DATA.__set__(self, v)  # swaps the TensorImpl metadata and State, keeps autograd state
+        _rebind(self, v)
         return self
 
     return handler
@@ -249,6 +249,14 @@ def _cast(node: Node, dtype) -> Node:
     return Node(aten._to_copy.default, args, kwargs, (node,), sig, meta)
 
 
+def _write_as(t, node: Node) -> None:
+    """``t`` now holds ``node``, cast to ``t``'s dtype where it differs
+    (in-place and out= ops write results of the dtype they promote to)."""
+    if node.meta.dtype != t.dtype:
+        node = _cast(node, t.dtype)
+    _write(t, node)
+
+
 def _inplace(functional):
     """x.op_(...) records op(x, ...) and writes the result back into x's storage."""
 
@@ -261,10 +269,7 @@ def _inplace(functional):
         hit = _inplace_hit(functional, st.meta, frozen, keys, meta_args, meta_kwargs)
         if hit is _FAILED or not hit[1]:
             return _eager(func, args, kwargs)  # eager raises its own error, or copes
-        node = Node(functional, node_args, node_kwargs, inputs, (_oid(functional),) + frozen, hit[0])
-        if node.meta.dtype != self.dtype:
-            node = _cast(node, self.dtype)
-        _write(self, node)
+        _write_as(self, Node(functional, node_args, node_kwargs, inputs, (_oid(functional),) + frozen, hit[0]))
         return self
 
     handler.functional = functional  # the fast path records it too (fast_info)
@@ -320,12 +325,14 @@ def _out_variant(func):
 _KEEPS_OUT_SHAPE = {"aten::arange", "aten::range", "aten::linspace", "aten::logspace"}
 
 
+def _handler(op):
+    """``op``'s handler (classified on first use)."""
+    return _handler_of(id(op)) or _handler_for(op)
+
+
 def _call(op, args, kwargs):
     """``op``'s handler on lazy arguments, as a dispatch below autograd would."""
-    handler = _handler_of(id(op))
-    if handler is None:
-        handler = _handler_for(op)
-    return handler(op, args, kwargs)
+    return _handler(op)(op, args, kwargs)
 
 
 def _out(functional, extra, keeps_shape=False):
@@ -361,10 +368,7 @@ def _out(functional, extra, keeps_shape=False):
                     result = _fresh(node, node.meta)
                 _rebind(out, result)
                 return out
-        node = _value(result)
-        if node.meta.dtype != out.dtype:
-            node = _cast(node, out.dtype)
-        _write(out, node)
+        _write_as(out, _value(result))
         return out
 
     return handler
@@ -380,10 +384,7 @@ def _list_out(func, functional, args, kwargs, outs):
             state(r) is None or r.shape != o.shape for r, o in zip(results, outs)):
         return _eager(func, args, kwargs)
     for r, o in zip(results, outs):
-        node = _value(r)
-        if node.meta.dtype != o.dtype:
-            node = _cast(node, o.dtype)
-        _write(o, node)
+        _write_as(o, _value(r))
     return None
 
 
@@ -412,17 +413,19 @@ def _copy_(func, args, kwargs):
 def _to_copy(func, args, kwargs):
     target = kwargs.get("device")
     if target is not None and target.type != "lazy":
-        cpu_kwargs = dict(kwargs)
-        cpu_kwargs["device"] = _CPU
-        out = aten._to_copy.default(_cpu_alias(args[0]), **cpu_kwargs)
+        out = aten._to_copy.default(_cpu_alias(args[0]), **dict(kwargs, device=_CPU))
         return out if target.type == "cpu" else out.to(target)
-    if target is not None and target.index not in (None, 0):
-        raise RuntimeError(f"lazymlir has a single lazy device, index 0 (got {target})")
+    _check_device(target)
     if state(args[0]) is None:  # onto the lazy device: its copy is device data, nothing to record
-        cpu_kwargs = dict(kwargs)
-        cpu_kwargs["device"] = _CPU
-        return _from_cpu(aten._to_copy.default(args[0], **cpu_kwargs))
+        return _from_cpu(aten._to_copy.default(args[0], **dict(kwargs, device=_CPU)))
     return _functional(func, args, kwargs)
+
+
+def _check_device(device) -> None:
+    """Refuse a lazy device index other than 0 (``lazy:1``), as the device
+    guard does: there is one lazy device."""
+    if device is not None and device.index not in (None, 0):
+        raise RuntimeError(f"lazymlir has a single lazy device, index 0 (got {device})")
 
 
 def _batch_norm(func, args, kwargs):

@@ -11,7 +11,7 @@ from .. import _device
 from .. import trace
 from ..trace import BLANK, Node
 from .tensor import dispatch, LazyTensor, _register, State, state, _state_value, Storage, StorageHandle, _to_cpu
-from .ops import _copy_, _empty, _empty_strided, fast_info, fast_meta, _functional, _SPECIAL
+from .ops import _check_device, _copy_, _empty, _empty_strided, fast_info, fast_meta, _functional, _SPECIAL
 
 aten = torch.ops.aten
 
@@ -28,13 +28,10 @@ def _copy_from(func, args, kwargs):
 
 
 def _one_device(handler):
-    """``handler`` refusing a lazy device index other than 0 (``lazy:1``), as
-    the device guard does: there is one lazy device."""
+    """``handler`` refusing a lazy device index other than 0 (``lazy:1``)."""
 
     def checked(func, args, kwargs):
-        device = kwargs.get("device")
-        if device is not None and device.index not in (None, 0):
-            raise RuntimeError(f"lazymlir has a single lazy device, index 0 (got {device})")
+        _check_device(kwargs.get("device"))
         return handler(func, args, kwargs)
 
     return checked

@@ -234,14 +234,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& formals = schema.arguments();
   const size_t n = formals.size();
   c10::IValue* arguments = stack->data() + stack->size() - n;
-  auto isDefault = [&](size_t i) {
-    const auto& d = formals[i].default_value();
-    return d.has_value() && *d == arguments[i];
-  };
-  size_t kwargStart = n;
-  while (kwargStart > 0 && formals[kwargStart - 1].kwarg_only()) --kwargStart;
-  size_t positional = kwargStart;
-  while (positional > 0 && isDefault(positional - 1)) --positional;
+  const CallShape shape = callShape(schema, arguments);
 
   // The arguments as tensor.dispatch would get them: positional ones, then
   // keyword-only ones that differ from their defaults.
@@ -251,9 +244,9 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   key.reserve(2 + 2 * n);
   key.push_back(reinterpret_cast<int64_t>(&schema));
   for (size_t i = 0; i < n; ++i) {
-    if (i >= positional && i < kwargStart) continue;
-    if (i >= kwargStart) {
-      if (isDefault(i)) continue;
+    if (i >= shape.positional && i < shape.kwargStart) continue;
+    if (i >= shape.kwargStart) {
+      if (isDefault(formals[i], arguments[i])) continue;
       if (kind == kView) return false;
       key.push_back(7);
       key.push_back(static_cast<int64_t>(i));
@@ -270,19 +263,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto found = gAnswers.find(key);
   if (found == gAnswers.end()) {
     // First time: ops.fast_meta infers (or finds) the output metadata.
-    py::tuple pyArgs(args.size() - kwargs.size());
-    py::dict pyKwargs;
-    size_t k = 0, p = 0;
-    for (size_t i = 0; i < args.size(); ++i) {
-      const size_t index = static_cast<size_t>(args[i].formal - formals.data());
-      py::object v = toPython(*args[i].formal, arguments[index]);
-      if (k < kwargs.size() && kwargs[k] == i) {
-        pyKwargs[py::str(args[i].formal->name())] = v;
-        ++k;
-      } else {
-        pyArgs[p++] = v;
-      }
-    }
+    auto [pyArgs, pyKwargs] = toPythonCall(schema, arguments);
     PyObject* answer =
         PyObject_CallFunctionObjArgs(gPy.meta, opOverload(op), pyArgs.ptr(), pyKwargs.ptr(), nullptr);
     if (answer == nullptr) throw py::error_already_set();

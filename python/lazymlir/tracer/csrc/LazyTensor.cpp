@@ -120,29 +120,32 @@ py::object toPython(const c10::Argument& arg, const c10::IValue& value) {
   return torch::jit::toPyObject(value);
 }
 
-namespace {
+bool isDefault(const c10::Argument& formal, const c10::IValue& value) {
+  const auto& d = formal.default_value();
+  return d.has_value() && *d == value;
+}
 
-// (args, kwargs) of a call, as __torch_dispatch__ gets them: positional
-// arguments up to the last one that differs from its default, keyword-only
-// ones by name when they differ from their defaults.
-std::pair<py::tuple, py::dict> toPythonCall(const c10::FunctionSchema& schema,
-                                            const std::vector<c10::IValue>& arguments) {
+CallShape callShape(const c10::FunctionSchema& schema, const c10::IValue* arguments) {
   const auto& formals = schema.arguments();
-  size_t kwargStart = arguments.size();
+  size_t kwargStart = formals.size();
   while (kwargStart > 0 && formals[kwargStart - 1].kwarg_only()) --kwargStart;
-  auto isDefault = [&](size_t i) {
-    const auto& d = formals[i].default_value();
-    return d.has_value() && *d == arguments[i];
-  };
   size_t positional = kwargStart;
-  while (positional > 0 && isDefault(positional - 1)) --positional;
-  py::tuple args(positional);
-  for (size_t i = 0; i < positional; ++i) args[i] = toPython(formals[i], arguments[i]);
+  while (positional > 0 && isDefault(formals[positional - 1], arguments[positional - 1])) --positional;
+  return {positional, kwargStart};
+}
+
+std::pair<py::tuple, py::dict> toPythonCall(const c10::FunctionSchema& schema, const c10::IValue* arguments) {
+  const auto& formals = schema.arguments();
+  const CallShape shape = callShape(schema, arguments);
+  py::tuple args(shape.positional);
+  for (size_t i = 0; i < shape.positional; ++i) args[i] = toPython(formals[i], arguments[i]);
   py::dict kwargs;
-  for (size_t i = kwargStart; i < arguments.size(); ++i)
-    if (!isDefault(i)) kwargs[py::str(formals[i].name())] = toPython(formals[i], arguments[i]);
+  for (size_t i = shape.kwargStart; i < formals.size(); ++i)
+    if (!isDefault(formals[i], arguments[i])) kwargs[py::str(formals[i].name())] = toPython(formals[i], arguments[i]);
   return {std::move(args), std::move(kwargs)};
 }
+
+namespace {
 
 void pushResults(const c10::OperatorHandle& op, torch::jit::Stack* stack, const py::object& out) {
   const auto& returns = op.schema().returns();
@@ -166,7 +169,7 @@ void lazyKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (tryFast(op, stack)) return;
   const auto& schema = op.schema();
   auto arguments = torch::jit::pop(*stack, schema.arguments().size());
-  auto [args, kwargs] = toPythonCall(schema, arguments);
+  auto [args, kwargs] = toPythonCall(schema, arguments.data());
   PyObject* func = opOverload(op);
   PyObject* callArgs[] = {func, args.ptr(), kwargs.ptr()};
   PyObject* out = PyObject_Vectorcall(gDispatch, callArgs, 3, nullptr);

@@ -28,7 +28,7 @@ struct LazyTensorImpl final : c10::TensorImpl {
 
   ~LazyTensorImpl() override { release(); }
 
-  // A new reference to the state (the caller holds the GIL).
+  // The state, borrowed: the tensor holds it (the caller holds the GIL).
   PyObject* state() const { return state_; }
 
   void setState(PyObject* state) {  // steals; GIL held
@@ -105,6 +105,20 @@ PyObject* opOverload(const c10::OperatorHandle& op);
 
 // An argument as __torch_dispatch__ shows it.
 py::object toPython(const c10::Argument& arg, const c10::IValue& value);
+
+bool isDefault(const c10::Argument& formal, const c10::IValue& value);
+
+// The arguments of a call that Python sees (``arguments``: one per formal):
+// the positional ones before ``positional`` (the last that differs from its
+// default ends them), the keyword-only ones from ``kwargStart`` on that
+// differ from their defaults.
+struct CallShape {
+  size_t positional, kwargStart;
+};
+CallShape callShape(const c10::FunctionSchema& schema, const c10::IValue* arguments);
+
+// (args, kwargs) of a call, as __torch_dispatch__ gets them.
+std::pair<py::tuple, py::dict> toPythonCall(const c10::FunctionSchema& schema, const c10::IValue* arguments);
 
 // The fast path (FastPath.cpp): records the op and returns true, or leaves
 // the stack alone and returns false (then tensor.dispatch gets it).
