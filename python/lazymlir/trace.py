@@ -66,6 +66,14 @@ def inverse_perm(perm):
     return inv
 
 
+# The trace (Node, tensor.Storage, tensor.State) is hidden from Python's cyclic
+# GC: it never forms a cycle (nodes only reference older nodes; nothing they
+# hold leads back to them or to a lazy tensor), and every collection would
+# walk a long trace (a 2000-op chain cost more in collections than in
+# recording).
+_untrack = _device.untrack
+
+
 class Node:
     # __weakref__: lazymlir.dynamic's marks on device data (no per-op cost).
     __slots__ = ("op", "args", "kwargs", "inputs", "sig", "meta", "data", "job", "kernels", "__weakref__")
@@ -80,6 +88,7 @@ class Node:
         self.data = None  # CPU tensor once computed (or being computed: see job)
         self.job = None  # the job (runtime._Job) writing data, until known done
         self.kernels = None  # kernel count of the compiled graph that computed data
+        _untrack(self)
 
     @staticmethod
     def leaf(tensor: torch.Tensor) -> "Node":

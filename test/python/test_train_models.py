@@ -288,6 +288,60 @@ def test_a_failed_step_leaves_nothing_alive_at_exit():
     assert "leaked" not in out.stderr, out.stderr[-2000:]
 
 
+def _trace_nodes(tensors):
+    """Every trace node reachable from the lazy tensors ``tensors``."""
+    seen, todo = {}, []
+    for t in tensors:
+        st = state(t)
+        if st is not None:
+            todo += [st.value, st.storage.base]
+    while todo:
+        n = todo.pop()
+        if id(n) not in seen:
+            seen[id(n)] = n
+            todo += [i for i in n.inputs or ()]
+    return list(seen.values())
+
+
+def test_the_trace_is_freed_by_reference_counting(native):
+    """The trace (nodes, storages, states and their tuples) is hidden from
+    Python's cyclic GC, which a long trace made walk it over and over (a
+    2000-op chain cost more in collections than in recording): so nothing
+    in it may form a cycle. A GPT-style LM trained with AdamW (foreach),
+    its LM head tied to the embedding, writes through views: once the
+    program drops its tensors, every node is gone."""
+    import weakref
+
+    torch.manual_seed(0)
+    model, batch, loss_fn = lazymlir.testing.transformer_lm(1, vocab=50, d=32, heads=2, seq=8, batch=2)
+    model = model.to("lazy")
+    model.head.weight = model.tok.weight
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    refs = []
+    for step in range(3):
+        b = batch("lazy")
+        loss = loss_fn(model, b)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        view = b[0][:, :2]
+        view += 1  # a write through a view
+        live = [loss, b[0], view] + list(model.parameters())
+        live += [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+        nodes = _trace_nodes(live)
+        assert nodes and not any(gc.is_tracked(n) for n in nodes)
+        states = [state(t) for t in live if state(t) is not None]
+        assert len(states) > 10 and not any(gc.is_tracked(st) or gc.is_tracked(st.storage) for st in states)
+        refs += [weakref.ref(n) for n in nodes]
+        if step:
+            lazymlir.mark_step()
+    lazymlir.wait_device_ops()
+    del model, opt, b, loss, view, live, nodes, states
+    gc.collect()
+    alive = [r() for r in refs if r() is not None]
+    assert not alive, f"{len(alive)} of {len(refs)} trace nodes outlived their tensors: {alive[:5]}"
+
+
 def test_synchronous_mode(native):
     with lazymlir.config.patch(async_execution=False):
         y = torch.ones(3).to("lazy") * 2
@@ -338,7 +392,7 @@ def test_memory_flat_over_500_steps(native, fresh_cache):
     assert growth < 8, f"RSS grew by {growth:.1f} MB over 450 steps"
     assert cache.stats().entries == 2 and cache.stats().misses == 2
     assert len(lazymlir.tracer.meta._meta_cache) == meta0
-    assert len(lazymlir.tracer.tensor._pending) < 20  # weak refs of the last step only
+    assert lazymlir._device.pending_count() < 20  # weak refs of the last step only
     # Parameters are device data whose graphs were forgotten: nothing chains
     # back through 500 steps.
     for p in model.parameters():

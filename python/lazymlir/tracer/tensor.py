@@ -27,7 +27,7 @@ from typing import Any, List, NamedTuple
 import torch
 
 from .. import _device, metrics, runtime
-from ..trace import ADDRESSES_STORAGE, AS_RESHAPE, dense_perm, freeze, Node, QUANTIZED_REPR
+from ..trace import ADDRESSES_STORAGE, AS_RESHAPE, dense_perm, freeze, Node, QUANTIZED_REPR, _untrack
 
 aten = torch.ops.aten
 
@@ -95,6 +95,7 @@ class Storage:
         self.version = 0
         self.meta = meta  # layout of the base tensor, as eager would have it
         self.step = -1  # the mark_step epoch in which it was last registered pending
+        _untrack(self)
         if base.data is None:
             _register(self)
 
@@ -155,33 +156,10 @@ def _zeros_node(size, dtype, meta) -> Node:
     return _op_node(aten.zeros.default, (list(size),), {"dtype": dtype, "device": _CPU}, meta)
 
 
-# Storages whose value may not be computed yet, in the order they became pending:
-# what mark_step() executes.  The order is the program's, so the same program
-# gives the same graph (and cache key) at every step.  Weak references without
-# callbacks: cheaper than a WeakSet, dead ones are dropped at mark_step.
-_pending: List["weakref.ref[Storage]"] = []
-_epoch = 0
-
-
-_prune_at = 4096
-
-
-def _register(s: Storage) -> None:
-    global _prune_at
-    if s.step != _epoch:
-        s.step = _epoch
-        _pending.append(weakref.ref(s))
-        if len(_pending) > _prune_at:  # a program that never calls mark_step()
-            keep = []
-            for r in _pending:
-                x = r()
-                if x is not None:
-                    if x.base.data is None:
-                        keep.append(r)
-                    else:
-                        x.step = -1  # computed: a later write registers it again
-            _pending[:] = keep
-            _prune_at = max(4096, 2 * len(keep))
+# Storages whose value may not be computed yet, in the order they became
+# pending: what mark_step() executes (C++, FastPath.cpp; the same program gives
+# the same graph at every step).
+_register = _device.register_pending
 
 
 def _no_classifier(func):
@@ -232,6 +210,7 @@ class State:
         self.chain = chain
         self.value = value
         self.version = version
+        _untrack(self)
 
     def copy(self) -> "State":
         return State(self.meta, self.storage, self.chain, self.value, self.version)
@@ -578,11 +557,7 @@ def mark_step() -> None:
     worker: this returns at once on a cache hit), so they hold device data, and
     start the next trace empty."""
     metrics.counter("MarkStep")
-    global _epoch
-    live = [s for s in map(weakref.ref.__call__, _pending) if s is not None]
-    _pending.clear()
-    _epoch += 1
-    _sync(live)
+    _sync(_device.take_pending())
 
 
 def kernel_count(tensor: torch.Tensor = None):

@@ -14,6 +14,7 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 #include <utility>
@@ -156,15 +157,25 @@ bool keyOf(const c10::IValue& v, bool lifted, Arg& arg, std::vector<int64_t>& ke
   return true;
 }
 
+// What the trace holds (nodes, storages, states, their tuples) lives out of
+// the cyclic GC's sight: it never forms a cycle, and a long trace would make
+// every collection walk it (a 2000-op chain paid more in collections than in
+// recording). `obj` is a tuple, list, dict or slotted object.
+template <class T>
+T hidden(T obj) {
+  PyObject_GC_UnTrack(obj.ptr());
+  return obj;
+}
+
 // (node argument, frozen constant) of a constant, as trace.freeze spells it.
 std::pair<py::object, py::object> constant(const c10::IValue& v) {
   if (v.isDouble()) {
     py::object x = py::float_(v.toDouble());
-    return {x, py::make_tuple(py::reinterpret_borrow<py::object>(gPy.f), x)};
+    return {x, hidden(py::make_tuple(py::reinterpret_borrow<py::object>(gPy.f), x))};
   }
   if (v.isBool()) {
     py::object x = py::bool_(v.toBool());
-    return {x, py::make_tuple(py::reinterpret_borrow<py::object>(gPy.b), x)};
+    return {x, hidden(py::make_tuple(py::reinterpret_borrow<py::object>(gPy.b), x))};
   }
   if (v.isInt()) {
     py::object x = py::int_(v.toInt());
@@ -179,7 +190,7 @@ std::pair<py::object, py::object> constant(const c10::IValue& v) {
       x[i] = item;
       frozen[i] = item;
     }
-    return {x, frozen};
+    return {hidden(x), hidden(frozen)};
   }
   return {py::none(), py::none()};
 }
@@ -198,6 +209,7 @@ py::object valueOf(PyObject* state) {
 py::object newSlotted(PyTypeObject* type, std::initializer_list<std::pair<Py_ssize_t, PyObject*>> slots) {
   PyObject* obj = type->tp_alloc(type, 0);
   if (obj == nullptr) throw py::error_already_set();
+  PyObject_GC_UnTrack(obj);  // see untrack()
   for (const auto& [offset, value] : slots) setSlot(obj, offset, value);
   return py::reinterpret_steal<py::object>(obj);
 }
@@ -217,6 +229,94 @@ at::Tensor newTensor(PyObject* meta, PyObject* storage, PyObject* chain, PyObjec
                                                 {s.value, value}, {s.version, version}});
   return make(THPVariable_Unpack(meta), std::move(state), std::nullopt);
 }
+
+// The storages whose value may not be computed yet, in the order they
+// became pending (tensor._register): what mark_step() executes. The order is
+// the program's, so the same program gives the same graph (and cache key) at
+// every step. Weak references without callbacks, hidden from the GC like
+// the storages: they hold nothing.
+struct Pending {
+  std::vector<PyObject*> refs;
+  PyObject* epoch = nullptr;  // a storage's `step` is the epoch it was registered in
+  long long epochValue = 0;
+  size_t pruneAt = 4096;
+} gPending;
+
+PyObject* epochObject() {
+  if (gPending.epoch == nullptr) gPending.epoch = PyLong_FromLongLong(gPending.epochValue);
+  return gPending.epoch;
+}
+
+// Drops the dead and the computed (a later write registers those again): a
+// program that never calls mark_step() keeps the list short.
+void prunePending() {
+  std::vector<PyObject*> keep;
+  for (PyObject* ref : gPending.refs) {
+    PyObject* s = PyWeakref_GET_OBJECT(ref);
+    if (s != Py_None && slot(slot(s, gPy.storage.base), gPy.node.data) == Py_None) {
+      keep.push_back(ref);
+      continue;
+    }
+    if (s != Py_None) setSlot(s, gPy.storage.step, gPy.minusOne);
+    Py_DECREF(ref);
+  }
+  gPending.refs.swap(keep);
+  gPending.pruneAt = std::max<size_t>(4096, 2 * gPending.refs.size());
+}
+
+void registerPending(PyObject* storage) {
+  PyObject* epoch = epochObject();
+  if (epoch == nullptr) throw py::error_already_set();
+  PyObject* step = slot(storage, gPy.storage.step);
+  if (step == epoch || PyLong_AsLongLong(step) == gPending.epochValue) return;
+  PyObject* ref = PyWeakref_NewRef(storage, nullptr);
+  if (ref == nullptr) throw py::error_already_set();
+  PyObject_GC_UnTrack(ref);
+  setSlot(storage, gPy.storage.step, epoch);
+  gPending.refs.push_back(ref);
+  if (gPending.refs.size() > gPending.pruneAt) prunePending();
+}
+
+PyObject* registerPy(PyObject*, PyObject* storage) {
+  try {
+    registerPending(storage);
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+// The live pending storages, in order; the next epoch starts (mark_step).
+PyObject* takePending(PyObject*, PyObject*) {
+  std::vector<PyObject*> refs;
+  refs.swap(gPending.refs);
+  PyObject* live = PyList_New(0);
+  for (PyObject* ref : refs) {
+    PyObject* s = PyWeakref_GET_OBJECT(ref);
+    if (live != nullptr && s != Py_None && PyList_Append(live, s) != 0) Py_CLEAR(live);
+    Py_DECREF(ref);
+  }
+  Py_CLEAR(gPending.epoch);
+  ++gPending.epochValue;
+  return live;
+}
+
+PyObject* pendingCount(PyObject*, PyObject*) { return PyLong_FromSize_t(gPending.refs.size()); }
+
+PyObject* untrack(PyObject*, PyObject* obj) {
+  if (PyObject_IS_GC(obj)) PyObject_GC_UnTrack(obj);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef gMethods[] = {
+    {"register_pending", registerPy, METH_O,
+     "tensor._register: `storage` may hold an uncomputed value; mark_step() computes it."},
+    {"take_pending", takePending, METH_NOARGS, "The live pending storages, in order; a new epoch starts."},
+    {"pending_count", pendingCount, METH_NOARGS, "How many storages are registered pending (live or not)."},
+    {"untrack", untrack, METH_O,
+     "Hides a trace object (Node, Storage, State) from the cyclic GC: the trace never forms a cycle."},
+    {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace
 
@@ -283,15 +383,15 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(rest.ptr()); ++i)
       nodeArgs[i + 1] = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(rest.ptr(), i));
     PyObject* meta = PyTuple_GET_ITEM(step, gPy.step.meta);
-    py::object node = newNode(recorded.ptr(), nodeArgs.ptr(), PyTuple_GET_ITEM(step, gPy.step.kwargs),
-                              py::make_tuple(value).ptr(), PyTuple_GET_ITEM(step, gPy.step.sig), meta);
+    py::object node = newNode(recorded.ptr(), hidden(nodeArgs).ptr(), PyTuple_GET_ITEM(step, gPy.step.kwargs),
+                              hidden(py::make_tuple(value)).ptr(), PyTuple_GET_ITEM(step, gPy.step.sig), meta);
     PyObject* storage = slot(self, gPy.state.storage);
     PyObject* chain = slot(self, gPy.state.chain);
     py::tuple longer(PyTuple_GET_SIZE(chain) + 1);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(chain); ++i)
       longer[i] = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(chain, i));
     longer[PyTuple_GET_SIZE(chain)] = py::reinterpret_borrow<py::object>(step);
-    at::Tensor out = newTensor(meta, storage, longer.ptr(), node.ptr(), slot(storage, gPy.storage.version));
+    at::Tensor out = newTensor(meta, storage, hidden(longer).ptr(), node.ptr(), slot(storage, gPy.storage.version));
     torch::jit::drop(*stack, n);
     torch::jit::push(stack, std::move(out));
     return true;
@@ -322,16 +422,16 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (k < kwargs.size() && kwargs[k] == i) {
       py::str argName(a.formal->name());
       nodeKwargs[argName] = v;
-      frozenKwargs[k++] = py::make_tuple(argName, fz);
+      frozenKwargs[k++] = hidden(py::make_tuple(argName, fz));
     } else {
       nodeArgs[i] = v;
       frozen[i] = fz;
     }
   }
-  py::tuple sig = py::make_tuple(name, frozen, frozenKwargs);
+  py::tuple sig = hidden(py::make_tuple(name, hidden(frozen), hidden(frozenKwargs)));
   // Nodes never change their kwargs: those without any share one empty dict.
-  PyObject* kw = kwargs.empty() ? gPy.emptyDict : nodeKwargs.ptr();
-  py::object node = newNode(recorded.ptr(), nodeArgs.ptr(), kw, inputs.ptr(), sig.ptr(), meta);
+  PyObject* kw = kwargs.empty() ? gPy.emptyDict : hidden(nodeKwargs).ptr();
+  py::object node = newNode(recorded.ptr(), hidden(nodeArgs).ptr(), kw, hidden(inputs).ptr(), sig.ptr(), meta);
 
   if (kind == kInplace) {
     // tensor._write on a tensor that is no view: the storage's base is the
@@ -344,9 +444,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     setSlot(storage, gPy.storage.version, version.ptr());
     setSlot(self, gPy.state.value, node.ptr());
     setSlot(self, gPy.state.version, version.ptr());
-    PyObject* done = PyObject_CallOneArg(gPy.registerPending, storage);
-    if (done == nullptr) throw py::error_already_set();
-    Py_DECREF(done);
+    registerPending(storage);
     at::Tensor out = arguments[0].toTensor();  // in-place: returns self
     torch::jit::drop(*stack, n);
     torch::jit::push(stack, std::move(out));
@@ -358,9 +456,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   py::object storageRef = newSlotted(gPy.storageType, {{st.base, node.ptr()}, {st.version, gPy.zero},
                                                        {st.meta, meta}, {st.step, gPy.minusOne}});
   PyObject* storage = storageRef.ptr();
-  PyObject* done = PyObject_CallOneArg(gPy.registerPending, storage);
-  if (done == nullptr) throw py::error_already_set();
-  Py_DECREF(done);
+  registerPending(storage);
   at::Tensor out = newTensor(meta, storage, gPy.emptyTuple, node.ptr(), gPy.zero);
   torch::jit::drop(*stack, n);
   torch::jit::push(stack, std::move(out));
@@ -370,7 +466,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 namespace {
 
 void install(py::object nodeType, py::object storageType, py::object stateType, py::object stateValue,
-             py::object registerPending, py::object info, py::object meta, py::object blank) {
+             py::object info, py::object meta, py::object blank) {
   gPy.node = {slotOffset(nodeType, "op"),     slotOffset(nodeType, "args"), slotOffset(nodeType, "kwargs"),
               slotOffset(nodeType, "inputs"), slotOffset(nodeType, "sig"),  slotOffset(nodeType, "meta"),
               slotOffset(nodeType, "data"),   slotOffset(nodeType, "job"),  slotOffset(nodeType, "kernels")};
@@ -382,7 +478,6 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
   gPy.stateType = reinterpret_cast<PyTypeObject*>(stateType.release().ptr());
   gPy.storageType = reinterpret_cast<PyTypeObject*>(storageType.release().ptr());
   gPy.stateValue = stateValue.release().ptr();
-  gPy.registerPending = registerPending.release().ptr();
   gPy.meta = meta.release().ptr();
   gPy.blank = blank.release().ptr();
   gPy.f = py::str("f").release().ptr();
@@ -399,7 +494,9 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
 
 void defineFastPath(py::module_& m) {
   m.def("install_fast", &install, py::arg("node_type"), py::arg("storage_type"), py::arg("state_type"),
-        py::arg("state_value"), py::arg("register"), py::arg("fast_info"), py::arg("fast_meta"), py::arg("blank"));
+        py::arg("state_value"), py::arg("fast_info"), py::arg("fast_meta"), py::arg("blank"));
+  for (PyMethodDef* def = gMethods; def->ml_name != nullptr; ++def)
+    m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(def, nullptr)));
   m.def("forget_fast", &forget, "The fast path asks Python again about every op (ops.forget_handler).");
 }
 

@@ -36,7 +36,6 @@ struct Python {
   PyTypeObject* stateType = nullptr;
   PyTypeObject* storageType = nullptr;
   PyObject* stateValue = nullptr;  // tensor._state_value(state)
-  PyObject* registerPending = nullptr;  // tensor._register(storage)
   PyObject* info = nullptr;        // ops.fast_info(func) -> (kind, name, lifted, recorded op) or None
   PyObject* meta = nullptr;        // ops.fast_meta(func, args, kwargs) -> meta / ViewStep or None
   PyObject* blank = nullptr;       // trace.BLANK
