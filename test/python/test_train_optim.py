@@ -196,3 +196,59 @@ def test_clip_grad_norm(native):
     assert_same_params(ref, lazy)
     assert norm.device.type == "lazy"
     assert_one_graph_per_step(2)
+
+
+FOREACH_CALLS = {
+    "add_.Scalar": lambda ts, us: torch._foreach_add_(ts, 0.5),
+    "add_.List": lambda ts, us: torch._foreach_add_(ts, us, alpha=-0.25),
+    "mul_.ScalarList": lambda ts, us: torch._foreach_mul_(ts, [0.5 + i for i in range(len(ts))]),
+    "addcdiv_.ScalarList": lambda ts, us: torch._foreach_addcdiv_(ts, us, us, [-0.1 * (i + 1) for i in range(len(ts))]),
+    "addcmul_.Scalar": lambda ts, us: torch._foreach_addcmul_(ts, us, us, value=2.0),
+    "lerp_.Scalar": lambda ts, us: torch._foreach_lerp_(ts, us, 0.1),
+    "sqrt": lambda ts, us: torch._foreach_sqrt([t.abs() for t in ts]),
+    "add.Tensor": lambda ts, us: torch._foreach_add(ts, us[0].sum(), alpha=3),
+    "maximum_.List": lambda ts, us: torch._foreach_maximum_(ts, us),  # no maximum_: written back
+    "norm.Scalar": lambda ts, us: torch._foreach_norm(ts, 2),
+}
+PLANNED = {"add_.Scalar", "add_.List", "mul_.ScalarList", "addcdiv_.ScalarList", "addcmul_.Scalar", "lerp_.Scalar",
+           "sqrt", "add.Tensor", "norm.Scalar"}
+
+
+@pytest.mark.parametrize("name", sorted(FOREACH_CALLS))
+def test_foreach_ops_run_their_elements_from_cpp(native, name):
+    """A foreach op's first call picks the per-element overload (Python's
+    argument parser) and hands the loop to C++: later calls record the same
+    ops without a Python frame per element. Values equal eager's, every
+    call; ops with no per-element in-place form (written back) and norms
+    stay in Python."""
+    base, _, overload = name.partition(".")
+    func = getattr(getattr(torch.ops.aten, "_foreach_" + base), overload or "default")
+    for step in range(3):
+        ts = [torch.randn(3, 4) for _ in range(3)] + [torch.randn(5)]
+        us = [torch.randn_like(t) for t in ts]
+        ref_ts = [t.clone() for t in ts]
+        ref = FOREACH_CALLS[name](ref_ts, us)
+        lts = [t.to("lazy") for t in ts]
+        out = FOREACH_CALLS[name](lts, [u.to("lazy") for u in us])
+        lazymlir.mark_step()
+        for got, want in zip(lts, ref_ts):
+            torch.testing.assert_close(got.cpu(), want)
+        if ref is not None:
+            assert len(out) == len(ref)
+            for got, want in zip(out, ref):
+                torch.testing.assert_close(got.cpu(), want)
+        assert lazymlir._device.foreach_planned(func) == (name in PLANNED)
+    assert_compiled()
+
+
+def test_a_foreach_plan_holds_for_the_arguments_it_was_made_with(native):
+    """The plan of `_foreach_norm` made with the default ord (2) reads no ord:
+    a call with another ord (or a dtype) goes to Python, which computes it."""
+    ts = [torch.randn(6), torch.randn(2, 3)]
+    lts = [t.to("lazy") for t in ts]
+    for _ in range(2):
+        for args in ((), (1,), (2,), (float("inf"),), (2, torch.float64)):
+            got = torch._foreach_norm(lts, *args)
+            for g, w in zip(got, torch._foreach_norm(ts, *args)):
+                torch.testing.assert_close(g.cpu(), w)
+    assert lazymlir._device.foreach_planned(torch.ops.aten._foreach_norm.Scalar)

@@ -8,7 +8,7 @@ import weakref
 
 import torch
 
-from .. import compilation, config
+from .. import _device, compilation, config
 from ..dtypes import SUPPORTED as SUPPORTED_DTYPES
 from .tensor import (
     signature, ViewStep,
@@ -112,7 +112,8 @@ def fast_info(func):
 def fast_meta(func, args, kwargs):
     """For the C++ fast path: what its handler would record for ``func`` on
     ``args`` and ``kwargs`` (lazy tensors and constants) when that is one
-    plain case: the output meta of a functional op with one new tensor, the
+    plain case: the output meta of a functional op (a tuple of them, None
+    for an output masked out, when it returns several tensors), the
     ViewStep of a view, the output meta of an in-place op that needs no
     cast; else None (then the call comes here)."""
     handler = _handler(func)
@@ -122,7 +123,9 @@ def fast_meta(func, args, kwargs):
     meta_args, meta_kwargs, _, _, _, frozen, keys = _convert_all(args, kwargs)
     if handler is _functional:
         hit = _infer((_meta_sig((_oid(func),) + frozen), keys), func, meta_args, meta_kwargs)
-        ok = hit is not _FAILED and hit[1] and type(hit[0]) is torch.Tensor
+        ok = hit is not _FAILED and hit[1] and (
+            type(hit[0]) is torch.Tensor
+            or type(hit[0]) is tuple and all(m is None or type(m) is torch.Tensor for m in hit[0]))
     else:
         hit = _inplace_hit(handler.functional, state(args[0]).meta, frozen, keys, meta_args, meta_kwargs)
         ok = hit is not _FAILED and hit[1] and hit[0].dtype == args[0].dtype
@@ -509,6 +512,8 @@ def _foreach(func):
             if base == "norm" and len(pos) > 1:
                 kw["dtype"] = kw.get("dtype", pos[2] if len(pos) > 2 else None)
                 pos = pos[:2]
+            elif i == 0 and not writes_back:
+                _foreach_plan(func, per, n_pos, kw_only, len(args), kwargs, pos, kw)
             r = per(*pos, **kw)
             if writes_back:
                 args[0][i].copy_(r)
@@ -516,6 +521,38 @@ def _foreach(func):
         return None if inplace else results
 
     return handler
+
+
+def _foreach_plan(func, per, n_pos, kw_only, n_args, kwargs, pos, kw):
+    """Hands the loop of :func:`_foreach` to C++ (csrc/Foreach.cpp) from the
+    next call on: the per-element overload Python's argument parser picks
+    for the first element's ``pos`` and ``kw``, and for each of its
+    arguments the foreach argument it comes from (element i of a list, or
+    the same value every time) or its default. The foreach call had
+    ``n_args`` positional arguments (the first of its schema) and
+    ``kwargs``; they map to ``pos`` and ``kw`` as in :func:`_foreach`."""
+    formals = func._schema.arguments
+    names = {a.name: i for i, a in enumerate(formals)}
+    src_pos, src_kw = list(range(n_args)), {k: names[k] for k in kwargs}
+    if n_args > n_pos:
+        src_kw.update(zip(kw_only, src_pos[n_pos:]))
+        src_pos = src_pos[:n_pos]
+    try:
+        overload = getattr(per, torch._C._jit_resolve_packet(per._qualified_op_name, *pos, **kw))
+    except (RuntimeError, AttributeError):
+        return
+    sources = []
+    for j, formal in enumerate(overload._schema.arguments):
+        src = src_pos[j] if not formal.kwarg_only and j < len(pos) else src_kw.get(formal.name)
+        if src is None:
+            if not formal.has_default_value():
+                return
+            sources.append((-1, False))
+        else:
+            sources.append((src, isinstance(formals[src].type, torch.ListType)))
+    if len(sources) - sources.count((-1, False)) != len(pos) + len(kw):
+        return  # an argument the overload takes elsewhere: Python goes on
+    _device.foreach_plan(func, overload, sources)
 
 
 def _threshold_backward(func, args, kwargs):

@@ -54,6 +54,7 @@ void forget() {
   gOps.clear();
   for (auto& [_, answer] : gAnswers) Py_DECREF(answer);
   gAnswers.clear();
+  forgetForeach();
 }
 
 const FastOp& fastOp(const c10::OperatorHandle& op) {
@@ -114,6 +115,7 @@ bool keyOf(const c10::IValue& v, bool lifted, Arg& arg, std::vector<int64_t>& ke
   }
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
+    if (!t.defined()) return keyOf(c10::IValue(), lifted, arg, key);  // an optional tensor autograd left out
     if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
       switch (t.scalar_type()) {
         case at::kDouble: arg.value = t.item<double>(); break;
@@ -149,6 +151,11 @@ bool keyOf(const c10::IValue& v, bool lifted, Arg& arg, std::vector<int64_t>& ke
     key.push_back(5);
     key.push_back(static_cast<int64_t>(list.size()));
     for (int64_t x : list) key.push_back(x);
+  } else if (v.isBoolList()) {
+    auto list = v.toBoolList();
+    key.push_back(9);
+    key.push_back(static_cast<int64_t>(list.size()));
+    for (bool x : list) key.push_back(x);
   } else if (v.isNone()) {
     key.push_back(6);
   } else {
@@ -189,6 +196,17 @@ std::pair<py::object, py::object> constant(const c10::IValue& v) {
       py::object item = py::int_(static_cast<int64_t>(list.get(i)));
       x[i] = item;
       frozen[i] = item;
+    }
+    return {hidden(x), hidden(frozen)};
+  }
+  if (v.isBoolList()) {  // output masks
+    auto list = v.toBoolList();
+    py::list x(list.size());
+    py::tuple frozen(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      auto [item, fz] = constant(c10::IValue(static_cast<bool>(list.get(i))));
+      x[i] = item;
+      frozen[i] = fz;
     }
     return {hidden(x), hidden(frozen)};
   }
@@ -318,6 +336,24 @@ PyMethodDef gMethods[] = {
      "Hides a trace object (Node, Storage, State) from the cyclic GC: the trace never forms a cycle."},
     {nullptr, nullptr, 0, nullptr}};
 
+// tensor._fresh: a new tensor owning a new Storage (version 0, pending).
+at::Tensor fresh(PyObject* node, PyObject* meta) {
+  const auto& st = gPy.storage;
+  py::object storage = newSlotted(gPy.storageType, {{st.base, node}, {st.version, gPy.zero}, {st.meta, meta},
+                                                    {st.step, gPy.minusOne}});
+  registerPending(storage.ptr());
+  return newTensor(meta, storage.ptr(), gPy.emptyTuple, node, gPy.zero);
+}
+
+// Whether `op` returns exactly `count` tensors (a multi-output answer).
+bool returnsTensors(const c10::FunctionSchema& schema, Py_ssize_t count) {
+  const auto& returns = schema.returns();
+  if (static_cast<Py_ssize_t>(returns.size()) != count) return false;
+  for (const auto& r : returns)
+    if (r.real_type()->kind() != c10::TensorType::Kind) return false;
+  return true;
+}
+
 }  // namespace
 
 bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -399,6 +435,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // ops._functional and ops._inplace: the node applies the (functional) op.
   PyObject* meta = answer.ptr();
+  if (PyTuple_Check(meta) && (kind != kFunctional || !returnsTensors(schema, PyTuple_GET_SIZE(meta)))) return false;
   const size_t nPositional = args.size() - kwargs.size();
   size_t tensors = 0;
   for (const auto& a : args) tensors += a.state != nullptr;
@@ -451,15 +488,25 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return true;
   }
 
-  // tensor.Storage(node, meta): version 0, never registered, then pending.
-  const auto& st = gPy.storage;
-  py::object storageRef = newSlotted(gPy.storageType, {{st.base, node.ptr()}, {st.version, gPy.zero},
-                                                       {st.meta, meta}, {st.step, gPy.minusOne}});
-  PyObject* storage = storageRef.ptr();
-  registerPending(storage);
-  at::Tensor out = newTensor(meta, storage, gPy.emptyTuple, node.ptr(), gPy.zero);
   torch::jit::drop(*stack, n);
-  torch::jit::push(stack, std::move(out));
+  if (!PyTuple_Check(meta)) {
+    torch::jit::push(stack, fresh(node.ptr(), meta));
+    return true;
+  }
+  // Several outputs (ops._wrap_outputs): output i is getitem(node, i); an
+  // output without metadata (masked out) is undefined.
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(meta); ++i) {
+    PyObject* m = PyTuple_GET_ITEM(meta, i);
+    if (m == Py_None) {
+      torch::jit::push(stack, at::Tensor());
+      continue;
+    }
+    py::object index = py::int_(i);
+    py::object item = newNode(gPy.getitem, hidden(py::make_tuple(node, index)).ptr(), gPy.emptyDict,
+                              hidden(py::make_tuple(node)).ptr(),
+                              hidden(py::make_tuple(py::handle(gPy.getitem), index)).ptr(), m);
+    torch::jit::push(stack, fresh(item.ptr(), m));
+  }
   return true;
 }
 
@@ -487,6 +534,7 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
   gPy.minusOne = py::int_(-1).release().ptr();
   gPy.emptyTuple = py::tuple().release().ptr();
   gPy.emptyDict = py::dict().release().ptr();
+  gPy.getitem = py::object(py::module_::import("operator").attr("getitem")).release().ptr();
   gPy.info = info.release().ptr();  // last: it turns the fast path on
 }
 

@@ -166,7 +166,7 @@ void pushResults(const c10::OperatorHandle& op, torch::jit::Stack* stack, const 
 void lazyKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   py::gil_scoped_acquire gil;
   TORCH_CHECK(gDispatch != nullptr, "lazymlir: the lazy device's tracer is not installed (import lazymlir)");
-  if (tryFast(op, stack)) return;
+  if (tryFast(op, stack) || tryForeach(op, stack)) return;
   const auto& schema = op.schema();
   auto arguments = torch::jit::pop(*stack, schema.arguments().size());
   auto [args, kwargs] = toPythonCall(schema, arguments.data());
@@ -287,6 +287,7 @@ void defineTensor(py::module_& m) {
   m.add_object("state", py::reinterpret_steal<py::object>(PyCFunction_New(&stateDef, nullptr)));
   defineFastPath(m);
   defineCollect(m);
+  defineForeach(m);
 }
 
 }  // namespace lazymlir::device

@@ -123,6 +123,10 @@ std::pair<py::tuple, py::dict> toPythonCall(const c10::FunctionSchema& schema, c
 // The fast path (FastPath.cpp): records the op and returns true, or leaves
 // the stack alone and returns false (then tensor.dispatch gets it).
 bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// Foreach ops with a plan (Foreach.cpp): the same, as a loop over elements.
+bool tryForeach(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void forgetForeach();
+void defineForeach(py::module_& m);
 void defineFastPath(py::module_& m);
 void defineCollect(py::module_& m);  // Collect.cpp: trace.collect
 

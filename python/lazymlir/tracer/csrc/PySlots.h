@@ -46,6 +46,7 @@ struct Python {
   PyObject* minusOne = nullptr;
   PyObject* emptyTuple = nullptr;
   PyObject* emptyDict = nullptr;
+  PyObject* getitem = nullptr;     // operator.getitem: a multi-output node's outputs
   struct {
     Py_ssize_t op, args, kwargs, inputs, sig, meta, data, job, kernels;
   } node{};
