@@ -43,8 +43,16 @@ struct KeyHash {
   }
 };
 // (op, per argument: kind and meta or value) -> output meta (a ViewStep for
-// views), or None: not here.
-std::unordered_map<std::vector<int64_t>, PyObject*, KeyHash> gAnswers;
+// views), or None: not here; and the signature of the last node recorded
+// from it (the key holds every constant it freezes but lifted floats:
+// `bits` holds those).
+struct Answer {
+  PyObject* meta;
+  PyObject* sig = nullptr;
+  std::vector<int64_t> bits;
+};
+std::unordered_map<std::vector<int64_t>, Answer, KeyHash> gAnswers;
+size_t gForgotten = 0;  // forget() calls: Python code called while recording may make one
 
 void forget() {
   for (auto& [_, op] : gOps) {
@@ -52,8 +60,12 @@ void forget() {
     Py_XDECREF(op.recorded);
   }
   gOps.clear();
-  for (auto& [_, answer] : gAnswers) Py_DECREF(answer);
+  for (auto& [_, answer] : gAnswers) {
+    Py_DECREF(answer.meta);
+    Py_XDECREF(answer.sig);
+  }
   gAnswers.clear();
+  ++gForgotten;
   forgetForeach();
 }
 
@@ -174,39 +186,32 @@ T hidden(T obj) {
   return obj;
 }
 
-// (node argument, frozen constant) of a constant, as trace.freeze spells it.
-std::pair<py::object, py::object> constant(const c10::IValue& v) {
+// (node argument, frozen constant) of a constant, as trace.freeze spells it;
+// the frozen one only `ifFrozen`.
+std::pair<py::object, py::object> constant(const c10::IValue& v, bool ifFrozen = true) {
+  auto tagged = [&](PyObject* tag, py::object x) {
+    return ifFrozen ? hidden(py::make_tuple(py::handle(tag), x)) : py::object();
+  };
   if (v.isDouble()) {
     py::object x = py::float_(v.toDouble());
-    return {x, hidden(py::make_tuple(py::reinterpret_borrow<py::object>(gPy.f), x))};
+    return {x, tagged(gPy.f, x)};
   }
   if (v.isBool()) {
     py::object x = py::bool_(v.toBool());
-    return {x, hidden(py::make_tuple(py::reinterpret_borrow<py::object>(gPy.b), x))};
+    return {x, tagged(gPy.b, x)};
   }
   if (v.isInt()) {
     py::object x = py::int_(v.toInt());
     return {x, x};
   }
-  if (v.isIntList()) {
-    auto list = v.toIntList();
+  if (v.isIntList() || v.isBoolList()) {  // shapes, dims; output masks
+    auto list = v.toListRef();
     py::list x(list.size());
-    py::tuple frozen(list.size());
+    py::tuple frozen(ifFrozen ? list.size() : 0);
     for (size_t i = 0; i < list.size(); ++i) {
-      py::object item = py::int_(static_cast<int64_t>(list.get(i)));
+      auto [item, fz] = constant(list[i], ifFrozen);
       x[i] = item;
-      frozen[i] = item;
-    }
-    return {hidden(x), hidden(frozen)};
-  }
-  if (v.isBoolList()) {  // output masks
-    auto list = v.toBoolList();
-    py::list x(list.size());
-    py::tuple frozen(list.size());
-    for (size_t i = 0; i < list.size(); ++i) {
-      auto [item, fz] = constant(c10::IValue(static_cast<bool>(list.get(i))));
-      x[i] = item;
-      frozen[i] = fz;
+      if (ifFrozen) frozen[i] = fz;
     }
     return {hidden(x), hidden(frozen)};
   }
@@ -251,14 +256,17 @@ at::Tensor newTensor(PyObject* meta, PyObject* storage, PyObject* chain, PyObjec
 // The storages whose value may not be computed yet, in the order they
 // became pending (tensor._register): what mark_step() executes. The order is
 // the program's, so the same program gives the same graph (and cache key) at
-// every step. Weak references without callbacks, hidden from the GC like
-// the storages: they hold nothing.
+// every step. Strong references (a weak one would be one more object per
+// op): a storage only this list holds is dead to the program, and is dropped
+// (by mark_step, or by a prune when the list grows).
 struct Pending {
-  std::vector<PyObject*> refs;
+  std::vector<PyObject*> storages;
   PyObject* epoch = nullptr;  // a storage's `step` is the epoch it was registered in
   long long epochValue = 0;
   size_t pruneAt = 4096;
 } gPending;
+
+bool alive(PyObject* storage) { return Py_REFCNT(storage) > 1; }
 
 PyObject* epochObject() {
   if (gPending.epoch == nullptr) gPending.epoch = PyLong_FromLongLong(gPending.epochValue);
@@ -269,17 +277,16 @@ PyObject* epochObject() {
 // program that never calls mark_step() keeps the list short.
 void prunePending() {
   std::vector<PyObject*> keep;
-  for (PyObject* ref : gPending.refs) {
-    PyObject* s = PyWeakref_GET_OBJECT(ref);
-    if (s != Py_None && slot(slot(s, gPy.storage.base), gPy.node.data) == Py_None) {
-      keep.push_back(ref);
+  for (PyObject* s : gPending.storages) {
+    if (alive(s) && slot(slot(s, gPy.storage.base), gPy.node.data) == Py_None) {
+      keep.push_back(s);
       continue;
     }
-    if (s != Py_None) setSlot(s, gPy.storage.step, gPy.minusOne);
-    Py_DECREF(ref);
+    setSlot(s, gPy.storage.step, gPy.minusOne);
+    Py_DECREF(s);
   }
-  gPending.refs.swap(keep);
-  gPending.pruneAt = std::max<size_t>(4096, 2 * gPending.refs.size());
+  gPending.storages.swap(keep);
+  gPending.pruneAt = std::max<size_t>(4096, 2 * gPending.storages.size());
 }
 
 void registerPending(PyObject* storage) {
@@ -287,12 +294,9 @@ void registerPending(PyObject* storage) {
   if (epoch == nullptr) throw py::error_already_set();
   PyObject* step = slot(storage, gPy.storage.step);
   if (step == epoch || PyLong_AsLongLong(step) == gPending.epochValue) return;
-  PyObject* ref = PyWeakref_NewRef(storage, nullptr);
-  if (ref == nullptr) throw py::error_already_set();
-  PyObject_GC_UnTrack(ref);
   setSlot(storage, gPy.storage.step, epoch);
-  gPending.refs.push_back(ref);
-  if (gPending.refs.size() > gPending.pruneAt) prunePending();
+  gPending.storages.push_back(Py_NewRef(storage));
+  if (gPending.storages.size() > gPending.pruneAt) prunePending();
 }
 
 PyObject* registerPy(PyObject*, PyObject* storage) {
@@ -307,20 +311,19 @@ PyObject* registerPy(PyObject*, PyObject* storage) {
 
 // The live pending storages, in order; the next epoch starts (mark_step).
 PyObject* takePending(PyObject*, PyObject*) {
-  std::vector<PyObject*> refs;
-  refs.swap(gPending.refs);
+  std::vector<PyObject*> storages;
+  storages.swap(gPending.storages);
   PyObject* live = PyList_New(0);
-  for (PyObject* ref : refs) {
-    PyObject* s = PyWeakref_GET_OBJECT(ref);
-    if (live != nullptr && s != Py_None && PyList_Append(live, s) != 0) Py_CLEAR(live);
-    Py_DECREF(ref);
+  for (PyObject* s : storages) {
+    if (live != nullptr && alive(s) && PyList_Append(live, s) != 0) Py_CLEAR(live);
+    Py_DECREF(s);
   }
   Py_CLEAR(gPending.epoch);
   ++gPending.epochValue;
   return live;
 }
 
-PyObject* pendingCount(PyObject*, PyObject*) { return PyLong_FromSize_t(gPending.refs.size()); }
+PyObject* pendingCount(PyObject*, PyObject*) { return PyLong_FromSize_t(gPending.storages.size()); }
 
 PyObject* untrack(PyObject*, PyObject* obj) {
   if (PyObject_IS_GC(obj)) PyObject_GC_UnTrack(obj);
@@ -403,9 +406,10 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     PyObject* answer =
         PyObject_CallFunctionObjArgs(gPy.meta, opOverload(op), pyArgs.ptr(), pyKwargs.ptr(), nullptr);
     if (answer == nullptr) throw py::error_already_set();
-    found = gAnswers.emplace(std::move(key), answer).first;
+    found = gAnswers.emplace(std::move(key), Answer{answer}).first;
   }
-  py::object answer = py::reinterpret_borrow<py::object>(found->second);
+  Answer& known = found->second;
+  py::object answer = py::reinterpret_borrow<py::object>(known.meta);
   if (answer.is_none()) return false;
 
   if (kind == kView) {
@@ -438,10 +442,22 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (PyTuple_Check(meta) && (kind != kFunctional || !returnsTensors(schema, PyTuple_GET_SIZE(meta)))) return false;
   const size_t nPositional = args.size() - kwargs.size();
   size_t tensors = 0;
-  for (const auto& a : args) tensors += a.state != nullptr;
-  py::tuple nodeArgs(nPositional), frozen(nPositional), inputs(tensors);
+  std::vector<int64_t> bits;  // lifted floats: the signature spells them, the key does not
+  for (const auto& a : args) {
+    tensors += a.state != nullptr;
+    if (lifted && a.state == nullptr && !a.isEnum && a.value.isDouble()) {
+      double d = a.value.toDouble();
+      std::memcpy(&bits.emplace_back(), &d, sizeof d);
+    }
+  }
+  // The signature of the last node from this key when it froze the same
+  // constants (a chain of `x * c`, an optimizer's per-parameter ops).
+  const bool sigKnown = known.sig != nullptr && known.bits == bits;
+  py::object sig = py::reinterpret_borrow<py::object>(sigKnown ? known.sig : Py_None);
+  const size_t forgotten = gForgotten;
+  py::tuple nodeArgs(nPositional), frozen(sigKnown ? 0 : nPositional), inputs(tensors);
   py::dict nodeKwargs;
-  py::tuple frozenKwargs(kwargs.size());
+  py::tuple frozenKwargs(sigKnown ? 0 : kwargs.size());
   size_t input = 0, k = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const Arg& a = args[i];
@@ -454,18 +470,25 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       v = toPython(*a.formal, a.value);  // torch.float16, torch.channels_last: freeze() keeps them as they are
       fz = v;
     } else {
-      std::tie(v, fz) = constant(a.value);
+      std::tie(v, fz) = constant(a.value, !sigKnown);
     }
     if (k < kwargs.size() && kwargs[k] == i) {
       py::str argName(a.formal->name());
       nodeKwargs[argName] = v;
-      frozenKwargs[k++] = hidden(py::make_tuple(argName, fz));
+      if (!sigKnown) frozenKwargs[k] = hidden(py::make_tuple(argName, fz));
+      ++k;
     } else {
       nodeArgs[i] = v;
-      frozen[i] = fz;
+      if (!sigKnown) frozen[i] = fz;
     }
   }
-  py::tuple sig = hidden(py::make_tuple(name, hidden(frozen), hidden(frozenKwargs)));
+  if (!sigKnown) {
+    sig = hidden(py::make_tuple(name, hidden(frozen), hidden(frozenKwargs)));
+    if (forgotten == gForgotten) {  // else `known` is gone
+      Py_XSETREF(known.sig, sig.inc_ref().ptr());
+      known.bits = std::move(bits);
+    }
+  }
   // Nodes never change their kwargs: those without any share one empty dict.
   PyObject* kw = kwargs.empty() ? gPy.emptyDict : hidden(nodeKwargs).ptr();
   py::object node = newNode(recorded.ptr(), hidden(nodeArgs).ptr(), kw, hidden(inputs).ptr(), sig.ptr(), meta);
