@@ -258,41 +258,28 @@ def _lifted_sig(sig, positions):
     return (op, args, kwargs)
 
 
-# _lifting's results by (signature, result dtype): a step records the same
-# signatures every time (lifted floats are part of them), so the analysis
-# runs once per distinct one.
-_lift_memo: dict = {}
-_LIFT_MEMO_MAX = 4096
-_NOT_SEEN = object()
-
-
 def _lifting(n: Node):
     """(positions, values, lifted signature) of the floats of ``n`` that
-    become graph inputs, or None."""
-    meta = n.meta
-    key = (n.sig, meta.dtype if type(meta) is torch.Tensor else None)
-    hit = _lift_memo.get(key, _NOT_SEEN)
-    if hit is _NOT_SEEN:
-        found = _lift(n)
-        hit = None
-        if found:
-            positions = tuple(p for p, _ in found)
-            hit = (positions, tuple(v for _, v in found), _lifted_sig(n.sig, positions))
-        if len(_lift_memo) >= _LIFT_MEMO_MAX:
-            _lift_memo.clear()
-        _lift_memo[key] = hit
-    return hit
+    become graph inputs, or None. collect() asks once per distinct
+    (signature, result dtype) and keeps the answer."""
+    found = _lift(n)
+    if not found:
+        return None
+    positions = tuple(p for p, _ in found)
+    return positions, tuple(v for _, v in found), _lifted_sig(n.sig, positions)
 
 
-def collect(outputs: Sequence[Node], options: tuple = ()) -> Graph:
+def collect(outputs: Sequence[Node], options: tuple = (), full: bool = False) -> Graph:
     """Walk back from ``outputs`` to device data, in a deterministic order, and
     build the cache key on the way: one tuple entry per node, ``(signature,
     input positions)`` (lifted floats blanked in the signature and listed in
     ``Graph.scalars``), ``(shape, dtype[, perm])`` for device data; then the
     outputs' positions and permutations, and ``options``.  C++
-    (``tracer/csrc/FastPath.cpp``): a barrier runs it over every node of the
-    step."""
-    return _device.collect(outputs, options)
+    (``tracer/csrc/Collect.cpp``): a barrier runs it over every node of the
+    step. A trace whose key was seen before (by its fingerprint: signatures
+    by identity, interned) gets that key without building it again, and
+    ``lifted`` None; ``full`` builds everything (what compiling needs)."""
+    return _device.collect(outputs, options, full)
 
 
 def graph_hash(key: tuple) -> str:
@@ -326,6 +313,8 @@ def to_fx(graph: Graph, rewrite=None, phantoms: int = 0) -> torch.fx.GraphModule
     each leaf to its FX value in the logical order, and ("phantom", j) to the
     j-th of ``phantoms`` placeholders after the scalars (lazymlir.dynamic's
     free symbols: their sizes are integers of the graph)."""
+    if graph.lifted is None:  # a key seen before (collect): built without what this needs
+        graph = collect(graph.outputs, graph.key[3], full=True)
     g = torch.fx.Graph()
     env = {}
     perms = graph.input_perms or [None] * len(graph.inputs)

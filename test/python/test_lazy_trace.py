@@ -236,3 +236,150 @@ def test_diagonal_write():
         return y * 2
 
     check(f, torch.randn(4, 4))
+
+
+def _collect(t, full=False):
+    return trace.collect([state(t).storage.base], full=full)
+
+
+def test_a_key_seen_before_is_not_built_again():
+    """A trace whose structure was seen before (signatures, input positions,
+    leaves' sizes, strides and dtypes, outputs) gets the key built then (the
+    same object; no tuple per node), with its lifted floats as this trace's
+    scalars; a different constant, shape or layout is a different key."""
+    x = torch.randn(4, 3).to("lazy")
+    xt = torch.randn(3, 4).to("lazy").t()
+    lazymlir.mark_step()
+
+    def step(x, scale, dim):  # ones: a factory, recorded by a Python handler each time
+        return (x * scale).relu().sum(dim) + torch.ones(x.shape[1 - dim], device="lazy")
+
+    first = _collect(step(x, 0.5, 0), full=True)
+    again = _collect(step(x, -2.0, 0))
+    assert again.key is first.key and again.lifted is None and first.lifted
+    assert [v for v, _ in again.scalars] == [-2.0] and [v for v, _ in first.scalars] == [0.5]
+    assert _collect(step(x, -2.0, 0), full=True).key == first.key
+    assert _collect(step(x, 0.5, 1)).key != first.key
+    assert _collect(step(xt, 0.5, 0)).key != first.key  # same shape, transposed strides
+    assert _collect(step(x.double(), 0.5, 0)).key != first.key
+
+
+def test_a_key_seen_before_whose_graph_left_the_cache_compiles_again(native):
+    """The fingerprint gives a key the cache no longer has (cleared): the
+    step collects in full and compiles; values are eager's."""
+    from lazymlir import cache
+
+    x = torch.randn(8)
+    lx = x.to("lazy")
+    for scale in (0.5, 0.25, 4.0):
+        if scale == 4.0:
+            cache.clear()
+        out = (lx * scale).exp().sum()
+        lazymlir.mark_step()
+        torch.testing.assert_close(out.cpu(), (x * scale).exp().sum())
+    assert cache.stats().misses >= 1
+
+
+class _PythonCalls:
+    """Counts the ops that reach the Python handlers (tensor.dispatch)."""
+
+    def __enter__(self):
+        from lazymlir import _device
+        from lazymlir.tracer import tensor
+
+        self.ops = []
+
+        def counting(func, args, kwargs):
+            self.ops.append(str(func))
+            return tensor.dispatch(func, args, kwargs)
+
+        _device.install(counting, tensor.State.copy)
+        return self
+
+    def __exit__(self, *exc):
+        from lazymlir import _device
+        from lazymlir.tracer import tensor
+
+        _device.install(tensor.dispatch, tensor.State.copy)
+
+
+VIEW_WRITES = {
+    "slice": lambda x: x[:, 1:3].mul_(2.0),
+    "select": lambda x: x[1].add_(1.5),
+    "transpose": lambda x: x.t().sub_(x.t() * 0.5),
+    "view": lambda x: x.view(12).mul_(-1.0),
+    "diagonal": lambda x: x[:3].diagonal().add_(10.0),
+    "slice of a select": lambda x: x[2][1:].clamp_(min=0.0),
+    "narrow of a transpose": lambda x: x.t()[1:3].add_(1.0),
+    "copy into a slice": lambda x: x[:, :2].copy_(x[:, 2:] * 2),  # a KV cache's write
+    "copy": lambda x: x.copy_(x.t().reshape(3, 4)),
+}
+
+
+@pytest.fixture
+def no_eager_marks():
+    """No op marked to run eagerly (earlier tests may have marked some: a
+    write through a view whose ops are marked is recorded in Python)."""
+    from lazymlir.tracer import tensor
+
+    saved = dict(tensor._eager_dtypes)
+    tensor._eager_dtypes.clear()
+    tensor.forget_handler()
+    yield
+    tensor._eager_dtypes.update(saved)
+    tensor.forget_handler()
+
+
+@pytest.mark.parametrize("name", sorted(VIEW_WRITES))
+def test_writes_through_views_recorded_in_cpp(no_eager_marks, name):
+    """An in-place op (or copy_ of a tensor of the same shape and dtype) on a
+    view, once its first call is known, is recorded by the C++ fast path
+    (scatter nodes from _write_recipes): every alias sees the write, as in
+    eager, and no op reaches Python."""
+    write = VIEW_WRITES[name]
+    for step in range(3):
+        x = torch.randn(3, 4)
+        lx = x.to("lazy")
+        alias = lx.view(4, 3)
+        with _PythonCalls() as calls:
+            write(lx)
+        write(x)
+        if step:
+            assert calls.ops == [], calls.ops
+        torch.testing.assert_close(lx.cpu(), x)
+        torch.testing.assert_close(alias.cpu(), x.view(4, 3))
+
+
+def test_a_write_through_a_view_whose_scatter_runs_eagerly_stays_in_python(no_eager_marks):
+    """slice_scatter marked to run eagerly (as when it does not lower for a
+    dtype): writes through slices are recorded by Python, which computes
+    that scatter eagerly; values are eager's."""
+    from lazymlir.tracer import ops
+
+    x = torch.randn(3, 4)
+    lx = x.to("lazy")
+    lx[:, 1:3].mul_(2.0)  # recipes made and kept
+    ops._run_eagerly_from_now_on((torch.ops.aten.slice_scatter.default, (torch.float32, torch.float32)))
+    try:
+        with _PythonCalls() as calls:
+            lx[:, 1:3].mul_(2.0)
+        assert calls.ops == ["aten.mul_.Tensor"]
+        x[:, 1:3].mul_(4.0)
+        torch.testing.assert_close(lx.cpu(), x)
+    finally:
+        ops._forget_eager(torch.ops.aten.slice_scatter.default)
+
+
+def test_ops_on_tensor_lists_recorded_in_cpp():
+    """cat and stack (a KV cache grows by cat every token) take the fast path
+    once their first call is known; values are eager's."""
+    for step in range(3):
+        a, b = torch.randn(2, 3), torch.randn(2, 5)
+        la, lb = a.to("lazy"), b.to("lazy")
+        with _PythonCalls() as calls:
+            cat = torch.cat([la, lb * 2], 1)
+            stacked = torch.stack([la, la.exp()])
+        if step:
+            assert calls.ops == [], calls.ops
+        torch.testing.assert_close(cat.cpu(), torch.cat([a, b * 2], 1))
+        torch.testing.assert_close(stacked.cpu(), torch.stack([a, a.exp()]))

@@ -93,7 +93,8 @@ def fast_info(func):
     """For the C++ fast path (csrc/FastPath.cpp): (kind, name, lifted,
     recorded op) when ``func``'s handler is :func:`_functional` (kind 0),
     :func:`_view` (1) or one made by :func:`_inplace` (2; its node records
-    the functional variant), else None (every call of it comes here). name:
+    the functional variant) or is :func:`_copy_` (3: a lazy source of the
+    same shape and dtype), else None (every call of it comes here). name:
     the recorded op's name in signatures; lifted: trace.LIFTED_OPS (its
     float constants are not in the metadata key)."""
     handler = _handler(func)
@@ -103,6 +104,8 @@ def fast_info(func):
         recorded, kind = func, 1
     elif getattr(handler, "functional", None) is not None:
         recorded, kind = handler.functional, 2
+    elif handler is _copy_:
+        recorded, kind = func, 3
     else:
         return None
     name = _oid(recorded)

@@ -337,6 +337,12 @@ def _eager_node(node: Node) -> Node:
     return Node.leaf(runtime.eager_value(node))
 
 
+# What _scatter records.
+_SCATTER_OPS = frozenset((aten.reshape.default, aten.slice_scatter.default, aten.select_scatter.default,
+                          aten.diagonal_scatter.default, aten.transpose.int, aten.t.default, aten.permute.default,
+                          aten.as_strided_scatter.default, aten.view.dtype))
+
+
 def _scatter(step, base: Node, src: Node) -> Node:
     """The value of ``base`` after writing ``src`` into its view ``step``."""
     op, rest, kwargs, meta, sig = step
@@ -470,6 +476,37 @@ def _resize_out(t: torch.Tensor, shape, strides=None) -> bool:
             value = _view_node(step, value)
     _rebind(t, _wrap(chain[-1].meta, st.storage, chain, value))
     return True
+
+
+# Stand-ins for the value under a view and the value written into it in
+# _write_recipes' scatter nodes.
+WRITE_BASE = Node(None, None, None, (), None, None)
+WRITE_SRC = Node(None, None, None, (), None, None)
+
+
+def _write_recipes(chain: tuple, base_meta: torch.Tensor):
+    """For the C++ fast path (csrc/FastPath.cpp, writeValue): how :func:`_write`
+    records a write through a view with ``chain`` of a storage whose base
+    value has ``base_meta``: (the ViewSteps of the values under the view,
+    then per step from the last the (op, args, kwargs, inputs, sig, meta) of
+    its scatter node, WRITE_BASE and WRITE_SRC standing for the value under
+    it and the value written), or None when Python records it (an op it
+    would record is marked to run eagerly: ops.forget_handler drops the
+    recipes when one is)."""
+    if _eager_dtypes and any(op in _eager_dtypes for op in _SCATTER_OPS.union(s.op for s in chain)):
+        return None
+    metas = [base_meta] + [step.meta for step in chain[:-1]]
+    scatters = []
+    try:
+        for step, meta in zip(reversed(chain), reversed(metas)):
+            WRITE_BASE.meta, WRITE_SRC.meta = meta, step.meta
+            n = _scatter(step, WRITE_BASE, WRITE_SRC)
+            scatters.append((n.op, n.args, n.kwargs, n.inputs, n.sig, n.meta))
+    except NotImplementedError:
+        return None
+    finally:
+        WRITE_BASE.meta = WRITE_SRC.meta = None
+    return tuple(chain[:-1]), tuple(scatters)
 
 
 def _write(t: torch.Tensor, new: Node) -> None:

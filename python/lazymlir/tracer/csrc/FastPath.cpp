@@ -54,6 +54,19 @@ struct Answer {
 std::unordered_map<std::vector<int64_t>, Answer, KeyHash> gAnswers;
 size_t gForgotten = 0;  // forget() calls: Python code called while recording may make one
 
+// Writes through views (tensor._write): the nodes that give the storage's
+// base its new value when a view with chain (s_1 .. s_k) of it is written,
+// as tensor._write_recipes describes them for the chain and the base's
+// meta: the views' values s_1 .. s_k-1 of the base (ViewSteps), then per
+// step from the last, a scatter node of the value under it and what is
+// written, with trace.WRITE_BASE and trace.WRITE_SRC marking where they go.
+struct Recipes {
+  py::object recipes;            // None: Python writes it
+  std::vector<py::object> held;  // the steps and meta the key names
+};
+// Never destroyed: it holds Python objects past the interpreter's end.
+auto& gRecipes = *new std::unordered_map<std::vector<int64_t>, Recipes, KeyHash>;
+
 void forget() {
   for (auto& [_, op] : gOps) {
     Py_XDECREF(op.name);
@@ -65,6 +78,7 @@ void forget() {
     Py_XDECREF(answer.sig);
   }
   gAnswers.clear();
+  gRecipes.clear();
   ++gForgotten;
   forgetForeach();
 }
@@ -99,6 +113,8 @@ bool isEnum(const c10::Argument& formal) {
 struct Arg {
   const c10::Argument* formal = nullptr;
   PyObject* state = nullptr;  // borrowed (the tensor on the stack holds it)
+  std::vector<PyObject*> states;  // a list of lazy tensors (cat, stack): theirs
+  bool list = false;
   c10::IValue value;
   bool isEnum = false;  // value is a dtype, layout or memory format
 };
@@ -125,6 +141,19 @@ bool keyOf(const c10::IValue& v, bool lifted, Arg& arg, std::vector<int64_t>& ke
     }
     return keyOf(c10::IValue(ints), lifted, arg, key);
   }
+  if (v.isTensorList()) {
+    auto list = v.toTensorList();
+    key.push_back(10);
+    key.push_back(static_cast<int64_t>(list.size()));
+    for (const at::Tensor& t : list) {
+      auto* impl = t.defined() ? dynamic_cast<LazyTensorImpl*>(t.unsafeGetTensorImpl()) : nullptr;
+      if (impl == nullptr) return false;
+      arg.states.push_back(impl->state());
+      key.push_back(reinterpret_cast<int64_t>(slot(impl->state(), gPy.state.meta)));
+    }
+    arg.list = true;
+    return true;
+  }
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     if (!t.defined()) return keyOf(c10::IValue(), lifted, arg, key);  // an optional tensor autograd left out
@@ -147,7 +176,6 @@ bool keyOf(const c10::IValue& v, bool lifted, Arg& arg, std::vector<int64_t>& ke
   arg.value = v;
   if (v.isDouble()) {
     double d = v.toDouble();
-    if (d != d || d == 0.0) return false;  // NaN, 0.0, -0.0: freeze() spells them by repr
     int64_t bits;
     std::memcpy(&bits, &d, sizeof bits);
     key.push_back(2);
@@ -193,7 +221,9 @@ std::pair<py::object, py::object> constant(const c10::IValue& v, bool ifFrozen =
     return ifFrozen ? hidden(py::make_tuple(py::handle(tag), x)) : py::object();
   };
   if (v.isDouble()) {
-    py::object x = py::float_(v.toDouble());
+    const double d = v.toDouble();
+    py::object x = py::float_(d);
+    if (d != d || d == 0.0) return {x, tagged(gPy.f, py::repr(x))};  // NaN, 0.0, -0.0: freeze() spells them
     return {x, tagged(gPy.f, x)};
   }
   if (v.isBool()) {
@@ -348,6 +378,73 @@ at::Tensor fresh(PyObject* node, PyObject* meta) {
   return newTensor(meta, storage.ptr(), gPy.emptyTuple, node, gPy.zero);
 }
 
+
+PyObject* recipesFor(PyObject* chain, PyObject* baseMeta) {
+  std::vector<int64_t> key;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(chain); ++i)
+    key.push_back(reinterpret_cast<int64_t>(PyTuple_GET_ITEM(chain, i)));
+  key.push_back(reinterpret_cast<int64_t>(baseMeta));
+  auto found = gRecipes.find(key);
+  if (found != gRecipes.end()) return found->second.recipes.ptr();
+  PyObject* made = PyObject_CallFunctionObjArgs(gPy.writeRecipes, chain, baseMeta, nullptr);
+  if (made == nullptr) throw py::error_already_set();
+  if (gRecipes.size() >= 4096) gRecipes.clear();  // views Python made anew each time
+  Recipes r{py::reinterpret_steal<py::object>(made), {}};
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(chain); ++i)
+    r.held.push_back(py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(chain, i)));
+  r.held.push_back(py::reinterpret_borrow<py::object>(baseMeta));
+  return gRecipes.emplace(std::move(key), std::move(r)).first->second.recipes.ptr();
+}
+
+// `items` with the markers replaced by `base` and `src`.
+py::tuple substituted(PyObject* items, PyObject* base, PyObject* src) {
+  py::tuple out(PyTuple_GET_SIZE(items));
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); ++i) {
+    PyObject* x = PyTuple_GET_ITEM(items, i);
+    out[i] = py::reinterpret_borrow<py::object>(x == gPy.writeBase ? base : x == gPy.writeSrc ? src : x);
+  }
+  return hidden(out);
+}
+
+// tensor._write(t, node) for the tensor whose state is `self` (its recipes
+// found already when it is a view).
+void writeValue(PyObject* self, PyObject* node, PyObject* recipes) {
+  PyObject* storage = slot(self, gPy.state.storage);
+  py::object base = py::reinterpret_borrow<py::object>(node);
+  if (recipes != nullptr) {
+    PyObject* views = PyTuple_GET_ITEM(recipes, 0);
+    PyObject* scatters = PyTuple_GET_ITEM(recipes, 1);
+    std::vector<py::object> values{py::reinterpret_borrow<py::object>(slot(storage, gPy.storage.base))};
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(views); ++i) {
+      PyObject* step = PyTuple_GET_ITEM(views, i);
+      PyObject* rest = PyTuple_GET_ITEM(step, gPy.step.rest);
+      py::tuple args(1 + PyTuple_GET_SIZE(rest));
+      args[0] = values.back();
+      for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(rest); ++j)
+        args[j + 1] = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(rest, j));
+      values.push_back(newNode(PyTuple_GET_ITEM(step, 0), hidden(args).ptr(), PyTuple_GET_ITEM(step, gPy.step.kwargs),
+                               hidden(py::make_tuple(values.back())).ptr(), PyTuple_GET_ITEM(step, gPy.step.sig),
+                               PyTuple_GET_ITEM(step, gPy.step.meta)));
+    }
+    // (op, args, kwargs, inputs, sig, meta) per step, the last step's first.
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(scatters); ++i) {
+      PyObject* r = PyTuple_GET_ITEM(scatters, i);
+      PyObject* under = values[values.size() - 1 - i].ptr();
+      base = newNode(PyTuple_GET_ITEM(r, 0), substituted(PyTuple_GET_ITEM(r, 1), under, base.ptr()).ptr(),
+                     PyTuple_GET_ITEM(r, 2), substituted(PyTuple_GET_ITEM(r, 3), under, base.ptr()).ptr(),
+                     PyTuple_GET_ITEM(r, 4), PyTuple_GET_ITEM(r, 5));
+    }
+  }
+  setSlot(storage, gPy.storage.base, base.ptr());
+  py::object version =
+      py::reinterpret_steal<py::object>(PyNumber_Add(slot(storage, gPy.storage.version), gPy.one));
+  if (!version) throw py::error_already_set();
+  setSlot(storage, gPy.storage.version, version.ptr());
+  setSlot(self, gPy.state.value, node);
+  setSlot(self, gPy.state.version, version.ptr());
+  registerPending(storage);
+}
+
 // Whether `op` returns exactly `count` tensors (a multi-output answer).
 bool returnsTensors(const c10::FunctionSchema& schema, Py_ssize_t count) {
   const auto& returns = schema.returns();
@@ -395,9 +492,29 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     a.formal = &formals[i];
     if (!keyOf(arguments[i], lifted, a, key)) return false;
   }
-  if (args.empty() || ((kind == kView || kind == kInplace) && args[0].state == nullptr)) return false;
+  if (args.empty() || (kind != kFunctional && args[0].state == nullptr)) return false;
   PyObject* self = args[0].state;
-  if (kind == kInplace && PyTuple_GET_SIZE(slot(self, gPy.state.chain)) != 0) return false;  // a view: Python
+  py::object recipes;  // a write through a view: how (held: Python code below may forget the tables)
+  if ((kind == kInplace || kind == kCopy) && PyTuple_GET_SIZE(slot(self, gPy.state.chain)) != 0) {
+    PyObject* storage = slot(self, gPy.state.storage);
+    recipes = py::reinterpret_borrow<py::object>(
+        recipesFor(slot(self, gPy.state.chain), slot(slot(storage, gPy.storage.base), gPy.node.meta)));
+    if (recipes.is_none()) return false;
+  }
+  if (kind == kCopy) {
+    // ops._copy_ of a lazy tensor of the same shape and dtype: its value is
+    // written as it is.
+    if (args.size() < 2 || args[1].state == nullptr) return false;
+    const at::Tensor& to = THPVariable_Unpack(slot(self, gPy.state.meta));
+    const at::Tensor& from = THPVariable_Unpack(slot(args[1].state, gPy.state.meta));
+    if (to.sizes() != from.sizes() || to.scalar_type() != from.scalar_type()) return false;
+    py::object value = valueOf(args[1].state);
+    writeValue(self, value.ptr(), recipes ? recipes.ptr() : nullptr);
+    at::Tensor out = arguments[0].toTensor();  // returns self
+    torch::jit::drop(*stack, n);
+    torch::jit::push(stack, std::move(out));
+    return true;
+  }
 
   auto found = gAnswers.find(key);
   if (found == gAnswers.end()) {
@@ -444,7 +561,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   size_t tensors = 0;
   std::vector<int64_t> bits;  // lifted floats: the signature spells them, the key does not
   for (const auto& a : args) {
-    tensors += a.state != nullptr;
+    tensors += (a.state != nullptr) + a.states.size();
     if (lifted && a.state == nullptr && !a.isEnum && a.value.isDouble()) {
       double d = a.value.toDouble();
       std::memcpy(&bits.emplace_back(), &d, sizeof d);
@@ -466,6 +583,16 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       v = valueOf(a.state);
       inputs[input++] = v;
       fz = py::reinterpret_borrow<py::object>(gPy.blank);
+    } else if (a.list) {  // as meta._convert: a list of values, a tuple of blanks
+      py::list values(a.states.size());
+      py::tuple blanks(sigKnown ? 0 : a.states.size());
+      for (size_t j = 0; j < a.states.size(); ++j) {
+        values[j] = valueOf(a.states[j]);
+        inputs[input++] = values[j];
+        if (!sigKnown) blanks[j] = py::reinterpret_borrow<py::object>(gPy.blank);
+      }
+      v = hidden(values);
+      fz = hidden(blanks);
     } else if (a.isEnum) {
       v = toPython(*a.formal, a.value);  // torch.float16, torch.channels_last: freeze() keeps them as they are
       fz = v;
@@ -494,17 +621,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   py::object node = newNode(recorded.ptr(), hidden(nodeArgs).ptr(), kw, hidden(inputs).ptr(), sig.ptr(), meta);
 
   if (kind == kInplace) {
-    // tensor._write on a tensor that is no view: the storage's base is the
-    // new value, its version moves, the storage is pending.
-    PyObject* storage = slot(self, gPy.state.storage);
-    setSlot(storage, gPy.storage.base, node.ptr());
-    py::object version = py::reinterpret_steal<py::object>(
-        PyNumber_Add(slot(storage, gPy.storage.version), gPy.one));
-    if (!version) throw py::error_already_set();
-    setSlot(storage, gPy.storage.version, version.ptr());
-    setSlot(self, gPy.state.value, node.ptr());
-    setSlot(self, gPy.state.version, version.ptr());
-    registerPending(storage);
+    writeValue(self, node.ptr(), recipes ? recipes.ptr() : nullptr);
     at::Tensor out = arguments[0].toTensor();  // in-place: returns self
     torch::jit::drop(*stack, n);
     torch::jit::push(stack, std::move(out));
@@ -536,7 +653,8 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 namespace {
 
 void install(py::object nodeType, py::object storageType, py::object stateType, py::object stateValue,
-             py::object info, py::object meta, py::object blank) {
+             py::object info, py::object meta, py::object blank, py::object writeRecipes, py::object writeBase,
+             py::object writeSrc) {
   gPy.node = {slotOffset(nodeType, "op"),     slotOffset(nodeType, "args"), slotOffset(nodeType, "kwargs"),
               slotOffset(nodeType, "inputs"), slotOffset(nodeType, "sig"),  slotOffset(nodeType, "meta"),
               slotOffset(nodeType, "data"),   slotOffset(nodeType, "job"),  slotOffset(nodeType, "kernels")};
@@ -550,6 +668,9 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
   gPy.stateValue = stateValue.release().ptr();
   gPy.meta = meta.release().ptr();
   gPy.blank = blank.release().ptr();
+  gPy.writeRecipes = writeRecipes.release().ptr();
+  gPy.writeBase = writeBase.release().ptr();
+  gPy.writeSrc = writeSrc.release().ptr();
   gPy.f = py::str("f").release().ptr();
   gPy.b = py::str("b").release().ptr();
   gPy.zero = py::int_(0).release().ptr();
@@ -565,7 +686,8 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
 
 void defineFastPath(py::module_& m) {
   m.def("install_fast", &install, py::arg("node_type"), py::arg("storage_type"), py::arg("state_type"),
-        py::arg("state_value"), py::arg("fast_info"), py::arg("fast_meta"), py::arg("blank"));
+        py::arg("state_value"), py::arg("fast_info"), py::arg("fast_meta"), py::arg("blank"),
+        py::arg("write_recipes"), py::arg("write_base"), py::arg("write_src"));
   for (PyMethodDef* def = gMethods; def->ml_name != nullptr; ++def)
     m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(def, nullptr)));
   m.def("forget_fast", &forget, "The fast path asks Python again about every op (ops.forget_handler).");

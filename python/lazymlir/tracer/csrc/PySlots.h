@@ -29,7 +29,7 @@ inline void setSlot(PyObject* obj, Py_ssize_t offset, PyObject* value) {
   Py_XDECREF(old);
 }
 
-enum Kind : int { kFunctional = 0, kView = 1, kInplace = 2 };
+enum Kind : int { kFunctional = 0, kView = 1, kInplace = 2, kCopy = 3 };
 
 struct Python {
   PyTypeObject* nodeType = nullptr;
@@ -39,6 +39,9 @@ struct Python {
   PyObject* info = nullptr;        // ops.fast_info(func) -> (kind, name, lifted, recorded op) or None
   PyObject* meta = nullptr;        // ops.fast_meta(func, args, kwargs) -> meta / ViewStep or None
   PyObject* blank = nullptr;       // trace.BLANK
+  PyObject* writeRecipes = nullptr;  // tensor._write_recipes(chain, base meta)
+  PyObject* writeBase = nullptr;     // its markers
+  PyObject* writeSrc = nullptr;
   PyObject* f = nullptr;           // "f", "b": trace.freeze()'s tags
   PyObject* b = nullptr;
   PyObject* zero = nullptr;
