@@ -57,14 +57,6 @@ py::object permOf(const at::Tensor& t) {
   return call(gCollect.densePerm, {sizeOf(t), py::cast(t.strides().vec())});
 }
 
-struct WordsHash {
-  size_t operator()(const std::vector<int64_t>& words) const {
-    size_t h = 0xcbf29ce484222325ull;
-    for (int64_t v : words) h = (h ^ static_cast<size_t>(v)) * 0x100000001b3ull;
-    return h;
-  }
-};
-
 // Interned signatures: value -> the canonical object; canonical objects by
 // address (those need no lookup by value).
 struct Canon {

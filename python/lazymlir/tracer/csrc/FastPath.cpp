@@ -35,13 +35,6 @@ struct FastOp {
 };
 std::unordered_map<const c10::FunctionSchema*, FastOp> gOps;
 
-struct KeyHash {
-  size_t operator()(const std::vector<int64_t>& key) const {
-    size_t h = 0xcbf29ce484222325ull;
-    for (int64_t v : key) h = (h ^ static_cast<size_t>(v)) * 0x100000001b3ull;
-    return h;
-  }
-};
 // (op, per argument: kind and meta or value) -> output meta (a ViewStep for
 // views), or None: not here; and the signature of the last node recorded
 // from it (the key holds every constant it freezes but lifted floats:
@@ -51,7 +44,7 @@ struct Answer {
   PyObject* sig = nullptr;
   std::vector<int64_t> bits;
 };
-std::unordered_map<std::vector<int64_t>, Answer, KeyHash> gAnswers;
+std::unordered_map<std::vector<int64_t>, Answer, WordsHash> gAnswers;
 size_t gForgotten = 0;  // forget() calls: Python code called while recording may make one
 
 // Writes through views (tensor._write): the nodes that give the storage's
@@ -65,7 +58,7 @@ struct Recipes {
   std::vector<py::object> held;  // the steps and meta the key names
 };
 // Never destroyed: it holds Python objects past the interpreter's end.
-auto& gRecipes = *new std::unordered_map<std::vector<int64_t>, Recipes, KeyHash>;
+auto& gRecipes = *new std::unordered_map<std::vector<int64_t>, Recipes, WordsHash>;
 
 void forget() {
   for (auto& [_, op] : gOps) {

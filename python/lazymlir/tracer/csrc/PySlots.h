@@ -6,7 +6,9 @@
 
 #include "LazyTensor.h"
 
-#include <structmember.h>  // PyMemberDef: where a __slots__ attribute lives
+#include <structmember.h>
+
+#include <vector>  // PyMemberDef: where a __slots__ attribute lives
 
 namespace lazymlir::device {
 
@@ -28,6 +30,15 @@ inline void setSlot(PyObject* obj, Py_ssize_t offset, PyObject* value) {
   slot(obj, offset) = value;
   Py_XDECREF(old);
 }
+
+// FNV-1a over a key of words (the fast path's keys, collect's fingerprints).
+struct WordsHash {
+  size_t operator()(const std::vector<int64_t>& words) const {
+    size_t h = 0xcbf29ce484222325ull;
+    for (int64_t v : words) h = (h ^ static_cast<size_t>(v)) * 0x100000001b3ull;
+    return h;
+  }
+};
 
 enum Kind : int { kFunctional = 0, kView = 1, kInplace = 2, kCopy = 3 };
 
