@@ -6,9 +6,9 @@
 
 #include "LazyTensor.h"
 
-#include <structmember.h>
+#include <structmember.h>  // PyMemberDef: where a __slots__ attribute lives
 
-#include <vector>  // PyMemberDef: where a __slots__ attribute lives
+#include <vector>
 
 namespace lazymlir::device {
 
