@@ -214,6 +214,11 @@ _LIFT = {
     "aten.addcdiv.default": ("value",), "aten.addcmul.default": ("value",),
     "aten.lerp.Scalar": (2,),
 }
+# Integers compared with int64 tensors: a decode loop's position checks
+# (`cache_position[-1] >= length`) compare with a number that grows by one
+# per token; lifted as int64 0-dim inputs, one graph serves every length.
+_COMPARE = {f"aten.{op}.Scalar": getattr(aten, op).Tensor for op in ("eq", "ne", "lt", "le", "gt", "ge")}
+_LIFT.update(dict.fromkeys(_COMPARE, (1,)))
 LIFTED_OPS = frozenset(_LIFT)
 _LIFTED = ("lifted",)  # stands for a lifted value in a signature
 
@@ -236,10 +241,19 @@ _FLOATS = (torch.float32, torch.float64)
 
 
 def _lift(n: Node):
-    """[(position, value)] of the floats of ``n`` that become graph inputs."""
+    """([(position, value)] of the numbers of ``n`` that become graph inputs,
+    their dtype)."""
     meta = n.meta
-    if type(meta) is not torch.Tensor or meta.dtype not in _FLOATS:
-        return None
+    if type(meta) is not torch.Tensor:
+        return None, None
+    if n.sig[0] in _COMPARE:
+        x = n.args[0]
+        v = n.args[1] if len(n.args) > 1 else None
+        if isinstance(x, Node) and x.meta.dtype == torch.int64 and type(v) is int:
+            return [(1, v)], torch.int64
+        return None, None
+    if meta.dtype not in _FLOATS:
+        return None, None
     found = []
     for pos in _LIFT[n.sig[0]]:
         if type(pos) is int:
@@ -248,7 +262,7 @@ def _lift(n: Node):
             v = n.kwargs.get(pos)
         if type(v) is float:
             found.append((pos, v))
-    return found
+    return found, meta.dtype
 
 
 def _lifted_sig(sig, positions):
@@ -259,14 +273,14 @@ def _lifted_sig(sig, positions):
 
 
 def _lifting(n: Node):
-    """(positions, values, lifted signature) of the floats of ``n`` that
-    become graph inputs, or None. collect() asks once per distinct
-    (signature, result dtype) and keeps the answer."""
-    found = _lift(n)
+    """(positions, values, lifted signature, dtype) of the numbers of ``n``
+    that become graph inputs, or None. collect() asks once per distinct
+    (signature, result dtype, first input's dtype) and keeps the answer."""
+    found, dtype = _lift(n)
     if not found:
         return None
     positions = tuple(p for p, _ in found)
-    return positions, tuple(v for _, v in found), _lifted_sig(n.sig, positions)
+    return positions, tuple(v for _, v in found), _lifted_sig(n.sig, positions), dtype
 
 
 def collect(outputs: Sequence[Node], options: tuple = (), full: bool = False) -> Graph:
@@ -332,12 +346,16 @@ def to_fx(graph: Graph, rewrite=None, phantoms: int = 0) -> torch.fx.GraphModule
     for n in graph.nodes:
         op = n.op
         args, kwargs = n.args, n.kwargs
+        lifted = graph.lifted.get(n)
+        if lifted is not None:  # its lifted numbers read from their placeholders (not the key's integers)
+            first, positions = lifted
+            lifted = dict(zip(positions, scalars[first:first + len(positions)]))
+            args = tuple(lifted.get(i, a) for i, a in enumerate(args))
+            kwargs = {k: lifted.get(k, v) for k, v in kwargs.items()}
         if rewrite is not None:
             args, kwargs = rewrite(g, env, n, args, kwargs)
-        if n in graph.lifted:
-            first, positions = graph.lifted[n]
-            env[n] = _lifted_call(g, n, fx_arg(args), {k: fx_arg(v) for k, v in kwargs.items()},
-                                  dict(zip(positions, scalars[first:first + len(positions)])))
+        if lifted is not None:
+            env[n] = _lifted_call(g, n, fx_arg(args), {k: fx_arg(v) for k, v in kwargs.items()}, lifted)
         elif op in AS_RESHAPE:
             env[n] = g.call_function(aten.reshape.default, (env[args[0]], list(args[1])))
         elif op is operator.getitem:
@@ -385,4 +403,6 @@ def _lifted_call(g, n, args, kwargs, s):
         return call(aten.add.Tensor, (args[0], call(combine, (scaled, args[2]))))
     if name == "aten.lerp.Scalar":
         return call(aten.lerp.Tensor, tuple(args))
+    if name in _COMPARE:
+        return call(_COMPARE[name], tuple(args[:2]))
     raise AssertionError(name)

@@ -413,7 +413,9 @@ def test_a_view_merging_two_dynamic_dimensions():
             torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-4)
     c = counts()
     assert c["DynamicCompileFallback"] == 0 and c["CompileFallback"] == 0 and c["DynamicValidationMismatch"] == 0
-    assert c["DynamicGraphHit"] >= 3
+    # One graph per size (the read of `out` computes the backward's gradients
+    # with it): the first two compile static, the third dynamic, the last two hit.
+    assert c["DynamicCompile"] == 1 and c["DynamicGraphHit"] >= 2, c
 
 
 def test_a_cast_of_a_dynamic_dimension_compiles_static():

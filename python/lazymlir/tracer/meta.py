@@ -130,7 +130,7 @@ def _convert(a, inputs: list, keys: list):
     are appended to ``inputs`` (their value) and ``keys`` (their metadata)."""
     st = state(a)
     if st is not None:
-        v = st.value if st.version == st.storage.version else _state_value(st)
+        v = _state_value(st)
         inputs.append(v)
         keys.append(id(st.meta))  # interned, alive for ever: the id is the identity
         return st.meta, v, BLANK

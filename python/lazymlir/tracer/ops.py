@@ -50,7 +50,7 @@ def _functional(func, args, kwargs):
             t = type(a)
             st = state(a)
             if st is not None:
-                v = st.value if st.version == st.storage.version else _state_value(st)
+                v = _state_value(st)
                 inputs.append(v)
                 node_args.append(v)
                 keys.append(id(st.meta))

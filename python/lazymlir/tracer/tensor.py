@@ -280,8 +280,13 @@ def _value(t: torch.Tensor) -> Node:
 
 
 def _state_value(st: State) -> Node:
+    """The tensor's current value node: its own when no write came since it
+    was made, and (a view) the base's computed value is not newer than it;
+    else the view of the base's value (a view keeping the expression it was
+    written with would recompute it, and everything it came from, in every
+    later graph)."""
     s = st.storage
-    if st.version == s.version:
+    if st.version == s.version and (not st.chain or st.value.data is not None or s.base.data is None):
         return st.value
     v = s.base
     for step in st.chain:
@@ -561,7 +566,12 @@ def _cpu_alias(t: torch.Tensor) -> torch.Tensor:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
     st = state(t)
     s = st.storage
-    _sync((s,), now=True)
+    if s.base.data is None:
+        # A read cuts the trace: what it needs and everything else pending,
+        # in one graph (the same at every step of a loop that reads, as a
+        # decode loop's stopping check), so that no trace grows past it.
+        pending = _device.take_pending()
+        _sync([s] + pending, now=True)
     runtime.wait(s.base)
     base = s.base.data
     m = s.meta

@@ -64,8 +64,8 @@ struct Canon {
   std::unordered_map<PyObject*, PyObject*> byAddress;
   // What trace._lifting answered, by (canonical signature, output dtype).
   struct Lift {
-    py::object positions, values;  // None: nothing lifted
-    PyObject* sig = nullptr;       // canonical lifted signature
+    py::object positions, values, dtype;  // None: nothing lifted
+    PyObject* sig = nullptr;              // canonical lifted signature
   };
   std::unordered_map<std::pair<PyObject*, int>, Lift, c10::hash<std::pair<PyObject*, int>>> lifts;
   struct Seen {
@@ -95,16 +95,24 @@ PyObject* canonical(PyObject* sig) {
   return c;
 }
 
-const Canon::Lift& liftOf(PyObject* n, PyObject* sig, PyObject* meta) {
-  int dtype = THPVariable_Check(meta) ? static_cast<int>(THPVariable_Unpack(meta).scalar_type()) : -1;
+int dtypeCode(PyObject* meta) {
+  return THPVariable_Check(meta) ? static_cast<int>(THPVariable_Unpack(meta).scalar_type()) : 63;
+}
+
+const Canon::Lift& liftOf(PyObject* n, PyObject* sig) {
+  // By the result's dtype and the first input's (comparisons lift for int64 inputs).
+  PyObject* ins = slot(n, gPy.node.inputs);
+  int dtype = dtypeCode(slot(n, gPy.node.meta)) * 64 +
+              (PyTuple_GET_SIZE(ins) ? dtypeCode(slot(PyTuple_GET_ITEM(ins, 0), gPy.node.meta)) : 63);
   auto found = gCanon.lifts.find({sig, dtype});
   if (found != gCanon.lifts.end()) return found->second;
-  Canon::Lift lift{py::none(), py::none()};
+  Canon::Lift lift{py::none(), py::none(), py::none()};
   py::object answer = call(gCollect.lifting, {n});
-  if (!answer.is_none()) {  // (positions, values, lifted signature)
+  if (!answer.is_none()) {  // (positions, values, lifted signature, dtype)
     lift.positions = answer[py::int_(0)];
     lift.values = answer[py::int_(1)];
     lift.sig = canonical(py::object(answer[py::int_(2)]).ptr());
+    lift.dtype = answer[py::int_(3)];
   }
   return gCanon.lifts.emplace(std::make_pair(sig, dtype), std::move(lift)).first->second;
 }
@@ -164,12 +172,11 @@ py::object collect(py::sequence outputs, py::object options, bool full) {
       int lift = PyDict_Contains(gCollect.lift, PyTuple_GET_ITEM(sig, 0));
       if (lift < 0) throw py::error_already_set();
       if (lift) {
-        const Canon::Lift& found = liftOf(n, sig, slot(n, gPy.node.meta));
+        const Canon::Lift& found = liftOf(n, sig);
         if (!found.positions.is_none()) {
           lifts.push_back({n, static_cast<size_t>(scalars.size()), found.positions.ptr()});
-          py::object dtype = dtypeOf(THPVariable_Unpack(slot(n, gPy.node.meta)));
           for (py::handle v : py::reinterpret_borrow<py::tuple>(found.values))
-            scalars.append(py::make_tuple(v, dtype));
+            scalars.append(py::make_tuple(v, found.dtype));
           sig = found.sig;
         }
       }

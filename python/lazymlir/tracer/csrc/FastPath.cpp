@@ -244,8 +244,11 @@ std::pair<py::object, py::object> constant(const c10::IValue& v, bool ifFrozen =
 // A tensor's current value node (tensor._state_value).
 py::object valueOf(PyObject* state) {
   PyObject* storage = slot(state, gPy.state.storage);
-  if (PyLong_AsLongLong(slot(state, gPy.state.version)) == PyLong_AsLongLong(slot(storage, gPy.storage.version)))
-    return py::reinterpret_borrow<py::object>(slot(state, gPy.state.value));
+  PyObject* value = slot(state, gPy.state.value);
+  if (PyLong_AsLongLong(slot(state, gPy.state.version)) == PyLong_AsLongLong(slot(storage, gPy.storage.version)) &&
+      (PyTuple_GET_SIZE(slot(state, gPy.state.chain)) == 0 || slot(value, gPy.node.data) != Py_None ||
+       slot(slot(storage, gPy.storage.base), gPy.node.data) == Py_None))
+    return py::reinterpret_borrow<py::object>(value);
   PyObject* v = PyObject_CallOneArg(gPy.stateValue, state);
   if (v == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(v);
@@ -516,6 +519,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     PyObject* answer =
         PyObject_CallFunctionObjArgs(gPy.meta, opOverload(op), pyArgs.ptr(), pyKwargs.ptr(), nullptr);
     if (answer == nullptr) throw py::error_already_set();
+    if (gAnswers.size() >= (1u << 16)) forget();  // constants that change every step (positions, lengths)
     found = gAnswers.emplace(std::move(key), Answer{answer}).first;
   }
   Answer& known = found->second;
