@@ -340,6 +340,14 @@ def _running(entry) -> bool:
     return any(j.entry is entry and not j.done() for j in _in_flight)
 
 
+def idle() -> bool:
+    """No submitted job is unfinished."""
+    q = _in_flight
+    while q and q[0].done():
+        q.popleft()
+    return not q
+
+
 def _throttle() -> None:
     """Wait until fewer than ``config.max_in_flight`` submitted jobs are
     unfinished (their errors are raised later, by the barriers that read

@@ -567,11 +567,18 @@ def _cpu_alias(t: torch.Tensor) -> torch.Tensor:
     st = state(t)
     s = st.storage
     if s.base.data is None:
-        # A read cuts the trace: what it needs and everything else pending,
-        # in one graph (the same at every step of a loop that reads, as a
-        # decode loop's stopping check), so that no trace grows past it.
-        pending = _device.take_pending()
-        _sync([s] + pending, now=True)
+        if runtime.idle():
+            # A read cuts the trace: what it needs and everything else
+            # pending, in one graph (the same at every step of a loop that
+            # reads, as a decode loop's stopping check), so that no trace
+            # grows past it.
+            _sync([s] + _device.take_pending(), now=True)
+        else:
+            # A step is running (mark_step): a read in the middle of the
+            # next one (Hugging Face's attention-mask checks) computes its
+            # own value, ahead of that step when it can, without waiting
+            # for it.
+            _sync((s,), now=True)
     runtime.wait(s.base)
     base = s.base.data
     m = s.meta
