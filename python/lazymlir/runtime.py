@@ -340,21 +340,24 @@ def _running(entry) -> bool:
     return any(j.entry is entry and not j.done() for j in _in_flight)
 
 
-def idle() -> bool:
-    """No submitted job is unfinished."""
+def _unfinished() -> collections.deque:
+    """_in_flight without the jobs seen finished at its front."""
     q = _in_flight
     while q and q[0].done():
         q.popleft()
-    return not q
+    return q
+
+
+def idle() -> bool:
+    """No submitted job is unfinished."""
+    return not _unfinished()
 
 
 def _throttle() -> None:
     """Wait until fewer than ``config.max_in_flight`` submitted jobs are
     unfinished (their errors are raised later, by the barriers that read
     their results or by wait_device_ops)."""
-    q = _in_flight
-    while q and q[0].done():
-        q.popleft()
+    q = _unfinished()
     while len(q) >= config.max_in_flight:
         metrics.counter("InFlightWait")
         _wait_for(q.popleft())

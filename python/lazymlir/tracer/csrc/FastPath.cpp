@@ -271,6 +271,25 @@ py::object newNode(PyObject* op, PyObject* args, PyObject* kwargs, PyObject* inp
                                    {n.kernels, Py_None}});
 }
 
+// tensor._view_node: `op` (the step's own, or the op recorded for it) on
+// `value` and the step's other arguments.
+py::object viewNode(PyObject* op, PyObject* step, const py::object& value) {
+  PyObject* rest = PyTuple_GET_ITEM(step, gPy.step.rest);
+  py::tuple args(1 + PyTuple_GET_SIZE(rest));
+  args[0] = value;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(rest); ++i)
+    args[i + 1] = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(rest, i));
+  return newNode(op, hidden(args).ptr(), PyTuple_GET_ITEM(step, gPy.step.kwargs), hidden(py::make_tuple(value)).ptr(),
+                 PyTuple_GET_ITEM(step, gPy.step.sig), PyTuple_GET_ITEM(step, gPy.step.meta));
+}
+
+// The op's arguments on `stack` replaced by its result.
+bool returns(torch::jit::Stack* stack, size_t n, at::Tensor result) {
+  torch::jit::drop(*stack, n);
+  torch::jit::push(stack, std::move(result));
+  return true;
+}
+
 // A lazy tensor holding a new State.
 at::Tensor newTensor(PyObject* meta, PyObject* storage, PyObject* chain, PyObject* value, PyObject* version) {
   const auto& s = gPy.state;
@@ -374,7 +393,6 @@ at::Tensor fresh(PyObject* node, PyObject* meta) {
   return newTensor(meta, storage.ptr(), gPy.emptyTuple, node, gPy.zero);
 }
 
-
 PyObject* recipesFor(PyObject* chain, PyObject* baseMeta) {
   std::vector<int64_t> key;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(chain); ++i)
@@ -413,14 +431,7 @@ void writeValue(PyObject* self, PyObject* node, PyObject* recipes) {
     std::vector<py::object> values{py::reinterpret_borrow<py::object>(slot(storage, gPy.storage.base))};
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(views); ++i) {
       PyObject* step = PyTuple_GET_ITEM(views, i);
-      PyObject* rest = PyTuple_GET_ITEM(step, gPy.step.rest);
-      py::tuple args(1 + PyTuple_GET_SIZE(rest));
-      args[0] = values.back();
-      for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(rest); ++j)
-        args[j + 1] = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(rest, j));
-      values.push_back(newNode(PyTuple_GET_ITEM(step, 0), hidden(args).ptr(), PyTuple_GET_ITEM(step, gPy.step.kwargs),
-                               hidden(py::make_tuple(values.back())).ptr(), PyTuple_GET_ITEM(step, gPy.step.sig),
-                               PyTuple_GET_ITEM(step, gPy.step.meta)));
+      values.push_back(viewNode(PyTuple_GET_ITEM(step, 0), step, values.back()));
     }
     // (op, args, kwargs, inputs, sig, meta) per step, the last step's first.
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(scatters); ++i) {
@@ -506,10 +517,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (to.sizes() != from.sizes() || to.scalar_type() != from.scalar_type()) return false;
     py::object value = valueOf(args[1].state);
     writeValue(self, value.ptr(), recipes ? recipes.ptr() : nullptr);
-    at::Tensor out = arguments[0].toTensor();  // returns self
-    torch::jit::drop(*stack, n);
-    torch::jit::push(stack, std::move(out));
-    return true;
+    return returns(stack, n, arguments[0].toTensor());  // self
   }
 
   auto found = gAnswers.find(key);
@@ -530,25 +538,15 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     // ops._view: the node views self's value; the tensor shares self's
     // storage, its chain grows by the step.
     PyObject* step = answer.ptr();
-    py::object value = valueOf(self);
-    py::object rest = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(step, gPy.step.rest));
-    py::tuple nodeArgs(1 + PyTuple_GET_SIZE(rest.ptr()));
-    nodeArgs[0] = value;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(rest.ptr()); ++i)
-      nodeArgs[i + 1] = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(rest.ptr(), i));
-    PyObject* meta = PyTuple_GET_ITEM(step, gPy.step.meta);
-    py::object node = newNode(recorded.ptr(), hidden(nodeArgs).ptr(), PyTuple_GET_ITEM(step, gPy.step.kwargs),
-                              hidden(py::make_tuple(value)).ptr(), PyTuple_GET_ITEM(step, gPy.step.sig), meta);
+    py::object node = viewNode(recorded.ptr(), step, valueOf(self));
     PyObject* storage = slot(self, gPy.state.storage);
     PyObject* chain = slot(self, gPy.state.chain);
     py::tuple longer(PyTuple_GET_SIZE(chain) + 1);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(chain); ++i)
       longer[i] = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(chain, i));
     longer[PyTuple_GET_SIZE(chain)] = py::reinterpret_borrow<py::object>(step);
-    at::Tensor out = newTensor(meta, storage, hidden(longer).ptr(), node.ptr(), slot(storage, gPy.storage.version));
-    torch::jit::drop(*stack, n);
-    torch::jit::push(stack, std::move(out));
-    return true;
+    return returns(stack, n, newTensor(PyTuple_GET_ITEM(step, gPy.step.meta), storage, hidden(longer).ptr(),
+                                       node.ptr(), slot(storage, gPy.storage.version)));
   }
 
   // ops._functional and ops._inplace: the node applies the (functional) op.
@@ -619,17 +617,11 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   if (kind == kInplace) {
     writeValue(self, node.ptr(), recipes ? recipes.ptr() : nullptr);
-    at::Tensor out = arguments[0].toTensor();  // in-place: returns self
-    torch::jit::drop(*stack, n);
-    torch::jit::push(stack, std::move(out));
-    return true;
+    return returns(stack, n, arguments[0].toTensor());  // in-place: self
   }
 
+  if (!PyTuple_Check(meta)) return returns(stack, n, fresh(node.ptr(), meta));
   torch::jit::drop(*stack, n);
-  if (!PyTuple_Check(meta)) {
-    torch::jit::push(stack, fresh(node.ptr(), meta));
-    return true;
-  }
   // Several outputs (ops._wrap_outputs): output i is getitem(node, i); an
   // output without metadata (masked out) is undefined.
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(meta); ++i) {
