@@ -666,6 +666,8 @@ class _Region:
             return True
         from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
+        if type(self.guards) is str:  # compiled once: parsing it took most of a decode step
+            self.guards = compile(self.guards, "<lazymlir guards>", "eval")
         try:
             return bool(eval(self.guards, SYMPY_INTERP, {"L": {f"t{i}": a for i, a in enumerate(inputs)}}))
         except Exception:
