@@ -26,6 +26,15 @@ torch._lazy, for `make test`):
                     elements, softmax and layer norm over 4096x1024, N x N
                     matmuls, a ResNet BasicBlock (64 channels, 8x64x56x56,
                     eval, no_grad)
+  generate, generate_tc
+                    greedy GPT-2 generate with its KV cache (2 layers,
+                    hidden 128, batch 2, prompt 12, 32 new tokens), ms per
+                    token: on the lazy device, and through
+                    torch.compile(backend="lazymlir") (issue 31)
+  {bert,gpt2,lm2}_tc, tc_call_overhead
+                    the h128 training steps, and one call of a 16-element
+                    function, through torch.compile(backend="lazymlir"),
+                    against inductor (issue 31)
   trace_overhead    us per recorded op (x * c + d on 16 elements); eager: us
                     per executed op
   compile_{cold,warm}_{mnist,lm2}
@@ -143,6 +152,24 @@ class Peer:
         return torch.compile(fn) if self.name == "torch.compile" else fn
 
 
+class DynamoPeer(Peer):
+    """lazymlir behind torch.compile(backend="lazymlir") (issue 31): CPU
+    tensors, no barriers; the "lazymlir" cell of the *_tc rows."""
+
+    def __init__(self):
+        self.name = "lazymlir"
+        self.device = "cpu"
+        self.mark = self.wait = lambda: None
+
+    def wrap(self, fn):
+        return torch.compile(fn, backend="lazymlir")
+
+
+def via_dynamo(setup):
+    """A workload's setup with lazymlir reached through torch.compile."""
+    return lambda peer: setup(DynamoPeer() if peer.name == "lazymlir" else peer)
+
+
 # ---------------------------------------------------------------------------
 # Workloads. setup(peer) builds the workload on the peer, runs it once (the
 # check: outputs or losses, as CPU tensors) and returns (run, outputs); run()
@@ -232,6 +259,33 @@ def forward_setup(make, no_grad=False):
             return out
 
         return run, [run().cpu()]
+
+    return setup
+
+
+def generate_setup(tokens, batch, prompt, hidden, vocab):
+    """Greedy ``generate`` of a 2-layer GPT-2 with its KV cache (issue 31):
+    one call generates ``tokens`` tokens; torch.compile peers compile the
+    model's forward (Hugging Face's recommended use)."""
+
+    def setup(peer):
+        import transformers
+
+        torch.manual_seed(0)
+        cfg = transformers.GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=2, n_head=4,
+                                      n_positions=prompt + tokens + 8)
+        model = transformers.GPT2LMHeadModel(cfg).eval().to(peer.device)
+        ids = torch.randint(0, vocab, (batch, prompt)).to(peer.device)
+        if peer.name != "eager" and peer.device == "cpu":
+            model.forward = peer.wrap(model.forward)
+
+        def run():
+            with torch.no_grad():
+                out = model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                                     pad_token_id=0)
+            return out.cpu()
+
+        return run, [run().float()]
 
     return setup
 
@@ -389,6 +443,26 @@ def workloads(smoke):
     w.append(Workload("trace_overhead", f"trace overhead ({2 * ops} ops)", "us/op", trace_setup(ops), kind="trace",
                       scale=1e6, peers=("eager", "torch._lazy", "lazymlir"),
                       target=(("abs", 2.5), ("eager", 1.0))))  # issue 30
+    # Issue 31: generate with a KV cache (the lazy device, and lazymlir
+    # through torch.compile), training steps and a call's overhead through
+    # torch.compile(backend="lazymlir").
+    gen = dict(tokens=4, batch=2, prompt=6, hidden=32, vocab=100) if smoke else \
+        dict(tokens=32, batch=2, prompt=12, hidden=128, vocab=1000)
+    gen_label = f"GPT-2 generate (h{gen['hidden']}, b{gen['batch']}, {gen['tokens']} tokens)"
+    w.append(Workload("generate", gen_label, "ms/token", generate_setup(**gen), per_call=gen["tokens"],
+                      target=(("eager", 1.0), ("torch.compile", 1.0)), peers=IN_PROCESS))
+    w.append(Workload("generate_tc", gen_label + ", torch.compile(backend=lazymlir)", "ms/token",
+                      via_dynamo(generate_setup(**gen)), per_call=gen["tokens"],
+                      target=(("torch.compile", 1.0),), peers=IN_PROCESS))
+    for name, label, make in (("bert", "BERT", lambda: T().hf_model("bert", **tf)),
+                              ("gpt2", "GPT-2", lambda: T().hf_model("gpt2", **tf)),
+                              ("lm2", "2-layer LM", lambda: T().transformer_lm(2, **lm))):
+        w.append(Workload(f"{name}_tc", f"{label} train step, torch.compile(backend=lazymlir)", ms,
+                          via_dynamo(train_setup(make, "adamw")), per_call=TRAIN_STEPS_PER_CALL,
+                          target=(("torch.compile", 1.0),), peers=IN_PROCESS))
+    w.append(Workload("tc_call_overhead", "torch.compile call (x * 2 + 1, 16 elements, no_grad)", "us",
+                      via_dynamo(forward_setup(_fn_args(lambda x: x * 2 + 1, (16,)), no_grad=True)),
+                      scale=1e6, target=(("abs", 50.0),), peers=IN_PROCESS))
     for model in ("mnist", "lm2"):
         for phase in ("cold", "warm"):
             target = None
@@ -576,7 +650,7 @@ def measure_steps(w, peers, repeats):
     if "lazymlir" in results:
         results["lazymlir"]["compiled"] = lazymlir_compiled()
     del runs
-    if "torch.compile" in peers:
+    if "torch.compile" in peers or w.name.endswith("_tc") or w.name.startswith("tc_"):
         torch._dynamo.reset()
     if "torch._lazy" in peers:
         r = _child(["--ltc-child", w.name, "--repeats", str(repeats)] + (["--smoke"] if SMOKE else []), LTC_TIMEOUT_S)

@@ -28,7 +28,8 @@ reject get a static region of their own). Graph inputs that are sizes
 
 Metrics: ``DynamoGraph`` (graphs Dynamo handed over), ``DynamoRegion``
 (regions compiled or loaded), ``DynamoEagerOp`` (ops left to run eagerly),
-``DynamoDynamicRegion``; a region's compile counts ``UncachedCompile`` like a
+``DynamoDynamicRegion``, ``DynamoRecordHit`` (a region loaded from the disk cache
+without lowering it); a region's compile counts ``UncachedCompile`` like a
 lazy graph's, and its runs show in lazymlir.profile().
 """
 
@@ -562,7 +563,9 @@ class _Region:
                 if disk and not config.profile and not config.dump_dir:
                     record = cache.record_key(native, key)
                 executable, info = self._load(native, record, options)
-                if executable is None:
+                if executable is not None:
+                    metrics.counter("DynamoRecordHit")  # no torch-mlir, no MLIR work
+                else:
                     lowered = lowering.lower(self.gm, examples, origins=config.profile, dynamic=dynamic)
                     if dynamic is not None:
                         refined = compilation._refined_dynamic_dims(lowered.linalg)

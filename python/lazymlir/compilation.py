@@ -346,7 +346,8 @@ def _compile_static(key, name, gm, inputs, specs, options, generation) -> None:
         with _compile_lock:
             native = native_compiler()
             disk = _configure_disk_cache(native)
-            lowered = lowering.lower(gm, inputs)
+            with lowering.private_fx_tracing():  # off the main thread
+                lowered = lowering.lower(gm, inputs)
             executable = native.compile_linalg(lowered.linalg, **options)
             if disk:
                 record = cache.record_key(native, key)

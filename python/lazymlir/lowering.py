@@ -11,11 +11,53 @@ miss comes here, so the torch-mlir imports are deferred to the first miss.
 import contextlib
 import operator
 import re
+import threading
 from typing import Any, List, NamedTuple, Optional, Sequence, Set
 
 import torch
 
 from .decompositions import LoweringError, decomposition_table
+
+
+_private_tracing = threading.local()
+_patch_lock = threading.Lock()
+_patched = False
+
+
+@contextlib.contextmanager
+def private_fx_tracing():
+    """FX tracing (make_fx) on this thread without touching torch.fx's
+    process-wide "symbolic tracing" flag, for lowerings on lazymlir's
+    background threads. Tracer.trace sets that flag and restores what it saw
+    on entry: a trace here interleaved with one on another thread (Dynamo's
+    AOTAutograd, on the main thread) could leave it set for good, and every
+    torch.compile'd function would then run uncompiled (or raise). Inside
+    this block Tracer.trace runs as a copy whose flag is its own."""
+    global _patched
+    with _patch_lock:
+        if not _patched:
+            import types
+
+            import torch.fx._symbolic_trace as symbolic_trace
+
+            original = symbolic_trace.Tracer.trace
+            shadow = types.FunctionType(original.__code__, dict(symbolic_trace.__dict__), original.__name__,
+                                        original.__defaults__, original.__closure__)
+            shadow.__kwdefaults__ = original.__kwdefaults__
+
+            def trace(self, *args, **kwargs):
+                if getattr(_private_tracing, "on", False):
+                    return shadow(self, *args, **kwargs)
+                return original(self, *args, **kwargs)
+
+            trace.__doc__, trace.__wrapped__ = original.__doc__, original
+            symbolic_trace.Tracer.trace = trace
+            _patched = True
+    _private_tracing.on = True
+    try:
+        yield
+    finally:
+        _private_tracing.on = False
 
 
 class Lowered(NamedTuple):
