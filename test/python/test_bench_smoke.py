@@ -15,7 +15,8 @@ SUITE = os.path.join(ROOT, "bench", "suite.py")
 WORKLOADS = {"bert", "gpt2", "bert512", "gpt2_512", "vit512", "lm2", "bert_read1", "gpt2_read1", "lm2_read1",
              "bert_read10", "gpt2_read10", "lm2_read10", "mnist", "mlp", "chain", "softmax", "layernorm", "matmul_512", "matmul_1024",
              "matmul_2048", "resnet_block", "trace_overhead", "compile_cold_mnist", "compile_warm_mnist",
-             "compile_cold_lm2", "compile_warm_lm2"}
+             "compile_cold_lm2", "compile_warm_lm2", "generate", "generate_tc", "bert_tc", "gpt2_tc", "lm2_tc",
+             "tc_call_overhead"}
 
 
 def test_bench_suite_smoke(native, tmp_path):
