@@ -130,6 +130,16 @@ dynamic: bool = _env_bool("LAZYMLIR_DYNAMIC", True)
 # 0: dynamic graphs serve every size for good.
 static_tier_up_runs: int = int(_env_str("LAZYMLIR_STATIC_TIER_UP_RUNS", "8"))
 
+# A Python branch on a tensor (one bool: ``if (ids == pad).any():``) whose
+# value needs at most this many new ops on finished values, each result at
+# most eager_read_elements elements, runs them eagerly instead of compiling a
+# graph (LAZYMLIR_EAGER_READ_OPS, default 32; 0: every read compiles): the
+# index and mask checks Hugging Face's generate makes before each token
+# (cache positions, padding) would otherwise compile graphs of a few ops,
+# one per size, that run in microseconds eagerly.
+eager_read_ops: int = int(_env_str("LAZYMLIR_EAGER_READ_OPS", "32"))
+eager_read_elements: int = 65536
+
 # Profile the whole process (LAZYMLIR_PROFILE=1): graphs compile with their
 # kernel calls timed and the per-kernel table prints at exit (see
 # lazymlir.profiler; ``lazymlir.profile()`` sets it for a block).  Part of the
@@ -142,7 +152,7 @@ verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 _NAMES = ("dump_dir", "cache_dir", "cache_max_bytes", "tiered", "tier_up_runs", "device", "fusion", "channels_last",
           "threads", "parallel_threshold", "streaming_store_bytes",
           "force_eager", "force_fallback", "async_execution", "max_in_flight", "recompile_warning_at", "profile",
-          "verbose", "dynamic", "static_tier_up_runs")
+          "verbose", "dynamic", "static_tier_up_runs", "eager_read_ops", "eager_read_elements")
 
 
 def options_key() -> tuple:

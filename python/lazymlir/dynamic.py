@@ -569,6 +569,12 @@ def _generalize(graph, family, numbers, leaf_starts) -> Optional[Template]:
         base = numbers
     t = Template(tuple(base), frozenset(symbols), exprs, {s: where[s] for s in symbols})
     for old in family.templates:
+        if not old.failed and any(old.base[i] != c for i, c in enumerate(numbers)
+                                  if i not in old.symbols and i not in old.exprs):
+            # The old one is for other constants (another batch size: a
+            # generate with batch 1, then one with batch 4): not a fit that
+            # failed for this trace.
+            continue
         if old.symbols == t.symbols and (old.failed or not set(t.exprs) > set(old.exprs)):
             # Compiled before for these symbols, and this trace is not an
             # instance: a number that is not the function fitted (or a guard

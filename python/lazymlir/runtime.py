@@ -32,7 +32,7 @@ from .compilation import _Compiled, _compile, _Eager, _run_fx, _Split, native_co
 last_kernels = None
 
 
-def execute(outputs: Sequence[trace.Node], now: bool = False):
+def execute(outputs: Sequence[trace.Node], now: bool = False, condition: bool = False):
     """Start computing ``outputs`` (distinct nodes without data): returns their
     values as CPU tensors in the memory format of the nodes' metas (dense:
     contiguous buffers, permuted), in order, the job (runtime._Job) that fills
@@ -46,7 +46,14 @@ def execute(outputs: Sequence[trace.Node], now: bool = False):
     jobs queued ahead of it (graphs never write their inputs, so the order
     does not matter to it): a data-dependent branch in the middle of a step
     (Hugging Face's attention-mask checks) does not wait for the previous
-    step's graph to finish."""
+    step's graph to finish.
+
+    ``condition``: the read is a Python branch on one bool (``if
+    (ids == pad).any():``, Hugging Face's cache-position and padding checks
+    before each generated token). A graph not compiled before that is only a
+    few small ops on finished values (config.eager_read_ops) then runs
+    eagerly: compiling it would cost far more than it ever saves, and one
+    per size would be compiled (``EagerReadGraph`` counts them)."""
     global last_kernels
     t0 = time.perf_counter()
     graph = trace.collect(outputs, config.options_key())
@@ -61,6 +68,8 @@ def execute(outputs: Sequence[trace.Node], now: bool = False):
         metrics.counter("CachedCompile")
     if type(entry) is _Compiled and entry.dynamic:
         compilation.note_dynamic_run(graph)  # a size that keeps coming back gets its static graph
+    if entry is None and condition and _small_read(graph):
+        return _run_read_eagerly(graph), None, None
     if entry is None:
         entry = _compile(graph)
         if type(entry) is _Split:
@@ -93,6 +102,55 @@ def execute(outputs: Sequence[trace.Node], now: bool = False):
         job = _submit(entry, inputs, outs, deps)
     last_kernels = entry.kernel_count
     return graph.output_values(outs), job, last_kernels
+
+
+def _small_read(graph: trace.Graph) -> bool:
+    """Whether a barrier's graph is a few small ops on values already
+    computed and finished (config.eager_read_ops): eager runs it sooner than
+    a compile, or even a cached graph's run, would."""
+    if len(graph.nodes) > config.eager_read_ops:
+        return False
+    limit = config.eager_read_elements
+    for n in graph.nodes:
+        if not (isinstance(n.op, torch._ops.OpOverload) or n.op is operator.getitem):
+            return False
+        metas = n.meta if isinstance(n.meta, (tuple, list)) else (n.meta,)
+        if any(isinstance(m, torch.Tensor) and m.numel() > limit for m in metas):
+            return False
+    for n in graph.inputs:
+        job = n.job
+        if job is not None and not (job.done() and job.exception() is None):
+            return False
+    return True
+
+
+def _run_read_eagerly(graph: trace.Graph) -> List[torch.Tensor]:
+    """The outputs of a small read's graph computed op by op on CPU, as
+    :func:`execute` returns them (in buffers of the outputs' memory formats)."""
+    metrics.counter("EagerReadGraph")
+    values = {}
+    for n in graph.inputs:
+        values[n] = n.data
+    get = values.__getitem__
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        for n in graph.nodes:
+            op, args = n.op, trace.map_nodes(n.args, get)
+            if op is operator.getitem:
+                values[n] = args[0][args[1]]
+                continue
+            if op in trace.AS_RESHAPE:
+                op = torch.ops.aten.reshape.default
+            elif op in trace.ADDRESSES_STORAGE:
+                args = (args[0].contiguous(),) + tuple(args[1:])
+            values[n] = op(*args, **{k: trace.map_nodes(v, get) for k, v in n.kwargs.items()})
+    outs = []
+    for (shape, dtype), o, perm in zip(graph.output_specs(), graph.outputs,
+                                       graph.output_perms or [None] * len(graph.outputs)):
+        value = values[o]
+        out = torch.empty(shape, dtype=dtype)
+        out.copy_(value if perm is None else value.permute(perm))
+        outs.append(out)
+    return graph.output_values(outs)
 
 
 def _run_in_place(graph: trace.Graph, ops) -> None:

@@ -219,6 +219,10 @@ _LIFT = {
 # per token; lifted as int64 0-dim inputs, one graph serves every length.
 _COMPARE = {f"aten.{op}.Scalar": getattr(aten, op).Tensor for op in ("eq", "ne", "lt", "le", "gt", "ge")}
 _LIFT.update(dict.fromkeys(_COMPARE, (1,)))
+# A boolean tensor filled from a Python bool: generate's length criterion is
+# ``torch.full((batch,), cur_len >= max_length)``, False at every token but
+# the last; lifted, the last token runs the decode step's graph too.
+_LIFT["aten.full.default"] = (1,)
 LIFTED_OPS = frozenset(_LIFT)
 _LIFTED = ("lifted",)  # stands for a lifted value in a signature
 
@@ -245,6 +249,11 @@ def _lift(n: Node):
     their dtype)."""
     meta = n.meta
     if type(meta) is not torch.Tensor:
+        return None, None
+    if n.sig[0] == "aten.full.default":
+        v = n.args[1] if len(n.args) > 1 else None
+        if meta.dtype == torch.bool and type(v) is bool:
+            return [(1, v)], torch.bool
         return None, None
     if n.sig[0] in _COMPARE:
         x = n.args[0]
@@ -405,4 +414,6 @@ def _lifted_call(g, n, args, kwargs, s):
         return call(aten.lerp.Tensor, tuple(args))
     if name in _COMPARE:
         return call(_COMPARE[name], tuple(args[:2]))
+    if name == "aten.full.default":
+        return call(aten.clone.default, (call(aten.expand.default, (args[1], list(args[0]))),))
     raise AssertionError(name)

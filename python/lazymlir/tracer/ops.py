@@ -645,8 +645,11 @@ def _scatter_pool_backward(func, args, kwargs, grad, x, indices, spatial):
 
 
 def _scalar(func, args, kwargs):
-    """.item(), bool(): a barrier that returns a Python value."""
-    return func(_cpu_alias(args[0]))
+    """.item(), bool(): a barrier that returns a Python value. A condition
+    (one bool: ``if (ids == pad).any():``) whose value needs only a few new
+    ops runs them eagerly (runtime.execute's ``condition``)."""
+    t = args[0]
+    return func(_cpu_alias(t, condition=t.dtype == torch.bool and t.numel() == 1))
 
 
 def _resize_(func, args, kwargs):

@@ -541,9 +541,10 @@ def _write(t: torch.Tensor, new: Node) -> None:
 # Barriers.
 
 
-def _sync(storages, now: bool = False) -> None:
+def _sync(storages, now: bool = False, condition: bool = False) -> None:
     """Compute the pending base values of ``storages`` in one graph (``now``:
-    the caller waits for them at once, see runtime.execute)."""
+    the caller waits for them at once; ``condition``: for a Python branch on
+    one bool; see runtime.execute)."""
     todo = []
     seen = set()
     for s in storages:
@@ -554,14 +555,15 @@ def _sync(storages, now: bool = False) -> None:
     if not todo:
         return
     metrics.counter("Sync")
-    results, job, kernels = runtime.execute(todo, now)
+    results, job, kernels = runtime.execute(todo, now, condition)
     for node, value in zip(todo, results):
         node.set_data(value, job, kernels)
 
 
-def _cpu_alias(t: torch.Tensor) -> torch.Tensor:
+def _cpu_alias(t: torch.Tensor, condition: bool = False) -> torch.Tensor:
     """A CPU tensor with ``t``'s exact size, stride and offset, sharing device data.
-    Read-only: device data is immutable."""
+    Read-only: device data is immutable. ``condition``: read for a Python
+    branch (one bool; see runtime.execute)."""
     if t.numel() == 0:  # no data to compute: nothing is synced
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
     st = state(t)
@@ -572,13 +574,13 @@ def _cpu_alias(t: torch.Tensor) -> torch.Tensor:
             # pending, in one graph (the same at every step of a loop that
             # reads, as a decode loop's stopping check), so that no trace
             # grows past it.
-            _sync([s] + _device.take_pending(), now=True)
+            _sync([s] + _device.take_pending(), now=True, condition=condition)
         else:
             # A step is running (mark_step): a read in the middle of the
             # next one (Hugging Face's attention-mask checks) computes its
             # own value, ahead of that step when it can, without waiting
             # for it.
-            _sync((s,), now=True)
+            _sync((s,), now=True, condition=condition)
     runtime.wait(s.base)
     base = s.base.data
     m = s.meta
