@@ -64,7 +64,7 @@ class _Compiled:
     """A graph compiled by the native compiler: its executable (a
     ``lazymlir._native.CpuExecutable``) and the buffers its results go in."""
 
-    __slots__ = ("name", "executable", "out_specs", "checked", "gm", "dynamic", "template", "validate", "wrong")
+    __slots__ = ("name", "executable", "out_specs", "checked", "gm", "dynamic", "template", "validate", "wrong", "runs")
 
     def __init__(self, name, executable, out_specs, gm):
         self.name = name  # the graph's hash (dumps, the profiler)
@@ -86,6 +86,7 @@ class _Compiled:
         # one that differed runs eagerly for ever.
         self.validate = False
         self.wrong = False
+        self.runs = 0  # a dynamic graph's runs, all sizes (note_dynamic_run)
 
     @property
     def kernel_count(self) -> int:
@@ -309,21 +310,29 @@ _static_pool = None
 _static_generation = 0  # cache.clear() between scheduling and the end drops the result
 
 
-def note_dynamic_run(graph: trace.Graph) -> None:
-    """A run of a dynamic graph at ``graph``'s sizes (runtime.execute)."""
+def note_dynamic_run(graph: trace.Graph, entry: "_Compiled") -> None:
+    """A run of the dynamic graph ``entry`` at ``graph``'s sizes. A size gets
+    its static graph once it has run config.static_tier_up_runs times and
+    makes at least a quarter of the dynamic graph's runs: a training loop's
+    batch size does, a decode loop's cache lengths (each once per generate
+    call) never do, which would compile a graph per length."""
     metrics.counter("DynamicGraphRun")
     runs_needed = config.static_tier_up_runs
     if runs_needed <= 0:
         return
+    entry.runs += 1
     key = graph.key
-    runs = _instance_runs.get(key, 0) + 1
-    if runs > runs_needed:
+    runs = _instance_runs.get(key, 0)
+    if runs < 0:  # scheduled
         return
+    runs += 1
     if len(_instance_runs) >= _INSTANCES_MAX:
         _instance_runs.clear()  # random sizes forever: bounded, and each restarts its count
-    _instance_runs[key] = runs
-    if runs == runs_needed:
+    if runs >= runs_needed and runs * 4 >= entry.runs:
+        _instance_runs[key] = -1
         _schedule_static(graph)
+    else:
+        _instance_runs[key] = runs
 
 
 def _schedule_static(graph: trace.Graph) -> None:

@@ -67,7 +67,7 @@ def execute(outputs: Sequence[trace.Node], now: bool = False, condition: bool = 
     elif type(entry) is _Compiled:
         metrics.counter("CachedCompile")
     if type(entry) is _Compiled and entry.dynamic:
-        compilation.note_dynamic_run(graph)  # a size that keeps coming back gets its static graph
+        compilation.note_dynamic_run(graph, entry)  # a size that keeps coming back gets its static graph
     if entry is None and condition and _small_read(graph):
         return _run_read_eagerly(graph), None, None
     if entry is None:
@@ -94,8 +94,13 @@ def execute(outputs: Sequence[trace.Node], now: bool = False, condition: bool = 
     inputs = graph.input_values()
     if type(entry) is _Compiled and entry.template is not None and entry.template.free:
         inputs += dynamic.phantom_inputs(entry, graph)
-    if ahead:
-        metrics.counter("RunAhead")
+    if ahead or (now and not deps and idle()):
+        # Waited for at once: run here rather than hand it to the worker and
+        # sleep until it is done (a decode loop's step, read by its stopping
+        # check, saves the two thread switches). Ahead of queued jobs, or
+        # with none unfinished.
+        if ahead:
+            metrics.counter("RunAhead")
         job = _Job(entry)
         job.run([(entry, inputs, outs, deps)], background=False)
     else:
