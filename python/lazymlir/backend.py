@@ -40,7 +40,7 @@ import operator
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Set
 
 import torch
 import torch.fx
@@ -178,6 +178,27 @@ def _compiles(node) -> bool:
     return True
 
 
+def _copier(graph: torch.fx.Graph, where: torch.fx.Node, wanted: Callable, **meta) -> Callable:
+    """A function mapping a node to its copy, inserted before ``where``, when
+    ``wanted(node)``, with the wanted nodes it takes copied too (once each;
+    ``meta`` added to the copies' meta); other values map to themselves."""
+    copies = {}
+
+    def copy(a):
+        if not isinstance(a, torch.fx.Node) or not wanted(a):
+            return a
+        if a not in copies:
+            args = torch.fx.node.map_arg((a.args, a.kwargs), copy)
+            with graph.inserting_before(where):
+                c = graph.call_function(a.target, *args)
+            c.meta.update(a.meta)
+            c.meta.update(meta)
+            copies[a] = c
+        return copies[a]
+
+    return copy
+
+
 def _private_sizes(graph: torch.fx.Graph) -> None:
     """Each op gets its own copy of the size computations it takes (``sym_size``
     and arithmetic on it): a region computes its sizes itself from its tensor
@@ -185,19 +206,7 @@ def _private_sizes(graph: torch.fx.Graph) -> None:
     for node in list(graph.nodes):
         if node.op != "call_function" or _is_sym(_val(node)):
             continue
-        copies = {}
-
-        def copy(a):
-            if not (a.op == "call_function" and _is_sym(_val(a))):
-                return a
-            if a not in copies:
-                args = torch.fx.node.map_arg((a.args, a.kwargs), copy)
-                with graph.inserting_before(node):
-                    c = graph.call_function(a.target, *args)
-                c.meta.update(a.meta)
-                copies[a] = c
-            return copies[a]
-
+        copy = _copier(graph, node, lambda a: a.op == "call_function" and _is_sym(_val(a)))
         node.args, node.kwargs = torch.fx.node.map_arg((node.args, node.kwargs), copy)
     graph.eliminate_dead_code()
 
@@ -279,20 +288,7 @@ def _returned_views_eager(graph: torch.fx.Graph) -> None:
     output that aliases an input or another output from the strides of what
     it gets."""
     output = next(n for n in reversed(list(graph.nodes)) if n.op == "output")
-    copies = {}
-
-    def eager(node):
-        if not isinstance(node, torch.fx.Node) or not _is_view(node):
-            return node
-        if node not in copies:
-            args = torch.fx.node.map_arg((node.args, node.kwargs), eager)
-            with graph.inserting_before(output):
-                copy = graph.call_function(node.target, *args)
-            copy.meta.update(node.meta)
-            copy.meta["lazymlir_eager"] = True
-            copies[node] = copy
-        return copies[node]
-
+    eager = _copier(graph, output, _is_view, lazymlir_eager=True)
     output.args = torch.fx.node.map_arg(output.args, eager)
     graph.eliminate_dead_code()
 
@@ -363,7 +359,6 @@ def _build(gm: torch.fx.GraphModule, last_try: bool = False) -> torch.fx.GraphMo
     each region's executable and runs the rest eagerly."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import create_op_support
-    from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
     graph = torch.fx.Graph()
     out = graph.graph_copy(gm.graph, {})
@@ -382,15 +377,23 @@ def _build(gm: torch.fx.GraphModule, last_try: bool = False) -> torch.fx.GraphMo
                     and not _is_view(n) and n.target is not operator.getitem and n not in inside)
     if eager_ops:
         metrics.counter("DynamoEagerOp", eager_ops)
-    top = fuse_by_partitions(top, [p.nodes for p in partitions], prefix="lazymlir_region_", always_return_tuple=True)
+    top = _fused(top, [p.nodes for p in partitions], last_try)
+    metrics.counter("DynamoCompiledGraph")
+    return top
+
+
+def _fused(top: torch.fx.GraphModule, partitions, last_try: bool) -> torch.fx.GraphModule:
+    """``top`` with each partition (a dict of its nodes) replaced by the call
+    of its region, compiled (:func:`_compile_region`)."""
+    from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+
+    top = fuse_by_partitions(top, partitions, prefix="lazymlir_region_", always_return_tuple=True)
     for node in list(top.graph.nodes):
-        if node.op != "call_module":
-            continue
-        node.op, node.target = "call_function", _compile_region(getattr(top, node.target), last_try)
+        if node.op == "call_module":
+            node.op, node.target = "call_function", _compile_region(getattr(top, node.target), last_try)
     for name in [n for n, _ in top.named_children() if n.startswith("lazymlir_region_")]:
         delattr(top, name)
     top.recompile()
-    metrics.counter("DynamoCompiledGraph")
     return top
 
 
@@ -424,8 +427,6 @@ def _halves(gm: torch.fx.GraphModule, ops, last_try: bool) -> Callable:
     """``gm`` run as two regions: its ops in graph order cut in the middle (a
     prefix of a topological order takes every path between its nodes);
     element reads and sizes go with the op they belong to."""
-    from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
-
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
     top = torch.fx.GraphModule(gm, graph)
@@ -442,14 +443,7 @@ def _halves(gm: torch.fx.GraphModule, ops, last_try: bool) -> Callable:
         if _is_sym(_val(n)):
             side[n] = any(side.get(u, False) for u in n.users)
     parts = [dict.fromkeys(n for n in nodes if side[n] == half) for half in (True, False)]
-    top = fuse_by_partitions(top, [p for p in parts if p], prefix="lazymlir_region_", always_return_tuple=True)
-    for node in list(top.graph.nodes):
-        if node.op == "call_module":
-            node.op, node.target = "call_function", _compile_region(getattr(top, node.target), last_try)
-    for name in [n for n, _ in top.named_children() if n.startswith("lazymlir_region_")]:
-        delattr(top, name)
-    top.recompile()
-    forward = top.forward
+    forward = _fused(top, [p for p in parts if p], last_try).forward
 
     def halves(*args):
         return forward(*args)

@@ -41,9 +41,17 @@ def private_fx_tracing():
             import torch.fx._symbolic_trace as symbolic_trace
 
             original = symbolic_trace.Tracer.trace
-            shadow = types.FunctionType(original.__code__, dict(symbolic_trace.__dict__), original.__name__,
-                                        original.__defaults__, original.__closure__)
-            shadow.__kwdefaults__ = original.__kwdefaults__
+            # The function itself, under the wrappers Dynamo puts around it
+            # (torch._dynamo.disable, at the first torch.compile).
+            inner = original
+            while inner.__globals__ is not symbolic_trace.__dict__ and hasattr(inner, "__wrapped__"):
+                inner = inner.__wrapped__
+            if inner.__globals__ is not symbolic_trace.__dict__:  # an unknown wrapper: trace as usual
+                shadow = original
+            else:
+                shadow = types.FunctionType(inner.__code__, dict(symbolic_trace.__dict__), inner.__name__,
+                                            inner.__defaults__, inner.__closure__)
+                shadow.__kwdefaults__ = inner.__kwdefaults__
 
             def trace(self, *args, **kwargs):
                 if getattr(_private_tracing, "on", False):
