@@ -58,7 +58,10 @@ _regions: "weakref.WeakSet" = weakref.WeakSet()
 
 
 def _release() -> None:
-    torch._dynamo.reset()
+    try:
+        torch._dynamo.reset()
+    except Exception:  # at exit: whatever Dynamo holds goes with the process
+        pass
     for region in list(_regions):
         region.entry = None
         region.instances.clear()
