@@ -125,9 +125,6 @@ def _compile(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 # process (the lazy device learns them too: compilation.unsupported_op_listeners).
 _unsupported: Set[tuple] = set()
 
-_RNG_NAMES = ("rand", "normal", "bernoulli", "uniform", "dropout", "multinomial", "exponential",
-              "geometric", "cauchy", "log_normal", "random", "poisson")
-
 
 class _Unsupported(Exception):
     """A region failed to lower and ops were found that do not: cut again."""
@@ -163,8 +160,7 @@ def _compiles(node) -> bool:
         return _compiles(node.args[0])
     if not isinstance(target, torch._ops.OpOverload):
         return False
-    name = target._schema.name
-    if any(r in name for r in _RNG_NAMES) and "backward" not in name:
+    if lowering.draws_random(target._schema.name):
         return False
     if _op_key(node) in _unsupported:
         return False
@@ -310,20 +306,13 @@ def _concrete(value):
     return value.node.hint if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) else value
 
 
-def _find_unsupported(gm: torch.fx.GraphModule, limit: int = 64) -> Set[tuple]:
-    """The :func:`_op_key` of the ops of ``gm`` that do not lower alone (each
-    distinct one tried once, on inputs of its shapes and dtypes); empty when
-    every op of several fails (the pipeline is broken, not an op)."""
-    bad, tried = set(), set()
+def _find_unsupported(gm: torch.fx.GraphModule) -> Set[tuple]:
+    """The :func:`_op_key` of the ops of ``gm`` that do not lower alone, or
+    lower with outputs of other shapes (lowering.distinct_failures: each
+    distinct one tried once, on inputs of its shapes and dtypes)."""
     native = compilation.native_compiler()
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) \
-                or not isinstance(_val(node), (torch.Tensor, tuple, list)):
-            continue
-        key = _op_key(node)
-        if key in tried or len(tried) >= limit:
-            continue
-        tried.add(key)
+
+    def fails(node) -> bool:
         graph = torch.fx.Graph()
         examples, env = [], {}
         for a in node.all_input_nodes:
@@ -348,13 +337,19 @@ def _find_unsupported(gm: torch.fx.GraphModule, limit: int = 64) -> Set[tuple]:
             probe = torch.fx.GraphModule(torch.nn.Module(), graph)
             executable = native.compile_linalg(lowering.lower(probe, examples).linalg, tiered=True)
             _check_outputs(executable, [o.shape for o in _fake_run(probe, examples)])
-        except (lowering.LoweringError, compilation.native_compiler().CompileError):
-            bad.add(key)
+        except (lowering.LoweringError, native.CompileError):
+            return True
         except Exception:  # the probe itself could not run the op: say nothing of it
             pass
-    if len(tried) > 1 and bad == tried:
-        return set()
-    return bad
+        return False
+
+    def key(node):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) \
+                or not isinstance(_val(node), (torch.Tensor, tuple, list)):
+            return None
+        return _op_key(node)
+
+    return lowering.distinct_failures(gm.graph.nodes, key, fails)
 
 
 def _build(gm: torch.fx.GraphModule, last_try: bool = False) -> torch.fx.GraphModule:
@@ -419,14 +414,14 @@ def _compile_region(gm: torch.fx.GraphModule, last_try: bool) -> Callable:
     if len(ops) >= 2:
         if config.verbose:
             print(f"lazymlir: torch.compile region {region.name} ({len(ops)} ops) compiles in two halves: {error[:300]}")
-        return _halves(gm, ops, last_try)
+        return _halves(gm, last_try)
     warnings.warn(f"lazymlir: {ops[0].target if ops else 'a region'} in a torch.compile graph failed to compile "
                   f"and runs eagerly: {error[:2000]}", RuntimeWarning, stacklevel=2)
     metrics.counter("CompileFallback")
     return region.run
 
 
-def _halves(gm: torch.fx.GraphModule, ops, last_try: bool) -> Callable:
+def _halves(gm: torch.fx.GraphModule, last_try: bool) -> Callable:
     """``gm`` run as two regions: its ops in graph order cut in the middle (a
     prefix of a topological order takes every path between its nodes);
     element reads and sizes go with the op they belong to."""
@@ -434,7 +429,7 @@ def _halves(gm: torch.fx.GraphModule, ops, last_try: bool) -> Callable:
     graph.output(graph.graph_copy(gm.graph, {}))
     top = torch.fx.GraphModule(gm, graph)
     nodes = [n for n in graph.nodes if n.op == "call_function"]
-    compute = [n for n in nodes if not _is_sym(_val(n)) and n.target is not operator.getitem]
+    compute = _compute_ops(top)
     first = set(compute[:len(compute) // 2])
     side = {}
     for n in nodes:
@@ -549,7 +544,6 @@ class _Region:
         native = compilation.native_compiler()
         name = "dynamo-" + hashlib.sha256(repr(key).encode()).hexdigest()[:12]
         self.name = name
-        specs = [(tuple(t.shape), t.dtype) for t in examples]  # placeholder only: the runs allocate
         options = compilation._options()
         with compilation._compile_lock:
             try:
@@ -605,7 +599,7 @@ class _Region:
                             RuntimeWarning, stacklevel=2)
                         raise _Unsupported() from None
                 # The caller cuts the region in two and compiles each half.
-                entry = _Failed(name, self.gm, "CompileFallback", specs)
+                entry = _Failed(name, self.gm, "CompileFallback", None)  # the region's runs allocate
                 entry.error = f"{type(e).__name__}: {e}"
         cache.insert(key, entry if dynamic is None else (entry, info), time.perf_counter() - t0)
         if config.verbose:

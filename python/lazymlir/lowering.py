@@ -549,22 +549,43 @@ def unsupported_key(n) -> tuple:
     return (n.op, tuple(i.meta.dtype for i in n.inputs))
 
 
+def draws_random(name: str) -> bool:
+    """Whether the op named ``name`` (its schema name) draws random numbers:
+    it runs eagerly, on the CPU generator, so that programs keep eager's
+    random stream (both front ends keep it out of compiled graphs)."""
+    return any(r in name for r in _RNG_NAMES) and "backward" not in name
+
+
+_RNG_NAMES = ("rand", "normal", "bernoulli", "uniform", "dropout", "multinomial", "exponential",
+              "geometric", "cauchy", "log_normal", "random", "poisson")
+
+
+def distinct_failures(items, key, fails, limit: int = 64) -> Set:
+    """The keys of the ``items`` for which ``fails(item)``, each distinct key
+    (``key(item)``; None: not tried) tried once, ``limit`` of them at most.
+    Empty when every one of several fails, which means the pipeline, not an
+    op, is broken."""
+    bad = set()
+    tried = set()
+    for item in items:
+        k = key(item)
+        if k is None or k in tried or len(tried) >= limit:
+            continue
+        tried.add(k)
+        if fails(item):
+            bad.add(k)
+    if len(tried) > 1 and bad == tried:  # nothing lowers: the pipeline is at fault, not an op
+        return set()
+    return bad
+
+
 def find_unsupported(graph, limit: int = 64) -> Set:
     """The :func:`unsupported_key` of the ops of ``graph`` that do not lower
     on their own: each distinct one is tried once, alone, on zero inputs of
-    the same shapes and dtypes.  Empty when every op of a graph with several
-    fails, which means the pipeline, not an op, is broken."""
+    the same shapes and dtypes (:func:`distinct_failures`)."""
     from .trace import Graph, Node, map_nodes, to_fx
 
-    bad = set()
-    tried = set()
-    for n in graph.nodes:
-        if not isinstance(n.op, torch._ops.OpOverload):
-            continue
-        key = unsupported_key(n)
-        if key in tried or len(tried) >= limit:
-            continue
-        tried.add(key)
+    def fails(n) -> bool:
         leaves = {}
         for i in n.inputs:
             if i not in leaves:
@@ -581,7 +602,8 @@ def find_unsupported(graph, limit: int = 64) -> Set:
         try:
             lower(to_fx(single), [leaf.data for leaf in single.inputs])
         except LoweringError:
-            bad.add(key)
-    if len(tried) > 1 and bad == tried:  # nothing lowers: the pipeline is at fault, not an op
-        return set()
-    return bad
+            return True
+        return False
+
+    return distinct_failures(graph.nodes, lambda n: unsupported_key(n) if isinstance(n.op, torch._ops.OpOverload)
+                             else None, fails, limit)

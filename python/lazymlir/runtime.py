@@ -79,14 +79,7 @@ def execute(outputs: Sequence[trace.Node], now: bool = False, condition: bool = 
             return _execute_rest(outputs, now)
     if type(entry) is _Eager:
         metrics.counter(entry.counter)
-    deps = []
-    for n in graph.inputs:
-        job = n.job
-        if job is not None:
-            if job.done() and job.exception() is None:
-                n.job = None  # nothing left to wait for
-            else:
-                deps.append(job)
+    deps = _unfinished_inputs(graph)
     ahead = now and not deps and _in_flight and not _running(entry)
     if _in_flight and not ahead:
         _throttle()  # before this graph's outputs are allocated
@@ -109,6 +102,20 @@ def execute(outputs: Sequence[trace.Node], now: bool = False, condition: bool = 
     return graph.output_values(outs), job, last_kernels
 
 
+def _unfinished_inputs(graph: trace.Graph) -> list:
+    """The jobs computing ``graph``'s inputs that have not finished (or
+    failed); the inputs of finished ones forget them."""
+    deps = []
+    for n in graph.inputs:
+        job = n.job
+        if job is not None:
+            if job.done() and job.exception() is None:
+                n.job = None  # nothing left to wait for
+            else:
+                deps.append(job)
+    return deps
+
+
 def _small_read(graph: trace.Graph) -> bool:
     """Whether a barrier's graph is a few small ops on values already
     computed and finished (config.eager_read_ops): eager runs it sooner than
@@ -122,39 +129,24 @@ def _small_read(graph: trace.Graph) -> bool:
         metas = n.meta if isinstance(n.meta, (tuple, list)) else (n.meta,)
         if any(isinstance(m, torch.Tensor) and m.numel() > limit for m in metas):
             return False
-    for n in graph.inputs:
-        job = n.job
-        if job is not None and not (job.done() and job.exception() is None):
-            return False
-    return True
+    return not _unfinished_inputs(graph)
 
 
 def _run_read_eagerly(graph: trace.Graph) -> List[torch.Tensor]:
     """The outputs of a small read's graph computed op by op on CPU, as
     :func:`execute` returns them (in buffers of the outputs' memory formats)."""
     metrics.counter("EagerReadGraph")
-    values = {}
-    for n in graph.inputs:
-        values[n] = n.data
+    values = {n: n.data for n in graph.inputs}
     get = values.__getitem__
     with torch.no_grad(), torch.autocast("cpu", enabled=False):
         for n in graph.nodes:
-            op, args = n.op, trace.map_nodes(n.args, get)
-            if op is operator.getitem:
-                values[n] = args[0][args[1]]
-                continue
-            if op in trace.AS_RESHAPE:
-                op = torch.ops.aten.reshape.default
-            elif op in trace.ADDRESSES_STORAGE:
-                args = (args[0].contiguous(),) + tuple(args[1:])
-            values[n] = op(*args, **{k: trace.map_nodes(v, get) for k, v in n.kwargs.items()})
-    outs = []
-    for (shape, dtype), o, perm in zip(graph.output_specs(), graph.outputs,
-                                       graph.output_perms or [None] * len(graph.outputs)):
-        value = values[o]
-        out = torch.empty(shape, dtype=dtype)
-        out.copy_(value if perm is None else value.permute(perm))
-        outs.append(out)
+            if n.op is operator.getitem:
+                values[n] = values[n.args[0]][n.args[1]]
+            else:  # views as reshapes (as in trace.to_fx): the values here are fresh, not the user's strides
+                values[n] = _call(n, get, torch.ops.aten.reshape.default if n.op in trace.AS_RESHAPE else n.op)
+    outs = [_empty(shape, dtype) for shape, dtype in graph.output_specs()]
+    for out, o, perm in zip(outs, graph.outputs, graph.output_perms or [None] * len(graph.outputs)):
+        out.copy_(values[o] if perm is None else values[o].permute(perm))
     return graph.output_values(outs)
 
 
@@ -189,13 +181,19 @@ def eager_value(n: trace.Node):
     for i in n.inputs:
         wait(i)
     metrics.counter(n.op._schema.name)
-    args = trace.map_nodes(n.args, _data)
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        return _call(n, _data)
+
+
+def _call(n: trace.Node, value_of, op=None):
+    """``op`` (default ``n``'s) on ``n``'s arguments, each node replaced by
+    ``value_of(node)``; the caller holds no_grad and autocast off."""
+    args = trace.map_nodes(n.args, value_of)
     if n.op in trace.ADDRESSES_STORAGE:
         # Recorded on the value laid out contiguously (ops._as_strided);
         # device data may be in another memory format.
         args = (args[0].contiguous(),) + tuple(args[1:])
-    with torch.no_grad(), torch.autocast("cpu", enabled=False):
-        return n.op(*args, **{k: trace.map_nodes(v, _data) for k, v in n.kwargs.items()})
+    return (op or n.op)(*args, **{k: trace.map_nodes(v, value_of) for k, v in n.kwargs.items()})
 
 
 def _data(n: trace.Node) -> torch.Tensor:

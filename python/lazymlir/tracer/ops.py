@@ -10,6 +10,7 @@ import torch
 
 from .. import _device, compilation, config
 from ..dtypes import SUPPORTED as SUPPORTED_DTYPES
+from ..lowering import draws_random
 from .tensor import (
     signature, ViewStep,
     _CPU, _cpu_alias, _eager_dtypes, _fresh, _from_cpu, _handler_of, _intern, _intern_like, LAZY,
@@ -683,9 +684,6 @@ def _unsupported(func, args, kwargs):
     raise NotImplementedError(f"lazymlir: {func} (changes a tensor's metadata in place) is not supported yet")
 
 
-_RNG_NAMES = ("rand", "normal", "bernoulli", "uniform", "dropout", "multinomial", "exponential",
-              "geometric", "cauchy", "log_normal", "random", "poisson")
-
 # In-place RNG fills that never read the tensor they fill.
 _OVERWRITES = {"normal_", "uniform_", "random_", "exponential_", "geometric_", "cauchy_", "log_normal_"}
 
@@ -810,7 +808,7 @@ def _classify(func):
             return handler
     if "sparse" in name:  # their results cannot be device data (trace.device_data raises)
         return _make_eager(True)
-    if any(r in name for r in _RNG_NAMES) and "backward" not in name:  # the CPU generator keeps eager's random stream
+    if draws_random(name):  # the CPU generator keeps eager's random stream
         return _make_eager(True, overwrites=name in _OVERWRITES)
     if any(not isinstance(r.type, torch.TensorType) and "Tensor" not in str(r.type) for r in schema.returns):
         return _make_eager(False)  # returns a Python value: a barrier
