@@ -321,6 +321,7 @@ PyObject* epochObject() {
 // Drops the dead and the computed (a later write registers those again): a
 // program that never calls mark_step() keeps the list short.
 void prunePending() {
+  releaseDropped();
   std::vector<PyObject*> keep;
   for (PyObject* s : gPending.storages) {
     if (alive(s) && slot(slot(s, gPy.storage.base), gPy.node.data) == Py_None) {
@@ -356,6 +357,7 @@ PyObject* registerPy(PyObject*, PyObject* storage) {
 
 // The live pending storages, in order; the next epoch starts (mark_step).
 PyObject* takePending(PyObject*, PyObject*) {
+  releaseDropped();  // their storages may be dead to the program
   std::vector<PyObject*> storages;
   storages.swap(gPending.storages);
   PyObject* live = PyList_New(0);

@@ -29,12 +29,47 @@
 #include <torch/library.h>
 
 #include <mutex>
+#include <vector>
 #include <unordered_map>
 
 namespace lazymlir::device {
 
 // The Python half: set by install() before any lazy tensor exists.
 PyObject* gCopyState = nullptr;  // tensor.State.copy (unbound)
+
+std::atomic<bool> gDropped{false};
+
+namespace {
+std::mutex gDroppedMutex;
+// Never destroyed: a thread may drop a state while the process exits.
+auto* gDroppedStates = new std::vector<PyObject*>();
+unsigned long gMainThread = 0;  // Python's main thread (install() sets it)
+}  // namespace
+
+void releaseState(PyObject* state) {
+  if (PyGILState_Check()) {
+    Py_DECREF(state);
+  } else if (PyThread_get_thread_ident() == gMainThread) {
+    // The thread that shuts the interpreter down is never ended by it.
+    if (!Py_IsInitialized()) return;  // shut down: left to the process's exit
+    py::gil_scoped_acquire gil;
+    Py_DECREF(state);
+  } else {
+    std::lock_guard<std::mutex> lock(gDroppedMutex);
+    gDroppedStates->push_back(state);
+    gDropped.store(true, std::memory_order_release);
+  }
+}
+
+void releaseDroppedStates() {
+  std::vector<PyObject*> states;
+  {
+    std::lock_guard<std::mutex> lock(gDroppedMutex);
+    states.swap(*gDroppedStates);
+    gDropped.store(false, std::memory_order_release);
+  }
+  for (PyObject* state : states) Py_DECREF(state);
+}
 
 namespace {
 
@@ -166,6 +201,7 @@ void pushResults(const c10::OperatorHandle& op, torch::jit::Stack* stack, const 
 void lazyKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   py::gil_scoped_acquire gil;
   TORCH_CHECK(gDispatch != nullptr, "lazymlir: the lazy device's tracer is not installed (import lazymlir)");
+  releaseDropped();
   if (tryFast(op, stack) || tryForeach(op, stack)) return;
   const auto& schema = op.schema();
   auto arguments = torch::jit::pop(*stack, schema.arguments().size());
@@ -275,6 +311,7 @@ size_t registerKernels() {
 size_t install(py::object dispatch, py::object copyState) {
   Py_XSETREF(gDispatch, dispatch.release().ptr());
   Py_XSETREF(gCopyState, copyState.release().ptr());
+  gMainThread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   static size_t count = registerKernels();
   return count;
 }

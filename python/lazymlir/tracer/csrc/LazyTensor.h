@@ -6,6 +6,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <atomic>
+#include <utility>
+
 namespace lazymlir::device {
 
 namespace py = pybind11;
@@ -14,6 +17,22 @@ constexpr c10::DeviceType kLazy = c10::DeviceType::PrivateUse1;
 
 // tensor.State.copy (unbound): set by install().
 extern PyObject* gCopyState;
+
+// Releases a tensor's state on any thread. Waiting for the GIL on a thread
+// other than the main one would let the interpreter's shutdown end that
+// thread inside a destructor (pthread_exit, which a destructor cannot
+// survive: std::terminate, about one process in a few hundred; autograd's
+// device thread frees tensors after the backward it ran has returned): such
+// a thread leaves the state to the next lazy op or barrier
+// (releaseDropped).
+void releaseState(PyObject* state);
+
+// Releases the states dropped without the GIL (GIL held).
+void releaseDroppedStates();
+extern std::atomic<bool> gDropped;
+inline void releaseDropped() {
+  if (gDropped.load(std::memory_order_acquire)) releaseDroppedStates();
+}
 
 struct LazyTensorImpl final : c10::TensorImpl {
   // A storage of its own with no memory (data_ptr() refuses): is_alias_of is
@@ -78,19 +97,10 @@ struct LazyTensorImpl final : c10::TensorImpl {
     return copy;
   }
 
-  // Destroyed on any thread (autograd's device thread too). A thread that
-  // would wait for the GIL while the interpreter shuts down is ended there
-  // (pthread_exit), which a destructor cannot survive: then the state is
-  // left to the dying interpreter.
+  // Destroyed on any thread, with or without the GIL (torch drops it to
+  // free a tensor): see releaseState.
   void release() {
-    if (state_ == nullptr) return;
-    if (PyGILState_Check()) {
-      Py_CLEAR(state_);
-      return;
-    }
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
-    py::gil_scoped_acquire gil;
-    Py_CLEAR(state_);
+    if (state_ != nullptr) releaseState(std::exchange(state_, nullptr));
   }
 
   PyObject* state_;
