@@ -132,6 +132,26 @@ def _small_read(graph: trace.Graph) -> bool:
     return not _unfinished_inputs(graph)
 
 
+def read_eagerly(nodes: List[trace.Node]) -> bool:
+    """For a Python branch on one bool, the first of ``nodes`` (pending, as
+    the others): compute it eagerly, with the others when that graph was not
+    compiled before and is a small read (config.eager_read_ops), else alone
+    when that one is; whether it was.  The others come along when they can:
+    a decode loop's tail after an eager sampling op then leaves nothing
+    pending after the last token.  Alone, the others stay in the trace for
+    the next barrier's graph: Hugging Face's padding check in the middle of
+    a forward pass would otherwise compute the embeddings eagerly every
+    token."""
+    key = config.options_key()
+    for outputs in ((nodes, nodes[:1]) if len(nodes) > 1 else (nodes,)):
+        graph = trace.collect(outputs, key)
+        if cache.lookup(graph.key) is None and _small_read(graph):
+            for n, value in zip(outputs, _run_read_eagerly(graph)):
+                n.set_data(value)
+            return True
+    return False
+
+
 def _run_read_eagerly(graph: trace.Graph) -> List[torch.Tensor]:
     """The outputs of a small read's graph computed op by op on CPU, as
     :func:`execute` returns them (in buffers of the outputs' memory formats)."""

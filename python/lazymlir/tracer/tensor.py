@@ -560,6 +560,20 @@ def _sync(storages, now: bool = False, condition: bool = False) -> None:
         node.set_data(value, job, kernels)
 
 
+def _read_eagerly(storages) -> bool:
+    """A Python branch on one bool, the first of ``storages``: computed
+    eagerly with the others' pending values when those few small ops are no
+    compiled graph (runtime.read_eagerly), or alone, the others staying
+    pending (registered again) for the next barrier; whether it was."""
+    nodes = list({id(b): b for b in (st.base for st in storages) if b.data is None}.values())
+    if not runtime.read_eagerly(nodes):
+        return False
+    for st in storages[1:]:
+        if st.base.data is None:
+            _register(st)
+    return True
+
+
 def _cpu_alias(t: torch.Tensor, condition: bool = False) -> torch.Tensor:
     """A CPU tensor with ``t``'s exact size, stride and offset, sharing device data.
     Read-only: device data is immutable. ``condition``: read for a Python
@@ -574,7 +588,11 @@ def _cpu_alias(t: torch.Tensor, condition: bool = False) -> torch.Tensor:
             # pending, in one graph (the same at every step of a loop that
             # reads, as a decode loop's stopping check), so that no trace
             # grows past it.
-            _sync([s] + _device.take_pending(), now=True, condition=condition)
+            storages = [s] + _device.take_pending()
+            if not (condition and _read_eagerly(storages)):
+                _sync(storages, now=True, condition=condition)
+        elif condition and _read_eagerly([s]):
+            pass
         else:
             # A step is running (mark_step): a read in the middle of the
             # next one (Hugging Face's attention-mask checks) computes its
