@@ -383,3 +383,35 @@ def test_ops_on_tensor_lists_recorded_in_cpp():
             assert calls.ops == [], calls.ops
         torch.testing.assert_close(cat.cpu(), torch.cat([a, b * 2], 1))
         torch.testing.assert_close(stacked.cpu(), torch.stack([a, a.exp()]))
+
+
+def test_casts_factories_and_splits_recorded_in_cpp(no_eager_marks):
+    """A cast on the device (``.to(dtype, copy=True, device=...)``: Hugging
+    Face's logits), factories on the lazy device (arange, full,
+    scalar_tensor) and split (GPT-2's q/k/v) take the fast path once their
+    first call is known: a decode step sent each of them through Python.
+    Split's pieces stay views of their base (a write through one is seen by
+    the base, as in eager); lazy:1 is still refused."""
+    for step in range(3):
+        x = torch.randn(2, 9)
+        lx = x.to("lazy")
+        with _PythonCalls() as calls:
+            cast = lx.to(copy=True, dtype=torch.float64, device=lx.device)
+            ar = torch.arange(2, 7, device="lazy")
+            full = torch.full((2,), False, dtype=torch.bool, device="lazy")
+            scalar = torch.ops.aten.scalar_tensor.default(3.0, dtype=torch.float32, device=torch.device("lazy"))
+            q, k, v = lx.split(3, dim=1)
+            k.mul_(2.0)
+        if step:
+            assert calls.ops == [], calls.ops
+        ref = x.clone()
+        rq, rk, rv = ref.split(3, dim=1)
+        rk.mul_(2.0)
+        torch.testing.assert_close(cast.cpu(), x.double())
+        torch.testing.assert_close(ar.cpu(), torch.arange(2, 7))
+        torch.testing.assert_close(full.cpu(), torch.zeros(2, dtype=torch.bool))
+        torch.testing.assert_close(scalar.cpu(), torch.tensor(3.0))
+        torch.testing.assert_close(v.cpu(), rv)
+        torch.testing.assert_close(lx.cpu(), ref)  # the write through k
+    with pytest.raises(RuntimeError, match="single lazy device"):
+        torch.arange(2, 7, device="lazy:1")

@@ -90,6 +90,14 @@ def _functional(func, args, kwargs):
     return _wrap_outputs(Node(func, node_args, node_kwargs, inputs, sig, meta), meta)
 
 
+def _records_functional(handler) -> bool:
+    """Whether ``handler`` records its op as :func:`_functional` does when the
+    fast path takes the call: _functional itself, _to_copy on the lazy device
+    (fast_meta leaves transfers out) and the factories (registration: the
+    fast path takes the lazy device at index 0 only)."""
+    return handler is _functional or handler is _to_copy or getattr(handler, "checks_device_of", None) is _functional
+
+
 def fast_info(func):
     """For the C++ fast path (csrc/FastPath.cpp): (kind, name, lifted,
     recorded op) when ``func``'s handler is :func:`_functional` (kind 0),
@@ -99,7 +107,7 @@ def fast_info(func):
     the recorded op's name in signatures; lifted: trace.LIFTED_OPS (its
     float constants are not in the metadata key)."""
     handler = _handler(func)
-    if handler is _functional:
+    if _records_functional(handler):
         recorded, kind = func, 0
     elif handler is _view and func is not aten.as_strided.default and func not in _eager_dtypes:
         recorded, kind = func, 1
@@ -107,10 +115,12 @@ def fast_info(func):
         recorded, kind = handler.functional, 2
     elif handler is _copy_:
         recorded, kind = func, 3
+    elif handler is _split and func in _SLICED:
+        recorded, kind = func, 4
     else:
         return None
     name = _oid(recorded)
-    return kind, name, kind != 1 and name in LIFTED_OPS, recorded
+    return kind, name, kind in (0, 2, 3) and name in LIFTED_OPS, recorded
 
 
 def fast_meta(func, args, kwargs):
@@ -124,8 +134,13 @@ def fast_meta(func, args, kwargs):
     if handler is _view:
         step = _view_step(func, state(args[0]), tuple(args[1:]), kwargs)
         return None if step is _FAILED else step
+    if handler is _split:
+        steps = _slices(func, args, kwargs)
+        return None if steps is None or aten.slice.Tensor in _eager_dtypes else tuple(steps)
+    if handler is _to_copy and (state(args[0]) is None or kwargs.get("device", LAZY).type != "lazy"):
+        return None  # a transfer
     meta_args, meta_kwargs, _, _, _, frozen, keys = _convert_all(args, kwargs)
-    if handler is _functional:
+    if _records_functional(handler):
         hit = _infer((_meta_sig((_oid(func),) + frozen), keys), func, meta_args, meta_kwargs)
         ok = hit is not _FAILED and hit[1] and (
             type(hit[0]) is torch.Tensor
@@ -232,21 +247,45 @@ def _split(func, args, kwargs):
     self = args[0]
     if state(self) is None:
         return _eager(func, args, kwargs)
-    try:
-        metas = func(state(self).meta, *args[1:], **kwargs)
-    except Exception:
-        return _eager(func, args, kwargs)
     if func is aten.unbind.int:
+        try:
+            n = len(func(state(self).meta, *args[1:], **kwargs))
+        except Exception:
+            return _eager(func, args, kwargs)
         dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-        return tuple(_view(aten.select.int, (self, dim, i), {}) for i in range(len(metas)))
+        return tuple(_view(aten.select.int, (self, dim, i), {}) for i in range(n))
+    steps = _slices(func, args, kwargs)
+    if steps is None:
+        return _eager(func, args, kwargs)
+    st = state(self)
+    value = _state_value(st)
+    return [_wrap(step.meta, st.storage, st.chain + (step,), _view_node(step, value)) for step in steps]
+
+
+# split's overloads whose pieces the C++ fast path makes (csrc/FastPath.cpp, kSplit).
+_SLICED = (aten.split.Tensor, aten.split_with_sizes.default, aten.unsafe_split.Tensor,
+           aten.unsafe_split_with_sizes.default)
+
+
+def _slices(func, args, kwargs):
+    """The ViewSteps of split ``func``'s pieces: slices of ``args[0]`` along
+    its dim; None when they are not known."""
+    st = state(args[0])
+    try:
+        metas = func(st.meta, *args[1:], **kwargs)
+    except Exception:
+        return None
     dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
-    dim %= max(self.dim(), 1)
-    outs, start = [], 0
+    dim %= max(st.meta.dim(), 1)
+    steps, start = [], 0
     for m in metas:
         n = m.shape[dim]
-        outs.append(_view(aten.slice.Tensor, (self, dim, start, start + n, 1), {}))
+        step = _view_step(aten.slice.Tensor, st, (dim, start, start + n, 1), {})
+        if step is _FAILED:
+            return None
+        steps.append(step)
         start += n
-    return outs
+    return steps
 
 
 def _cast(node: Node, dtype) -> Node:

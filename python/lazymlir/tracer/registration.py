@@ -35,6 +35,7 @@ def _one_device(handler):
         _check_device(kwargs.get("device"))
         return handler(func, args, kwargs)
 
+    checked.checks_device_of = handler  # the fast path records it as handler (ops.fast_info), lazy:1 excluded
     return checked
 
 

@@ -561,10 +561,9 @@ def _sync(storages, now: bool = False, condition: bool = False) -> None:
 
 
 def _read_eagerly(storages) -> bool:
-    """A Python branch on one bool, the first of ``storages``: computed
-    eagerly with the others' pending values when those few small ops are no
-    compiled graph (runtime.read_eagerly), or alone, the others staying
-    pending (registered again) for the next barrier; whether it was."""
+    """A Python branch on one bool, the first of ``storages``, computed
+    eagerly when it is a few small ops (runtime.read_eagerly); whether it
+    was. The others it does not compute stay pending (registered again)."""
     nodes = list({id(b): b for b in (st.base for st in storages) if b.data is None}.values())
     if not runtime.read_eagerly(nodes):
         return False

@@ -110,6 +110,7 @@ struct Arg {
   bool list = false;
   c10::IValue value;
   bool isEnum = false;  // value is a dtype, layout or memory format
+  bool isDevice = false;  // the lazy device (meta._convert records it as the CPU)
 };
 
 // Appends an argument to the key; false when the fast path does not take it.
@@ -119,6 +120,13 @@ bool keyOf(const c10::IValue& v, bool lifted, Arg& arg, std::vector<int64_t>& ke
     arg.isEnum = true;
     key.push_back(8);
     key.push_back(v.toInt());
+    return true;
+  }
+  if (v.isDevice()) {  // the lazy device only (its index checked by Python: lazy:1 refused there)
+    const c10::Device d = v.toDevice();
+    if (d.type() != kLazy || d.index() > 0) return false;
+    arg.isDevice = true;
+    key.push_back(11);
     return true;
   }
   if (v.isSymInt()) {
@@ -492,7 +500,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (i >= shape.positional && i < shape.kwargStart) continue;
     if (i >= shape.kwargStart) {
       if (isDefault(formals[i], arguments[i])) continue;
-      if (kind == kView) return false;
+      if (kind == kView || kind == kSplit) return false;
       key.push_back(7);
       key.push_back(static_cast<int64_t>(i));
       kwargs.push_back(args.size());
@@ -551,6 +559,30 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                                        node.ptr(), slot(storage, gPy.storage.version)));
   }
 
+  if (kind == kSplit) {
+    // ops._split: pieces viewing slices of self (a tuple of ViewSteps),
+    // each sharing self's storage, its chain one step longer.
+    PyObject* steps = answer.ptr();
+    PyObject* storage = slot(self, gPy.state.storage);
+    PyObject* chain = slot(self, gPy.state.chain);
+    const Py_ssize_t depth = PyTuple_GET_SIZE(chain);
+    py::object value = valueOf(self);
+    c10::List<at::Tensor> pieces;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(steps); ++i) {
+      PyObject* step = PyTuple_GET_ITEM(steps, i);
+      py::object node = viewNode(PyTuple_GET_ITEM(step, 0), step, value);
+      py::tuple longer(depth + 1);
+      for (Py_ssize_t j = 0; j < depth; ++j)
+        longer[j] = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(chain, j));
+      longer[depth] = py::reinterpret_borrow<py::object>(step);
+      pieces.push_back(newTensor(PyTuple_GET_ITEM(step, gPy.step.meta), storage, hidden(longer).ptr(), node.ptr(),
+                                 slot(storage, gPy.storage.version)));
+    }
+    torch::jit::drop(*stack, n);
+    torch::jit::push(stack, std::move(pieces));
+    return true;
+  }
+
   // ops._functional and ops._inplace: the node applies the (functional) op.
   PyObject* meta = answer.ptr();
   if (PyTuple_Check(meta) && (kind != kFunctional || !returnsTensors(schema, PyTuple_GET_SIZE(meta)))) return false;
@@ -590,6 +622,9 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
       v = hidden(values);
       fz = hidden(blanks);
+    } else if (a.isDevice) {
+      v = py::reinterpret_borrow<py::object>(gPy.cpu);
+      fz = v;
     } else if (a.isEnum) {
       v = toPython(*a.formal, a.value);  // torch.float16, torch.channels_last: freeze() keeps them as they are
       fz = v;
@@ -669,6 +704,7 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
   gPy.minusOne = py::int_(-1).release().ptr();
   gPy.emptyTuple = py::tuple().release().ptr();
   gPy.emptyDict = py::dict().release().ptr();
+  gPy.cpu = py::module_::import("torch").attr("device")("cpu").release().ptr();
   gPy.getitem = py::object(py::module_::import("operator").attr("getitem")).release().ptr();
   gPy.info = info.release().ptr();  // last: it turns the fast path on
 }

@@ -40,7 +40,7 @@ struct WordsHash {
   }
 };
 
-enum Kind : int { kFunctional = 0, kView = 1, kInplace = 2, kCopy = 3 };
+enum Kind : int { kFunctional = 0, kView = 1, kInplace = 2, kCopy = 3, kSplit = 4 };
 
 struct Python {
   PyTypeObject* nodeType = nullptr;
@@ -60,6 +60,7 @@ struct Python {
   PyObject* minusOne = nullptr;
   PyObject* emptyTuple = nullptr;
   PyObject* emptyDict = nullptr;
+  PyObject* cpu = nullptr;         // torch.device("cpu"): a node's device argument (meta._convert)
   PyObject* getitem = nullptr;     // operator.getitem: a multi-output node's outputs
   struct {
     Py_ssize_t op, args, kwargs, inputs, sig, meta, data, job, kernels;
