@@ -134,22 +134,24 @@ def _small_read(graph: trace.Graph) -> bool:
 
 def read_eagerly(nodes: List[trace.Node]) -> bool:
     """For a Python branch on one bool, the first of ``nodes`` (pending, as
-    the others): compute it eagerly, with the others when that graph was not
-    compiled before and is a small read (config.eager_read_ops), else alone
-    when that one is; whether it was.  The others come along when they can:
-    a decode loop's tail after an eager sampling op then leaves nothing
-    pending after the last token.  Alone, the others stay in the trace for
-    the next barrier's graph: Hugging Face's padding check in the middle of
-    a forward pass would otherwise compute the embeddings eagerly every
-    token."""
+    the others): compute it eagerly when the graph it needs was not compiled
+    before and is a small read (config.eager_read_ops); whether it did.  The
+    others it computes on the way get their values too (a decode loop's
+    stopping check reads the tokens just appended: nothing is left pending
+    after the last one); the rest stay in the trace for the next barrier's
+    graph (Hugging Face's padding check in the middle of a forward pass
+    would otherwise compute the embeddings eagerly every token)."""
     key = config.options_key()
-    for outputs in ((nodes, nodes[:1]) if len(nodes) > 1 else (nodes,)):
+    graph = trace.collect(nodes[:1], key)
+    if cache.lookup(graph.key) is not None or not _small_read(graph):
+        return False
+    inside = set(map(id, graph.nodes))
+    outputs = nodes[:1] + [n for n in nodes[1:] if id(n) in inside]
+    if len(outputs) > 1:
         graph = trace.collect(outputs, key)
-        if cache.lookup(graph.key) is None and _small_read(graph):
-            for n, value in zip(outputs, _run_read_eagerly(graph)):
-                n.set_data(value)
-            return True
-    return False
+    for n, value in zip(outputs, _run_read_eagerly(graph)):
+        n.set_data(value)
+    return True
 
 
 def _run_read_eagerly(graph: trace.Graph) -> List[torch.Tensor]:
