@@ -97,7 +97,8 @@ asan: asan-build
 
 deps: $(STAMPS)/apt $(STAMPS)/venv
 
-# Debian's MLIR 22 (C++ API, FileCheck, lit), installed only when missing.
+# Debian's MLIR 22 (C++ API; mlir-tblgen, which test/Docs runs; FileCheck,
+# lit), installed only when missing.
 $(STAMPS)/apt:
 	@mkdir -p $(STAMPS)
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \

@@ -22,6 +22,18 @@ llvm_config.add_tool_substitutions(
 )
 llvm_config.add_tool_substitutions(["FileCheck", "not"], [config.llvm_tools_dir])
 
+# docs/Passes.md against what Passes.td generates (test/Docs/pass-doc.mlir):
+# Debian's mlir-tblgen (mlir-22-tools), the repository and MLIR's .td files.
+llvm_config.add_tool_substitutions(["mlir-tblgen"], [config.llvm_tools_dir])
+config.substitutions.append(("%lazymlir_src", os.path.dirname(config.test_source_root)))
+# (A site config from before mlir_include_dirs: the LLVM install's include.)
+_mlir_include_dirs = getattr(
+    config, "mlir_include_dirs", os.path.join(os.path.dirname(config.llvm_tools_dir), "include")
+)
+config.substitutions.append(
+    ("%mlir_includes", " ".join("-I " + d for d in _mlir_include_dirs.split(";") if d))
+)
+
 # The GPU pipeline's checks need libdevice (linked into kernels that call
 # math functions) and ptxas (assembles the PTX): from the nvidia-nvvm and
 # nvidia-cuda-nvcc wheels `make test` installs into .venv, LAZYMLIR_CUDA_PATH
