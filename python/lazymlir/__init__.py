@@ -12,7 +12,7 @@ from .tracer.tensor import LazyTensor, device, kernel_count, mark_step, sync
 from .tracer import ops, registration  # noqa: F401,E402  (op handlers, PrivateUse1 kernels)
 from .runtime import empty_cache, wait_device_ops
 from .profiler import profile
-from .dynamic import mark_dynamic, mark_static
+from .tracer.marks import mark_dynamic, mark_static
 
 __all__ = [
     "LazyTensor",

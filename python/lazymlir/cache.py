@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import types
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import torch
 
@@ -82,16 +82,32 @@ def stats() -> CacheStats:
     return CacheStats(_hits, _misses, len(_entries), _compile_seconds, _disk_hits, _disk_misses)
 
 
+# What the stages above this module (which import it) do when the cache is
+# cleared or background compiles are waited for: compilation registers its
+# static tier-up and the native compiler's tiered recompiles, dynamic its
+# templates.
+_clear_hooks: List[Callable[[], None]] = []
+_wait_hooks: List[Callable[[], None]] = []
+
+
+def on_clear(hook: Callable[[], None]) -> None:
+    """Call ``hook`` whenever :func:`clear` runs (before the entries go)."""
+    _clear_hooks.append(hook)
+
+
+def on_wait_background_compiles(hook: Callable[[], None]) -> None:
+    """Call ``hook`` whenever :func:`wait_background_compiles` runs, in order."""
+    _wait_hooks.append(hook)
+
+
 def clear() -> None:
     """Forget every compiled graph (in memory; the disk cache stays) and reset
     the statistics."""
     global _hits, _misses, _compile_seconds, _disk_hits, _disk_misses
-    from . import compilation, dynamic
-
-    compilation.forget_static_compiles()
+    for hook in _clear_hooks:
+        hook()
     _entries.clear()
     _shapes_by_structure.clear()
-    dynamic.clear()
     _hits = _misses = _disk_hits = _disk_misses = 0
     _compile_seconds = 0.0
 
@@ -102,12 +118,8 @@ def wait_background_compiles() -> None:
     code, and the static graphs of sizes that kept coming back to a dynamic
     graph are compiled: for benchmarks that measure steady-state speed right after the
     first steps."""
-    from . import compilation, runtime
-
-    compilation.wait_static_compiles()
-    native = runtime.native_compiler()
-    if native is not None:
-        native.wait_background_compiles()
+    for hook in _wait_hooks:
+        hook()
 
 
 # ----------------------------------------------------------------------------

@@ -389,6 +389,18 @@ def forget_static_compiles() -> None:
     _instance_runs.clear()
 
 
+def _wait_native_background_compiles() -> None:
+    native = native_compiler()
+    if native is not None:
+        native.wait_background_compiles()
+
+
+cache.on_clear(forget_static_compiles)
+cache.on_clear(dynamic.clear)
+cache.on_wait_background_compiles(wait_static_compiles)
+cache.on_wait_background_compiles(_wait_native_background_compiles)
+
+
 def _dynamic_entry(graph, native, name, options, disk, plain, t0):
     """A dynamic graph for this trace, cached under its key, or None: one an
     earlier process compiled for its structure (the disk cache keeps them by

@@ -65,42 +65,17 @@ def decompose(key: tuple):
 
 
 # ----------------------------------------------------------------------------
-# Marks: mark_dynamic / mark_static, on the device data of a tensor.
+# Marks: lazymlir.mark_dynamic / mark_static (tracer.marks), on the device
+# data of a tensor.
 
 _marks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # leaf Node -> {dim: bool}
 
 
-def _leaf_of(t, what: str):
-    from .tracer.tensor import state
-
-    st = state(t)
-    if st is None:
-        raise TypeError(f"lazymlir.{what}: not a lazy tensor")
-    if st.chain:
-        raise ValueError(f"lazymlir.{what}: the tensor is a view; mark the tensor it views")
-    return st.storage.base
-
-
-def _mark(t, dims, value: bool, what: str) -> None:
-    node = _leaf_of(t, what)
-    for dim in [dims] if isinstance(dims, int) else dims:
-        if not -t.dim() <= dim < t.dim():
-            raise IndexError(f"lazymlir.{what}: dimension {dim} out of range for a {t.dim()}-d tensor")
-        _marks.setdefault(node, {})[dim % t.dim()] = value
-
-
-def mark_dynamic(t: torch.Tensor, dim) -> None:
-    """Compile the graphs that read ``t`` with dimension ``dim`` (an int or a
-    list) symbolic from the first trace on, like torch._dynamo.mark_dynamic.
-    ``t``: a lazy tensor that is not a view (a batch moved to the device).
-    A size below 2 stays static (PyTorch specializes 0 and 1)."""
-    _mark(t, dim, True, "mark_dynamic")
-
-
-def mark_static(t: torch.Tensor, dim) -> None:
-    """Never make dimension ``dim`` of ``t`` symbolic: each size compiles its
-    own graph (a shape the kernels should be specialized for)."""
-    _mark(t, dim, False, "mark_static")
+def mark(leaf, dim: int, dynamic: bool) -> None:
+    """Mark dimension ``dim`` (non-negative) of the device data ``leaf`` (a
+    trace Node) dynamic or static: lazymlir.mark_dynamic / mark_static
+    (tracer.marks) for a lazy tensor."""
+    _marks.setdefault(leaf, {})[dim] = dynamic
 
 
 def _leaf_marks(graph, leaf_starts) -> Dict[int, bool]:

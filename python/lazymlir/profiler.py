@@ -30,7 +30,7 @@ import os
 import sys
 import threading
 import time
-from typing import Dict, List, NamedTuple
+from typing import Callable, Dict, List, NamedTuple
 
 import torch
 
@@ -39,6 +39,11 @@ from . import config
 # The sessions that record graph runs (empty: not profiling); nested blocks
 # and LAZYMLIR_PROFILE's process-wide session each see every run.
 active: List["Profile"] = []
+
+# Waits until every graph run started has finished: runtime.wait_device_ops,
+# set by the runtime (which imports this module; this one imports no stage
+# above it).
+wait_for_runs: Callable[[], None] = lambda: None
 
 
 class KernelRow(NamedTuple):
@@ -161,15 +166,13 @@ def profile():
     """Profile the lazy device's graph runs while the block runs: yields a
     :class:`Profile` (``table()``, ``rows()``, ``export_chrome_trace(path)``),
     complete once the block has exited (it waits for the graphs it started)."""
-    from .runtime import wait_device_ops
-
-    wait_device_ops()  # runs started before the block are not in it
+    wait_for_runs()  # runs started before the block are not in it
     session = Profile()
     active.append(session)
     try:
         with config.patch(profile=True):
             yield session
-            wait_device_ops()
+            wait_for_runs()
     finally:
         active.remove(session)
 
@@ -199,10 +202,8 @@ def _start_for_process() -> None:
     active.append(session)
 
     def report():
-        from .runtime import wait_device_ops
-
         try:
-            wait_device_ops()
+            wait_for_runs()
         except Exception:
             pass
         print(session.table(), file=sys.stderr)

@@ -527,3 +527,6 @@ def wait_device_ops() -> None:
         _unreported.clear()
         _reraise(first)
 
+
+profiler.wait_for_runs = wait_device_ops
+

@@ -71,7 +71,7 @@ def inverse_perm(perm):
 # hold leads back to them or to a lazy tensor), and every collection would
 # walk a long trace (a 2000-op chain cost more in collections than in
 # recording).
-_untrack = _device.untrack
+untrack = _device.untrack
 
 
 class Node:
@@ -88,7 +88,7 @@ class Node:
         self.data = None  # CPU tensor once computed (or being computed: see job)
         self.job = None  # the job (runtime._Job) writing data, until known done
         self.kernels = None  # kernel count of the compiled graph that computed data
-        _untrack(self)
+        untrack(self)
 
     @staticmethod
     def leaf(tensor: torch.Tensor) -> "Node":

@@ -27,7 +27,7 @@ from typing import Any, List, NamedTuple
 import torch
 
 from .. import _device, metrics, runtime
-from ..trace import ADDRESSES_STORAGE, AS_RESHAPE, dense_perm, freeze, Node, QUANTIZED_REPR, _untrack
+from ..trace import ADDRESSES_STORAGE, AS_RESHAPE, dense_perm, freeze, Node, QUANTIZED_REPR, untrack
 
 aten = torch.ops.aten
 
@@ -95,7 +95,7 @@ class Storage:
         self.version = 0
         self.meta = meta  # layout of the base tensor, as eager would have it
         self.step = -1  # the mark_step epoch in which it was last registered pending
-        _untrack(self)
+        untrack(self)
         if base.data is None:
             _register(self)
 
@@ -210,7 +210,7 @@ class State:
         self.chain = chain
         self.value = value
         self.version = version
-        _untrack(self)
+        untrack(self)
 
     def copy(self) -> "State":
         return State(self.meta, self.storage, self.chain, self.value, self.version)
