@@ -13,7 +13,7 @@ STAMPS := .stamps
 pip_install = set -o pipefail; $(VPY) -m pip install -q $(1) 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
 NATIVE_SOURCES := $(shell find CMakeLists.txt include lib tools python test -name '*.cpp' -o -name '*.h' -o -name '*.td' -o -name 'CMakeLists.txt' -o -name '*.in' 2>/dev/null) pyproject.toml
 
-.PHONY: all demo bench test check-lit check-python conformance gpu-bundles deps build clean stress asan asan-build
+.PHONY: all demo bench test test-slow lint format check-lit check-python conformance gpu-bundles deps build clean stress asan asan-build
 
 all: build
 
@@ -26,13 +26,36 @@ demo: build
 bench: build
 	$(VPY) bench/suite.py $(BENCH_ARGS)
 
+# The tests in two tiers: `make test` (lit, then pytest without the tests
+# marked slow: ~5 min on 2 cores once built) and `make test-slow` (the
+# subprocess-heavy ones: bench smoke runs, disk-cache processes, memory
+# soaks; ~4 min). CI (.ci/run) runs lint and both.
 test: build
 	@set -o pipefail; status=0; \
 	echo "== lit (lazymlir-opt passes and pipelines) =="; \
 	$(LLVM_BIN)/lit -sv build/test 2>&1 | tail -n 25 || status=1; \
-	echo "== pytest (native module and lazy device) =="; \
-	$(VPY) -m pytest -q -p no:cacheprovider test/python 2>&1 | tail -n 40 || status=1; \
+	echo "== pytest (native module and lazy device; make test-slow: the slow tier) =="; \
+	$(VPY) -m pytest -q -p no:cacheprovider -m "not slow" test/python 2>&1 | tail -n 40 || status=1; \
 	exit $$status
+
+test-slow: build
+	@set -o pipefail; echo "== pytest, slow tier =="; \
+	$(VPY) -m pytest -q -p no:cacheprovider -m slow test/python 2>&1 | tail -n 40
+
+# Lint (run by .ci/run before the tests): ruff's checks and formatter over
+# the Python (pyproject.toml's [tool.ruff]), clang-format over the C++ (the
+# .clang-format files: LLVM's style on the MLIR side, Google's at 120
+# columns in python/lazymlir/tracer/csrc). `make format` rewrites the tree.
+CXX_SOURCES = $(shell find lib include tools python -name '*.cpp' -o -name '*.h' | sort)
+lint: $(STAMPS)/venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/clang-format --dry-run -Werror $(CXX_SOURCES)
+
+format: $(STAMPS)/venv
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/clang-format -i $(CXX_SOURCES)
 
 check-lit: build
 	$(LLVM_BIN)/lit -sv build/test

@@ -51,6 +51,7 @@ def main():
             lx = xf.to("lazy")
             for pass_on in (True, False):
                 with lazymlir.config.patch(channels_last=pass_on):
+
                     def step():
                         out = lazy_model(lx)
                         lazymlir.mark_step()
@@ -60,15 +61,18 @@ def main():
                     out = step()
                     torch.testing.assert_close(out.cpu(), expected, rtol=1e-3, atol=1e-3)
                     seconds = median_seconds(step, opts.repeats)
-                    rows.append((f"lazymlir NHWC pass {'on' if pass_on else 'off'}", seconds,
-                                 lazymlir.kernel_count(out), out))
+                    rows.append(
+                        (f"lazymlir NHWC pass {'on' if pass_on else 'off'}", seconds, lazymlir.kernel_count(out), out)
+                    )
             eager_seconds = None
             for variant, run, kernels, out in rows:
                 seconds = run if isinstance(run, float) else median_seconds(run, opts.repeats)
                 eager_seconds = eager_seconds or seconds
                 out_fmt = "channels_last" if out.is_contiguous(memory_format=torch.channels_last) else "nchw"
-                print(f"{fmt_name:14} {variant:28} {seconds * 1e3:9.3f} {eager_seconds / seconds:8.2f}x "
-                      f"{kernels if kernels is not None else '':>8} {out_fmt:>14}")
+                print(
+                    f"{fmt_name:14} {variant:28} {seconds * 1e3:9.3f} {eager_seconds / seconds:8.2f}x "
+                    f"{kernels if kernels is not None else '':>8} {out_fmt:>14}"
+                )
 
 
 if __name__ == "__main__":

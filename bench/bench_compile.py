@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # ---------------------------------------------------------------------------
 # Models (built in the child process)
 
+
 def _lm(layers):
     from lazymlir.testing import transformer_lm
 
@@ -77,13 +78,16 @@ def child(name, steps, steady):
 
     torch.manual_seed(0)
     model, batch, loss_fn, optimizer = MODELS[name]()
-    make_opt = {"adamw": lambda p: torch.optim.AdamW(p, lr=1e-3),
-                "adadelta": lambda p: torch.optim.Adadelta(p, lr=1.0)}[optimizer]
+    make_opt = {
+        "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3),
+        "adadelta": lambda p: torch.optim.Adadelta(p, lr=1.0),
+    }[optimizer]
     result = {"model": name}
     for device in ("lazy", "cpu"):
         torch.manual_seed(0)
         m = (model.to("lazy") if device == "lazy" else MODELS[name]()[0]).train()
         opt = make_opt(m.parameters())
+
         def step():
             t0 = time.perf_counter()
             b = batch(device)
@@ -115,11 +119,15 @@ def child(name, steps, steady):
 
 def run_child(name, steps, steady, cache_dir):
     env = dict(os.environ, LAZYMLIR_CACHE_DIR=cache_dir)
-    proc = subprocess.run([sys.executable, __file__, "--child", name, "--steps", str(steps), "--steady", str(steady)],
-                          env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", name, "--steps", str(steps), "--steady", str(steady)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
     return None
 
@@ -152,15 +160,19 @@ def main():
             continue
         rows.append((name, cold, warm))
         m = cold["metrics"]
-        print(f"{name}: first {args.steps} steps cold {cold['first_steps_s']:.2f} s, warm {warm['first_steps_s']:.2f} s; "
-              f"steady step lazy {cold['lazy_step_s'] * 1e3:.1f} ms (before the background recompile "
-              f"{cold['early_step_s'] * 1e3:.1f} ms, then waited {cold['background_wait_s']:.1f} s for it), "
-              f"eager {cold['cpu_step_s'] * 1e3:.1f} ms (eager/lazy {cold['cpu_step_s'] / cold['lazy_step_s']:.2f}x)",
-              flush=True)
+        print(
+            f"{name}: first {args.steps} steps cold {cold['first_steps_s']:.2f} s, warm {warm['first_steps_s']:.2f} s; "
+            f"steady step lazy {cold['lazy_step_s'] * 1e3:.1f} ms (before the background recompile "
+            f"{cold['early_step_s'] * 1e3:.1f} ms, then waited {cold['background_wait_s']:.1f} s for it), "
+            f"eager {cold['cpu_step_s'] * 1e3:.1f} ms (eager/lazy {cold['cpu_step_s'] / cold['lazy_step_s']:.2f}x)",
+            flush=True,
+        )
         print("   cold phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in m["phases"].items()))
-        print(f"   cold: {m['graphs']} graphs, {m['kernels']} kernels, {m['kernels_compiled']} compiled, "
-              f"{m['kernels_reused']} reused; warm: disk hits {warm['disk']['disk_hits']}, "
-              f"misses {warm['disk']['disk_misses']}, compiled {warm['metrics']['kernels_compiled']} kernels")
+        print(
+            f"   cold: {m['graphs']} graphs, {m['kernels']} kernels, {m['kernels_compiled']} compiled, "
+            f"{m['kernels_reused']} reused; warm: disk hits {warm['disk']['disk_hits']}, "
+            f"misses {warm['disk']['disk_misses']}, compiled {warm['metrics']['kernels_compiled']} kernels"
+        )
     by = {name: cold for name, cold, _ in rows}
     if "lm2" in by and "lm12" in by:
         print(f"lm12/lm2 cold first steps: {by['lm12']['first_steps_s'] / by['lm2']['first_steps_s']:.2f}x")

@@ -118,8 +118,10 @@ class Trainer:
 
 
 def counts():
-    return {k: metrics.counter_value(k) for k in ("UncachedCompile", "DynamicCompile", "DynamicGraphHit",
-                                                  "DynamicCompileFallback", "CompileFallback")}
+    return {
+        k: metrics.counter_value(k)
+        for k in ("UncachedCompile", "DynamicCompile", "DynamicGraphHit", "DynamicCompileFallback", "CompileFallback")
+    }
 
 
 def sweep(name, model, loss, make_batch, sizes):
@@ -140,11 +142,19 @@ def sweep(name, model, loss, make_batch, sizes):
 
 def _sweep_result(name, sizes, seconds, worst, first_step_graphs):
     c = counts()
-    return {"workload": name, "sizes": f"{sizes[0]}..{sizes[-1]} ({len(sizes)})", "graphs_compiled": c["UncachedCompile"],
-            "graphs_after_first_step": c["UncachedCompile"] - first_step_graphs,
-            "dynamic_compiles": c["DynamicCompile"], "dynamic_hits": c["DynamicGraphHit"],
-            "dynamic_fallbacks": c["DynamicCompileFallback"], "eager_fallbacks": c["CompileFallback"],
-            "compile_s": lazymlir.cache.stats().compile_seconds, "sweep_s": seconds, "worst_loss_diff": worst}
+    return {
+        "workload": name,
+        "sizes": f"{sizes[0]}..{sizes[-1]} ({len(sizes)})",
+        "graphs_compiled": c["UncachedCompile"],
+        "graphs_after_first_step": c["UncachedCompile"] - first_step_graphs,
+        "dynamic_compiles": c["DynamicCompile"],
+        "dynamic_hits": c["DynamicGraphHit"],
+        "dynamic_fallbacks": c["DynamicCompileFallback"],
+        "eager_fallbacks": c["CompileFallback"],
+        "compile_s": lazymlir.cache.stats().compile_seconds,
+        "sweep_s": seconds,
+        "worst_loss_diff": worst,
+    }
 
 
 def inference_sweep(name, model, make_batch, sizes):
@@ -170,6 +180,7 @@ def step_time(model, loss, make_batch, size, warm_sizes, repeats, dynamic):
     metrics.reset()
     t = Trainer(model, loss, "lazy")
     batch = make_batch(size)
+
     def dynamic_runs():
         return metrics.counter_value("DynamicGraphHit") + metrics.counter_value("DynamicCompile")
 
@@ -221,8 +232,16 @@ def later_process_child(batch, steps, ragged) -> None:
         lazymlir.wait_device_ops()
 
     seconds = timing.median_seconds(run, steps)
-    print("RESULT " + json.dumps({"seconds": seconds, "dynamic_runs": metrics.counter_value("DynamicGraphRun"),
-                                  "disk_hits": metrics.counter_value("DiskCacheHit")}))
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "seconds": seconds,
+                "dynamic_runs": metrics.counter_value("DynamicGraphRun"),
+                "disk_hits": metrics.counter_value("DiskCacheHit"),
+            }
+        )
+    )
 
 
 def later_process(batch, steps, rounds):
@@ -233,13 +252,17 @@ def later_process(batch, steps, rounds):
     import tempfile
 
     def child(cache, *args):
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--later-child", *map(str, args)],
-                             capture_output=True, text=True, env=dict(os.environ, LAZYMLIR_CACHE_DIR=cache),
-                             timeout=900)
-        line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+        out = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--later-child", *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, LAZYMLIR_CACHE_DIR=cache),
+            timeout=900,
+        )
+        line = [line_ for line_ in out.stdout.splitlines() if line_.startswith("RESULT ")]
         if out.returncode != 0 or not line:
             raise RuntimeError(f"bench_dynamic child failed: {out.stderr[-2000:]}")
-        return json.loads(line[-1][len("RESULT "):])
+        return json.loads(line[-1][len("RESULT ") :])
 
     pairs = []
     for _ in range(rounds):
@@ -248,11 +271,14 @@ def later_process(batch, steps, rounds):
             child(filled, batch, steps, 1)
             after = child(filled, batch, steps, 0)
             pairs.append((cold, after))
-    return {"batch": batch, "empty_ms": statistics.median(c["seconds"] for c, _ in pairs) * 1e3,
-            "after_ragged_ms": statistics.median(a["seconds"] for _, a in pairs) * 1e3,
-            "ratio": statistics.median(a["seconds"] / c["seconds"] for c, a in pairs),
-            "dynamic_runs_after_ragged": max(a["dynamic_runs"] for _, a in pairs),
-            "disk_hits_after_ragged": min(a["disk_hits"] for _, a in pairs)}
+    return {
+        "batch": batch,
+        "empty_ms": statistics.median(c["seconds"] for c, _ in pairs) * 1e3,
+        "after_ragged_ms": statistics.median(a["seconds"] for _, a in pairs) * 1e3,
+        "ratio": statistics.median(a["seconds"] / c["seconds"] for c, a in pairs),
+        "dynamic_runs_after_ragged": max(a["dynamic_runs"] for _, a in pairs),
+        "disk_hits_after_ragged": min(a["disk_hits"] for _, a in pairs),
+    }
 
 
 def main():
@@ -271,59 +297,93 @@ def main():
         args.rounds = 1
     torch.set_num_threads(1)
 
-    families = {"mlp": (mlp(), nll_loss, mlp_batch), "mnist": (mnist(), nll_loss, mnist_batch),
-                "resnet": (resnet(), nll_loss, resnet_batch), "resnet_cl": (resnet(), nll_loss, resnet_cl_batch)}
+    families = {
+        "mlp": (mlp(), nll_loss, mlp_batch),
+        "mnist": (mnist(), nll_loss, mnist_batch),
+        "resnet": (resnet(), nll_loss, resnet_batch),
+        "resnet_cl": (resnet(), nll_loss, resnet_cl_batch),
+    }
     if args.smoke:
         lm_sizes = [8, 16, 24]
         plan = [("mlp", "MLP", [1, 2, 3, 5]), ("mnist", "MNIST CNN", [2, 3, 5])]
         timed = [("mlp", 5, [2, 3, 4]), ("mnist", 5, [2, 3, 4])]
     else:
         lm_sizes = list(range(8, 129, 8))
-        plan = [("mlp", "MLP", list(range(1, 65))), ("mnist", "MNIST CNN", [64, 64, 37, 50, 17, 64, 3, 29]),
-                ("resnet", "ResNet block", [16, 16, 11, 7, 16, 3]),
-                ("resnet_cl", "ResNet block, channels_last", [16, 16, 11, 7, 16, 3])]
-        timed = [("mlp", 64, [2, 3, 4]), ("mlp", 37, [2, 3, 4]), ("lm", 64, [8, 16, 24]), ("lm", 100, [8, 16, 24]),
-                 ("mnist", 64, [2, 3, 4]), ("mnist", 37, [2, 3, 4]), ("resnet", 16, [2, 3, 4]),
-                 ("resnet", 11, [2, 3, 4]), ("resnet_cl", 16, [2, 3, 4])]
+        plan = [
+            ("mlp", "MLP", list(range(1, 65))),
+            ("mnist", "MNIST CNN", [64, 64, 37, 50, 17, 64, 3, 29]),
+            ("resnet", "ResNet block", [16, 16, 11, 7, 16, 3]),
+            ("resnet_cl", "ResNet block, channels_last", [16, 16, 11, 7, 16, 3]),
+        ]
+        timed = [
+            ("mlp", 64, [2, 3, 4]),
+            ("mlp", 37, [2, 3, 4]),
+            ("lm", 64, [8, 16, 24]),
+            ("lm", 100, [8, 16, 24]),
+            ("mnist", 64, [2, 3, 4]),
+            ("mnist", 37, [2, 3, 4]),
+            ("resnet", 16, [2, 3, 4]),
+            ("resnet", 11, [2, 3, 4]),
+            ("resnet_cl", 16, [2, 3, 4]),
+        ]
     families["lm"] = (lm(max(lm_sizes)), lm_loss, lm_batch)
     with config.patch(cache_dir=None, dynamic=True):
         sweeps = [sweep(f"{title} training step, batch sizes", *families[name], sizes) for name, title, sizes in plan]
         sweeps.insert(1, sweep("2-layer LM training step, sequence lengths", *families["lm"], lm_sizes))
-        sweeps.append(inference_sweep("MLP forward (no_grad), batch sizes", families["mlp"][0], mlp_batch,
-                                      plan[0][2]))
+        sweeps.append(inference_sweep("MLP forward (no_grad), batch sizes", families["mlp"][0], mlp_batch, plan[0][2]))
         times = []
         for which, size, warm in timed:
             model, loss, make = families[which]
             repeats = max(3, args.repeats // (1 if which == "mlp" else 3))
             # Rounds of (dynamic, static), each compiled afresh: the median of
             # the per-round ratios (single rounds swing on a shared machine).
-            rounds = [(step_time(model, loss, make, size, warm, repeats, True),
-                       step_time(model, loss, make, size, warm, repeats, False)) for _ in range(args.rounds)]
+            rounds = [
+                (
+                    step_time(model, loss, make, size, warm, repeats, True),
+                    step_time(model, loss, make, size, warm, repeats, False),
+                )
+                for _ in range(args.rounds)
+            ]
             dyn = [d for d, _ in rounds if d is not None]
-            times.append({"workload": which, "size": size,
-                          "dynamic_ms": dyn and statistics.median(dyn) * 1e3,
-                          "static_ms": statistics.median(st for _, st in rounds) * 1e3,
-                          "ratio": dyn and statistics.median(d / st for d, st in rounds if d is not None)})
+            times.append(
+                {
+                    "workload": which,
+                    "size": size,
+                    "dynamic_ms": dyn and statistics.median(dyn) * 1e3,
+                    "static_ms": statistics.median(st for _, st in rounds) * 1e3,
+                    "ratio": dyn and statistics.median(d / st for d, st in rounds if d is not None),
+                }
+            )
 
     later = later_process(16 if args.smoke else 64, 5 if args.smoke else args.repeats, args.rounds)
 
-    print(f"torch {torch.__version__}, 1 intra-op thread for eager; lazymlir threads={config.threads or os.cpu_count()}")
-    print(f"{'sweep':66} {'graphs':>6} {'after 1st':>9} {'dynamic':>7} {'hits':>5} {'fallback':>8} {'compile s':>9} "
-          f"{'max |diff|':>11}")
+    print(
+        f"torch {torch.__version__}, 1 intra-op thread for eager; lazymlir threads={config.threads or os.cpu_count()}"
+    )
+    print(
+        f"{'sweep':66} {'graphs':>6} {'after 1st':>9} {'dynamic':>7} {'hits':>5} {'fallback':>8} {'compile s':>9} "
+        f"{'max |diff|':>11}"
+    )
     for s in sweeps:
-        print(f"{s['workload'] + ' ' + s['sizes']:66} {s['graphs_compiled']:>6} {s['graphs_after_first_step']:>9} "
-              f"{s['dynamic_compiles']:>7} "
-              f"{s['dynamic_hits']:>5} {s['dynamic_fallbacks']:>8} {s['compile_s']:>9.1f} {s['worst_loss_diff']:>11.2e}")
+        print(
+            f"{s['workload'] + ' ' + s['sizes']:66} {s['graphs_compiled']:>6} {s['graphs_after_first_step']:>9} "
+            f"{s['dynamic_compiles']:>7} "
+            f"{s['dynamic_hits']:>5} {s['dynamic_fallbacks']:>8} {s['compile_s']:>9.1f} {s['worst_loss_diff']:>11.2e}"
+        )
     print(f"{'step time at one size':66} {'static ms':>9} {'dynamic ms':>10} {'dyn/static':>10}")
     for t in times:
         dyn = f"{t['dynamic_ms']:.2f}" if t["dynamic_ms"] else "static"
         ratio = f"{t['ratio']:.2f}x" if t["ratio"] else "-"
         print(f"{t['workload'] + ' at ' + str(t['size']):66} {t['static_ms']:>9.2f} {dyn:>10} {ratio:>10}")
-    print(f"{'MNIST CNN, a new process at batch ' + str(later['batch']):66} {'empty ms':>9} {'after ms':>10} "
-          f"{'after/empty':>11}")
-    print(f"{'  on an empty cache / after a ragged-batch run':66} {later['empty_ms']:>9.2f} "
-          f"{later['after_ragged_ms']:>10.2f} {later['ratio']:>10.2f}x  (dynamic runs "
-          f"{later['dynamic_runs_after_ragged']}, graphs from disk {later['disk_hits_after_ragged']})")
+    print(
+        f"{'MNIST CNN, a new process at batch ' + str(later['batch']):66} {'empty ms':>9} {'after ms':>10} "
+        f"{'after/empty':>11}"
+    )
+    print(
+        f"{'  on an empty cache / after a ragged-batch run':66} {later['empty_ms']:>9.2f} "
+        f"{later['after_ragged_ms']:>10.2f} {later['ratio']:>10.2f}x  (dynamic runs "
+        f"{later['dynamic_runs_after_ragged']}, graphs from disk {later['disk_hits_after_ragged']})"
+    )
     bad = [s for s in sweeps if s["worst_loss_diff"] > 1e-3]
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

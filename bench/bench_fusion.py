@@ -71,10 +71,12 @@ def cases():
         "chain": (chain, (torch.randn(n), torch.randn(n)), 3 * n * 4),
         "arith": (arith, (torch.randn(n), torch.randn(n)), 3 * n * 4),
         "softmax": (softmax, (torch.randn(4096, 1024),), 2 * 4096 * 1024 * 4),
-        "mlp": (mlp, (torch.randn(256, 1024), torch.randn(1024, 1024) / 32, torch.randn(1024)),
-                (256 * 1024 + 1024 * 1024 + 1024 + 256 * 1024) * 4),
+        "mlp": (
+            mlp,
+            (torch.randn(256, 1024), torch.randn(1024, 1024) / 32, torch.randn(1024)),
+            (256 * 1024 + 1024 * 1024 + 1024 + 256 * 1024) * 4,
+        ),
     }
-
 
 
 COPY = "memory copy (reference)"
@@ -137,8 +139,10 @@ def main():
 
     torch.manual_seed(0)
     copy, copy_bytes = copy_step()
-    print(f"machine: {torch.get_num_threads()} torch threads; 'of bw' is against the {COPY} row "
-          f"(eager copy_ of 256 MB, timed in the same rounds)")
+    print(
+        f"machine: {torch.get_num_threads()} torch threads; 'of bw' is against the {COPY} row "
+        f"(eager copy_ of 256 MB, timed in the same rounds)"
+    )
     header = f"{'case':8} {'variant':26} {'ms':>9} {'vs eager':>9} {'GB/s':>7} {'of bw':>6} {'kernels':>8}"
     print(header)
     print("-" * len(header))
@@ -152,8 +156,11 @@ def main():
         calls = {}  # variant -> steps per call
         compiled = {fusion: compile_case(fn, args, fusion) for fusion in (True, False)}
         for fusion, threads, pipelined in ((True, 0, 1), (False, 0, 1), (True, 1, 1), (True, 0, PIPELINED)):
-            variant = (f"lazymlir fusion={'on' if fusion else 'off'}" + (" 1 thread" if threads == 1 else "")
-                       + (" pipelined" if pipelined > 1 else ""))
+            variant = (
+                f"lazymlir fusion={'on' if fusion else 'off'}"
+                + (" 1 thread" if threads == 1 else "")
+                + (" pipelined" if pipelined > 1 else "")
+            )
             with lazymlir.config.patch(fusion=fusion, threads=threads):
                 step = lazy_step(fn, args, pipelined)
                 torch.testing.assert_close(step().cpu(), expected, rtol=1e-4, atol=1e-4)
@@ -172,8 +179,10 @@ def main():
         eager_seconds = seconds["eager"]
         for variant, s in seconds.items():
             gbs = nbytes / s / 1e9
-            print(f"{name:8} {variant:26} {s * 1e3:9.3f} {eager_seconds / s:8.2f}x "
-                  f"{gbs:7.1f} {gbs / bandwidth:6.0%} {kernels.get(variant, ''):>8}")
+            print(
+                f"{name:8} {variant:26} {s * 1e3:9.3f} {eager_seconds / s:8.2f}x "
+                f"{gbs:7.1f} {gbs / bandwidth:6.0%} {kernels.get(variant, ''):>8}"
+            )
 
 
 def _patched(step, **options):
@@ -182,6 +191,7 @@ def _patched(step, **options):
             return step()
 
     return run
+
 
 if __name__ == "__main__":
     main()

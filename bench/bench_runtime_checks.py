@@ -32,7 +32,7 @@ from timing import interleaved_median_seconds  # noqa: E402
 DUMP = tempfile.mkdtemp(prefix="lazymlir-bench-checks-")
 os.environ["LAZYMLIR_DUMP_DIR"] = DUMP
 
-import lazymlir  # noqa: E402
+import lazymlir  # noqa: E402, F401  (registers the lazy device)
 from lazymlir import compiler, dtypes  # noqa: E402
 
 
@@ -70,7 +70,9 @@ def main():
     parser.add_argument("--inner", type=int, default=20)
     parser.add_argument("--threads", type=int, default=0, help="as LAZYMLIR_THREADS (0: all)")
     opts = parser.parse_args()
-    print(f"threads: {opts.threads or torch.get_num_threads()}; median of {opts.repeats} rounds x {opts.inner} runs, interleaved")
+    print(
+        f"threads: {opts.threads or torch.get_num_threads()}; median of {opts.repeats} rounds x {opts.inner} runs, interleaved"
+    )
     print(f"{'case':10} {'without':>12} {'with checks':>12} {'ratio':>7}")
     for name, (fn, args) in cases().items():
         text = linalg_of(fn, args)

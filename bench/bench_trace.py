@@ -98,7 +98,9 @@ def measure(backend: str, n_ops: int, repeats: int) -> dict:
     if backend == "lazymlir":
         from lazymlir import metrics
 
-        result["mode"] = "compiled" if metrics.counter_value("CachedCompile") else "eager fallback (no native compiler?)"
+        result["mode"] = (
+            "compiled" if metrics.counter_value("CachedCompile") else "eager fallback (no native compiler?)"
+        )
         execute = metrics.timing_samples("ExecuteTime")[-repeats:]
         result["execute_ms"] = statistics.median(execute) * 1e3
     return result
@@ -147,8 +149,10 @@ def main():
         )
     lm = results.get("lazymlir")
     if lm:
-        print(f"lazymlir execution: {lm['mode']}; of its step, the executable ran {lm['execute_ms']:.2f} ms "
-              f"and trace + hash + allocation took {lm['step_ms'] - lm['execute_ms']:.2f} ms")
+        print(
+            f"lazymlir execution: {lm['mode']}; of its step, the executable ran {lm['execute_ms']:.2f} ms "
+            f"and trace + hash + allocation took {lm['step_ms'] - lm['execute_ms']:.2f} ms"
+        )
     sums = {b: round(r["checksum"], 3) for b, r in results.items() if r}
     print(f"MLP output checksums: {sums}")
 

@@ -27,8 +27,9 @@ from lazymlir.testing import MnistNet as Net, train_step  # noqa: E402
 
 
 def mlp():
-    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.2), nn.Linear(256, 10),
-                         nn.LogSoftmax(1))
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.2), nn.Linear(256, 10), nn.LogSoftmax(1)
+    )
 
 
 def bench(make_model, steps, batch=64):
@@ -44,7 +45,7 @@ def bench(make_model, steps, batch=64):
             return train_step(model, opt, x, y, device)
 
         for i in range(6):  # warm up: compile the first and the steady step, and
-            step(i)        # let the background compiler optimize the steady one
+            step(i)  # let the background compiler optimize the steady one
         lazymlir.wait_device_ops()
         lazymlir.cache.wait_background_compiles()
         metrics.reset()
@@ -76,15 +77,21 @@ def main():
     parser.add_argument("--models", default="mlp,cnn")
     args = parser.parse_args()
     models = {"mlp": ("MLP 784-256-10", mlp), "cnn": ("MNIST CNN (tutorial)", Net)}
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, Adadelta, batch 64, "
-          f"medians of {args.steps} steps (ms)")
-    print(f"{'model':22s} {'eager':>8s} {'lazymlir':>9s} {'trace':>8s} {'graph':>8s} {'pipelined':>10s} {'lm/eager':>9s}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, Adadelta, batch 64, "
+        f"medians of {args.steps} steps (ms)"
+    )
+    print(
+        f"{'model':22s} {'eager':>8s} {'lazymlir':>9s} {'trace':>8s} {'graph':>8s} {'pipelined':>10s} {'lm/eager':>9s}"
+    )
     for name in args.models.split(","):
         label, make = models[name]
         r = bench(make, args.steps)
-        print(f"{label:22s} {r['cpu'] * 1e3:8.2f} {r['lazy'] * 1e3:9.2f} {r['trace'] * 1e3:8.2f} "
-              f"{r['execute'] * 1e3:8.2f} {r['pipelined'] * 1e3:10.2f} {r['pipelined'] / r['cpu']:8.2f}x"
-              + ("" if r["all_cached"] else "  (not all steps compiled and cached!)"))
+        print(
+            f"{label:22s} {r['cpu'] * 1e3:8.2f} {r['lazy'] * 1e3:9.2f} {r['trace'] * 1e3:8.2f} "
+            f"{r['execute'] * 1e3:8.2f} {r['pipelined'] * 1e3:10.2f} {r['pipelined'] / r['cpu']:8.2f}x"
+            + ("" if r["all_cached"] else "  (not all steps compiled and cached!)")
+        )
 
 
 if __name__ == "__main__":

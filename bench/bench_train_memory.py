@@ -79,8 +79,13 @@ VARIANTS = {
 def run(model, variant, steps):
     (dims, batch, opt), (dev, env) = MODELS[model], VARIANTS[variant]
     env = dict({k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}, **env)
-    out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([dims, batch, opt, steps, dev])],
-                         capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, json.dumps([dims, batch, opt, steps, dev])],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -104,8 +109,10 @@ def main():
             def mem(key):
                 return statistics.median(s[key] for s in runs) / mib
 
-            print(f"  {variant:18} {ms:8.2f} {ms / eager_ms:7.2f}x {mem('rss100'):8.0f} {mem('end'):8.0f} "
-                  f"{mem('peak'):8.0f}")
+            print(
+                f"  {variant:18} {ms:8.2f} {ms / eager_ms:7.2f}x {mem('rss100'):8.0f} {mem('end'):8.0f} "
+                f"{mem('peak'):8.0f}"
+            )
 
 
 if __name__ == "__main__":

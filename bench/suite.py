@@ -175,9 +175,11 @@ def via_dynamo(setup):
 # check: outputs or losses, as CPU tensors) and returns (run, outputs); run()
 # is one timed call.
 
+
 class Workload:
-    def __init__(self, name, label, unit, setup, kind="step", per_call=1, scale=1e3, target=None,
-                 flops=None, peers=PEERS):
+    def __init__(
+        self, name, label, unit, setup, kind="step", per_call=1, scale=1e3, target=None, flops=None, peers=PEERS
+    ):
         self.name, self.label, self.unit, self.setup, self.kind = name, label, unit, setup, kind
         self.per_call, self.scale, self.target, self.flops, self.peers = per_call, scale, target, flops, peers
 
@@ -211,7 +213,7 @@ def train_setup(make, optimizer, eval_check=False, read_every=None):
             model.eval()
         losses = [step(b) for b in batches]
         peer.wait()
-        losses = Losses(torch.tensor(float(l.detach())) for l in losses)
+        losses = Losses(torch.tensor(float(loss.detach())) for loss in losses)
         model.train()
         count = [0]
 
@@ -272,8 +274,9 @@ def generate_setup(tokens, batch, prompt, hidden, vocab):
         import transformers
 
         torch.manual_seed(0)
-        cfg = transformers.GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=2, n_head=4,
-                                      n_positions=prompt + tokens + 8)
+        cfg = transformers.GPT2Config(
+            vocab_size=vocab, n_embd=hidden, n_layer=2, n_head=4, n_positions=prompt + tokens + 8
+        )
         model = transformers.GPT2LMHeadModel(cfg).eval().to(peer.device)
         ids = torch.randint(0, vocab, (batch, prompt)).to(peer.device)
         if peer.name != "eager" and peer.device == "cpu":
@@ -281,8 +284,7 @@ def generate_setup(tokens, batch, prompt, hidden, vocab):
 
         def run():
             with torch.no_grad():
-                out = model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
-                                     pad_token_id=0)
+                out = model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0)
             return out.cpu()
 
         return run, [run().float()]
@@ -385,91 +387,219 @@ def workloads(smoke):
     else:
         tf = dict(vocab=1000, hidden=128, layers=2, heads=4, intermediate=512, seq=64, batch=4)
         lm = dict(vocab=1000, d=128, heads=4, seq=64, batch=4)
-        batch, n, rows, d, mm, res, ops = 64, 4 * 1024 * 1024, 4096, 1024, (512, 1024, 2048), (64, (8, 64, 56, 56)), 1000
+        batch, n, rows, d, mm, res, ops = (
+            64,
+            4 * 1024 * 1024,
+            4096,
+            1024,
+            (512, 1024, 2048),
+            (64, (8, 64, 56, 56)),
+            1000,
+        )
     SIZES["rows"] = rows
     T = testing
     ms = "ms/step"
     # Sizes where kernels outweigh tracing (issue 32): hidden 512, 4 layers,
     # 8 heads, MLP 2048, 128 tokens x 8 (ViT: 64x64 images, patch 4, x 16).
-    big = (dict(vocab=100, hidden=32, layers=1, heads=2, intermediate=64, seq=16, batch=2) if smoke else
-           dict(vocab=1000, hidden=512, layers=4, heads=8, intermediate=2048, seq=128, batch=8))
+    big = (
+        dict(vocab=100, hidden=32, layers=1, heads=2, intermediate=64, seq=16, batch=2)
+        if smoke
+        else dict(vocab=1000, hidden=512, layers=4, heads=8, intermediate=2048, seq=128, batch=8)
+    )
     vit = dict(big, seq=8 if smoke else 64, batch=2 if smoke else 16)
 
     def hf_step(name, label, kind, config, target):
-        return Workload(name, label, ms, train_setup(lambda: T().hf_model(kind, **config), "adamw"),
-                        per_call=TRAIN_STEPS_PER_CALL, target=target)
+        return Workload(
+            name,
+            label,
+            ms,
+            train_setup(lambda: T().hf_model(kind, **config), "adamw"),
+            per_call=TRAIN_STEPS_PER_CALL,
+            target=target,
+        )
 
     w = [
         hf_step("bert", f"BERT train step (h{tf['hidden']})", "bert", tf, TRANSFORMER_TARGET),
         hf_step("gpt2", f"GPT-2 train step (h{tf['hidden']})", "gpt2", tf, TRANSFORMER_TARGET),
-        hf_step("bert512", f"BERT train step (h{big['hidden']}, {big['layers']} layers)", "bert", big,
-                KERNEL_BOUND_TARGET),
-        hf_step("gpt2_512", f"GPT-2 train step (h{big['hidden']}, {big['layers']} layers)", "gpt2", big,
-                KERNEL_BOUND_TARGET),
-        hf_step("vit512", f"ViT train step (h{vit['hidden']}, {vit['seq']}px, b{vit['batch']})", "vit", vit,
-                KERNEL_BOUND_TARGET),
-        Workload("lm2", f"2-layer LM train step (d{lm['d']})", ms,
-                 train_setup(lambda: T().transformer_lm(2, **lm), "adamw"), per_call=TRAIN_STEPS_PER_CALL,
-                 target=TRANSFORMER_TARGET),
+        hf_step(
+            "bert512", f"BERT train step (h{big['hidden']}, {big['layers']} layers)", "bert", big, KERNEL_BOUND_TARGET
+        ),
+        hf_step(
+            "gpt2_512", f"GPT-2 train step (h{big['hidden']}, {big['layers']} layers)", "gpt2", big, KERNEL_BOUND_TARGET
+        ),
+        hf_step(
+            "vit512",
+            f"ViT train step (h{vit['hidden']}, {vit['seq']}px, b{vit['batch']})",
+            "vit",
+            vit,
+            KERNEL_BOUND_TARGET,
+        ),
+        Workload(
+            "lm2",
+            f"2-layer LM train step (d{lm['d']})",
+            ms,
+            train_setup(lambda: T().transformer_lm(2, **lm), "adamw"),
+            per_call=TRAIN_STEPS_PER_CALL,
+            target=TRANSFORMER_TARGET,
+        ),
     ]
     # Issue 30's targets: the loss read every step (tracing cannot overlap
     # execution), and every 10 steps (it can).
     for every, target in ((1, (("eager", 1.0),)), (10, (("eager", 0.7), ("torch.compile", 1.0)))):
-        for name, label, make in (("bert", "BERT", lambda: T().hf_model("bert", **tf)),
-                                  ("gpt2", "GPT-2", lambda: T().hf_model("gpt2", **tf)),
-                                  ("lm2", "2-layer LM", lambda: T().transformer_lm(2, **lm))):
-            w.append(Workload(f"{name}_read{every}", f"{label} step, loss read every {every}", ms,
-                              train_setup(make, "adamw", read_every=every), per_call=every, target=target))
+        for name, label, make in (
+            ("bert", "BERT", lambda: T().hf_model("bert", **tf)),
+            ("gpt2", "GPT-2", lambda: T().hf_model("gpt2", **tf)),
+            ("lm2", "2-layer LM", lambda: T().transformer_lm(2, **lm)),
+        ):
+            w.append(
+                Workload(
+                    f"{name}_read{every}",
+                    f"{label} step, loss read every {every}",
+                    ms,
+                    train_setup(make, "adamw", read_every=every),
+                    per_call=every,
+                    target=target,
+                )
+            )
     w += [
-        Workload("mnist", f"MNIST CNN train step (b{batch})", ms,
-                 train_setup(_classifier(lambda: T().MnistNet(), batch, (1, 28, 28)), "adadelta", eval_check=True),
-                 per_call=TRAIN_STEPS_PER_CALL, target=MNIST_TARGET),
-        Workload("mlp", f"MLP 784-256-10 train step (b{batch})", ms,
-                 train_setup(_classifier(mlp_model, batch, (1, 28, 28)), "adadelta"), per_call=TRAIN_STEPS_PER_CALL,
-                 target=(("eager", 1.0),)),
-        Workload("chain", f"elementwise chain (10 ops, {n // 1024}K)", "ms",
-                 forward_setup(_fn_args(chain_fn, (n,), (n,))), target=MICRO_TARGET),
-        Workload("softmax", f"softmax {rows}x{d}", "ms",
-                 forward_setup(_fn_args(lambda x: torch.softmax(x, dim=-1), (rows, d))), target=MICRO_TARGET),
+        Workload(
+            "mnist",
+            f"MNIST CNN train step (b{batch})",
+            ms,
+            train_setup(_classifier(lambda: T().MnistNet(), batch, (1, 28, 28)), "adadelta", eval_check=True),
+            per_call=TRAIN_STEPS_PER_CALL,
+            target=MNIST_TARGET,
+        ),
+        Workload(
+            "mlp",
+            f"MLP 784-256-10 train step (b{batch})",
+            ms,
+            train_setup(_classifier(mlp_model, batch, (1, 28, 28)), "adadelta"),
+            per_call=TRAIN_STEPS_PER_CALL,
+            target=(("eager", 1.0),),
+        ),
+        Workload(
+            "chain",
+            f"elementwise chain (10 ops, {n // 1024}K)",
+            "ms",
+            forward_setup(_fn_args(chain_fn, (n,), (n,))),
+            target=MICRO_TARGET,
+        ),
+        Workload(
+            "softmax",
+            f"softmax {rows}x{d}",
+            "ms",
+            forward_setup(_fn_args(lambda x: torch.softmax(x, dim=-1), (rows, d))),
+            target=MICRO_TARGET,
+        ),
         Workload("layernorm", f"layer norm {rows}x{d}", "ms", forward_setup(_layernorm(d)), target=MICRO_TARGET),
     ]
     for name, size in zip(("matmul_512", "matmul_1024", "matmul_2048"), mm):
         target = (("eager", 1 / 0.7),) if name == "matmul_1024" else MICRO_TARGET
-        w.append(Workload(name, f"matmul {size}x{size}", "ms",
-                          forward_setup(_fn_args(lambda a, b: a @ b, (size, size), (size, size))),
-                          target=target, flops=2 * size ** 3))
-    w.append(Workload("resnet_block", f"ResNet block {'x'.join(map(str, res[1]))}", "ms",
-                      forward_setup(_resnet(*res), no_grad=True)))
-    w.append(Workload("trace_overhead", f"trace overhead ({2 * ops} ops)", "us/op", trace_setup(ops), kind="trace",
-                      scale=1e6, peers=("eager", "torch._lazy", "lazymlir"),
-                      target=(("abs", 2.5), ("eager", 1.0))))  # issue 30
+        w.append(
+            Workload(
+                name,
+                f"matmul {size}x{size}",
+                "ms",
+                forward_setup(_fn_args(lambda a, b: a @ b, (size, size), (size, size))),
+                target=target,
+                flops=2 * size**3,
+            )
+        )
+    w.append(
+        Workload(
+            "resnet_block",
+            f"ResNet block {'x'.join(map(str, res[1]))}",
+            "ms",
+            forward_setup(_resnet(*res), no_grad=True),
+        )
+    )
+    w.append(
+        Workload(
+            "trace_overhead",
+            f"trace overhead ({2 * ops} ops)",
+            "us/op",
+            trace_setup(ops),
+            kind="trace",
+            scale=1e6,
+            peers=("eager", "torch._lazy", "lazymlir"),
+            target=(("abs", 2.5), ("eager", 1.0)),
+        )
+    )  # issue 30
     # Issue 31: generate with a KV cache (the lazy device, and lazymlir
     # through torch.compile), training steps and a call's overhead through
     # torch.compile(backend="lazymlir").
-    gen = dict(tokens=4, batch=2, prompt=6, hidden=32, vocab=100) if smoke else \
-        dict(tokens=32, batch=2, prompt=12, hidden=128, vocab=1000)
+    gen = (
+        dict(tokens=4, batch=2, prompt=6, hidden=32, vocab=100)
+        if smoke
+        else dict(tokens=32, batch=2, prompt=12, hidden=128, vocab=1000)
+    )
     gen_label = f"GPT-2 generate (h{gen['hidden']}, b{gen['batch']}, {gen['tokens']} tokens)"
-    w.append(Workload("generate", gen_label, "ms/token", generate_setup(**gen), per_call=gen["tokens"],
-                      target=(("eager", 1.0), ("torch.compile", 1.0)), peers=IN_PROCESS))
-    w.append(Workload("generate_tc", gen_label + ", torch.compile(backend=lazymlir)", "ms/token",
-                      via_dynamo(generate_setup(**gen)), per_call=gen["tokens"],
-                      target=(("torch.compile", 1.0),), peers=IN_PROCESS))
-    for name, label, make in (("bert", "BERT", lambda: T().hf_model("bert", **tf)),
-                              ("gpt2", "GPT-2", lambda: T().hf_model("gpt2", **tf)),
-                              ("lm2", "2-layer LM", lambda: T().transformer_lm(2, **lm))):
-        w.append(Workload(f"{name}_tc", f"{label} train step, torch.compile(backend=lazymlir)", ms,
-                          via_dynamo(train_setup(make, "adamw")), per_call=TRAIN_STEPS_PER_CALL,
-                          target=(("torch.compile", 1.0),), peers=IN_PROCESS))
-    w.append(Workload("tc_call_overhead", "torch.compile call (x * 2 + 1, 16 elements, no_grad)", "us",
-                      via_dynamo(forward_setup(_fn_args(lambda x: x * 2 + 1, (16,)), no_grad=True)),
-                      scale=1e6, target=(("abs", 50.0),), peers=IN_PROCESS))
+    w.append(
+        Workload(
+            "generate",
+            gen_label,
+            "ms/token",
+            generate_setup(**gen),
+            per_call=gen["tokens"],
+            target=(("eager", 1.0), ("torch.compile", 1.0)),
+            peers=IN_PROCESS,
+        )
+    )
+    w.append(
+        Workload(
+            "generate_tc",
+            gen_label + ", torch.compile(backend=lazymlir)",
+            "ms/token",
+            via_dynamo(generate_setup(**gen)),
+            per_call=gen["tokens"],
+            target=(("torch.compile", 1.0),),
+            peers=IN_PROCESS,
+        )
+    )
+    for name, label, make in (
+        ("bert", "BERT", lambda: T().hf_model("bert", **tf)),
+        ("gpt2", "GPT-2", lambda: T().hf_model("gpt2", **tf)),
+        ("lm2", "2-layer LM", lambda: T().transformer_lm(2, **lm)),
+    ):
+        w.append(
+            Workload(
+                f"{name}_tc",
+                f"{label} train step, torch.compile(backend=lazymlir)",
+                ms,
+                via_dynamo(train_setup(make, "adamw")),
+                per_call=TRAIN_STEPS_PER_CALL,
+                target=(("torch.compile", 1.0),),
+                peers=IN_PROCESS,
+            )
+        )
+    w.append(
+        Workload(
+            "tc_call_overhead",
+            "torch.compile call (x * 2 + 1, 16 elements, no_grad)",
+            "us",
+            via_dynamo(forward_setup(_fn_args(lambda x: x * 2 + 1, (16,)), no_grad=True)),
+            scale=1e6,
+            target=(("abs", 50.0),),
+            peers=IN_PROCESS,
+        )
+    )
     for model in ("mnist", "lm2"):
         for phase in ("cold", "warm"):
             target = None
             if model == "lm2" and not smoke:
                 target = (("abs", 5.0 if phase == "cold" else 1.0),)
-            w.append(Workload(f"compile_{phase}_{model}", f"{phase} compile: {model}, first 2 steps", "s",
-                              None, kind="compile", scale=1.0, target=target))
+            w.append(
+                Workload(
+                    f"compile_{phase}_{model}",
+                    f"{phase} compile: {model}, first 2 steps",
+                    "s",
+                    None,
+                    kind="compile",
+                    scale=1.0,
+                    target=target,
+                )
+            )
     return w
 
 
@@ -483,6 +613,7 @@ def compile_model(name, smoke):
 
 # ---------------------------------------------------------------------------
 # Checks
+
 
 def check(outputs, expected):
     """None if ``outputs`` match eager's ``expected``, else what differs.
@@ -524,6 +655,7 @@ def lazymlir_compiled():
 # ---------------------------------------------------------------------------
 # Children: torch._lazy per workload, and first steps in fresh processes.
 
+
 def _child(args, timeout, env=None):
     """Run this script with ``args``; its result is the JSON after 'RESULT '."""
     cmd = [sys.executable, os.path.abspath(__file__)] + args
@@ -533,10 +665,10 @@ def _child(args, timeout, env=None):
         return {"error": "timeout"}
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     if proc.returncode < 0:
         return {"error": f"crash (signal {-proc.returncode})", "log": proc.stderr[-2000:]}
-    last = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    last = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     return {"error": "crash" if not last else "error: " + last[-1][:60], "log": proc.stderr[-2000:]}
 
 
@@ -589,7 +721,7 @@ def first_steps_child(model_name, peer_name, smoke):
             peer.mark()
             losses.append(loss)
         peer.wait()
-        losses = [float(l.detach()) for l in losses]
+        losses = [float(loss.detach()) for loss in losses]
         return time.perf_counter() - t0, losses
 
     peer = Peer(peer_name)
@@ -611,6 +743,7 @@ def first_steps_child(model_name, peer_name, smoke):
 
 # ---------------------------------------------------------------------------
 # Measurement
+
 
 def cell_of(peer_result):
     return peer_result.get("cell") or "-"
@@ -680,8 +813,11 @@ def measure_compile(w, peers, cache_dirs):
         if name == "lazymlir":
             results[name]["compiled"] = r["compiled"] + (f", {r['disk_hits']} disk hits" if phase == "warm" else "")
             results[name]["disk_hits"] = r["disk_hits"]
-            results["eager"] = {"samples": [r["eager_seconds"]], "median": r["eager_seconds"],
-                                "note": "the same steps run eagerly in the lazymlir process, after its own"}
+            results["eager"] = {
+                "samples": [r["eager_seconds"]],
+                "median": r["eager_seconds"],
+                "note": "the same steps run eagerly in the lazymlir process, after its own",
+            }
     return results
 
 
@@ -702,15 +838,20 @@ def machine_info(smoke):
     src, dst = torch.randn(n), torch.empty(n)
     size = 512 if smoke else 2048
     a, b = torch.randn(size, size), torch.randn(size, size)
-    samples = timing.interleaved_samples({"copy": lambda: dst.copy_(src), "mm": lambda: a @ b},
-                                         3 if smoke else 10, warmup=2)
+    samples = timing.interleaved_samples(
+        {"copy": lambda: dst.copy_(src), "mm": lambda: a @ b}, 3 if smoke else 10, warmup=2
+    )
     copy_s, mm_s = statistics.median(samples["copy"]), statistics.median(samples["mm"])
     return {
-        "cpu": model, "isa": isa, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__, "python": platform.python_version(),
+        "cpu": model,
+        "isa": isa,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
         "bandwidth_gbs": 2 * n * 4 / copy_s / 1e9,
         "bandwidth_how": f"eager dst.copy_(src) of {n * 4 >> 20} MB fp32, read + write counted, median",
-        "matmul_gflops": 2 * size ** 3 / mm_s / 1e9,
+        "matmul_gflops": 2 * size**3 / mm_s / 1e9,
         "matmul_how": f"eager torch.matmul fp32 {size}x{size} @ {size}x{size}, {torch.get_num_threads()} threads, median",
     }
 
@@ -753,8 +894,11 @@ def ratios_and_target(w, res):
     elif not ok:
         status = "missed"
     elif missing:
-        status = "n/a" if len(missing) == len(w.target) else "met (no " + ",".join(
-            "tc" if m == "torch.compile" else m for m in missing) + ")"
+        status = (
+            "n/a"
+            if len(missing) == len(w.target)
+            else "met (no " + ",".join("tc" if m == "torch.compile" else m for m in missing) + ")"
+        )
     else:
         status = "met"
     return ratios, text, status
@@ -827,16 +971,25 @@ def main():
         all_w = [w for w in all_w if any(fnmatch.fnmatch(w.name, p) for p in pats)]
     info = machine_info(args.smoke)
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+            ).stdout.strip()
+            or None
+        )
     except OSError:
         commit = None
-    print(f"machine: {info['cpu']} ({','.join(info['isa'])}), {info['cores']} cores, {info['torch_threads']} torch "
-          f"threads; torch {info['torch']}; commit {commit}")
+    print(
+        f"machine: {info['cpu']} ({','.join(info['isa'])}), {info['cores']} cores, {info['torch_threads']} torch "
+        f"threads; torch {info['torch']}; commit {commit}"
+    )
     print(f"memory bandwidth: {info['bandwidth_gbs']:.1f} GB/s ({info['bandwidth_how']})")
     print(f"matmul peak: {info['matmul_gflops']:.0f} GFLOP/s ({info['matmul_how']})")
-    print(f"peers: {', '.join(peers)}; {repeats} interleaved rounds per workload"
-          + (" (smoke: tiny sizes)" if args.smoke else ""), flush=True)
+    print(
+        f"peers: {', '.join(peers)}; {repeats} interleaved rounds per workload"
+        + (" (smoke: tiny sizes)" if args.smoke else ""),
+        flush=True,
+    )
 
     rows = []
     cache_dirs = {}
@@ -846,19 +999,35 @@ def main():
         res = measure_compile(w, wpeers, cache_dirs) if w.kind == "compile" else measure_steps(w, wpeers, repeats)
         for p in PEERS:
             if p not in res:
-                reason = ("skipped" if p not in peers else "n/a")
+                reason = "skipped" if p not in peers else "n/a"
                 if p == "torch.compile" and w.kind == "trace":
                     reason = "n/a"
-                res[p] = {"cell": reason, "error": {"skipped": "not run (--smoke, --no-compile or --no-ltc)",
-                                                   "n/a": "not applicable to this workload"}[reason]}
+                res[p] = {
+                    "cell": reason,
+                    "error": {
+                        "skipped": "not run (--smoke, --no-compile or --no-ltc)",
+                        "n/a": "not applicable to this workload",
+                    }[reason],
+                }
         ratios, target, status = ratios_and_target(w, res)
         extra = {}
         if w.flops:
             extra["gflops"] = {p: w.flops / r["median"] / 1e9 for p, r in res.items() if "median" in r}
-        rows.append({"name": w.name, "label": w.label, "unit": w.unit, "scale": w.scale, "peers": res,
-                     "ratios": ratios, "target": target, "target_status": status,
-                     "lazymlir_compiled": res["lazymlir"].get("compiled"), "extra": extra,
-                     "seconds_spent": time.perf_counter() - t0})
+        rows.append(
+            {
+                "name": w.name,
+                "label": w.label,
+                "unit": w.unit,
+                "scale": w.scale,
+                "peers": res,
+                "ratios": ratios,
+                "target": target,
+                "target_status": status,
+                "lazymlir_compiled": res["lazymlir"].get("compiled"),
+                "extra": extra,
+                "seconds_spent": time.perf_counter() - t0,
+            }
+        )
         print(f"  {w.name}: done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         for p, r in res.items():
             if r.get("wrong") or (r.get("error") and r.get("cell") not in ("skipped", "n/a")):
@@ -869,12 +1038,23 @@ def main():
     for row in rows:
         if row["extra"].get("gflops"):
             g = row["extra"]["gflops"]
-            print(f"{row['label']}: GFLOP/s " + ", ".join(f"{p} {v:.0f}" for p, v in g.items())
-                  + f" (peak {info['matmul_gflops']:.0f})")
+            print(
+                f"{row['label']}: GFLOP/s "
+                + ", ".join(f"{p} {v:.0f}" for p, v in g.items())
+                + f" (peak {info['matmul_gflops']:.0f})"
+            )
     os.makedirs(args.out, exist_ok=True)
-    result = {"timestamp": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "commit": commit,
-              "argv": sys.argv[1:], "smoke": args.smoke, "repeats": repeats, "peers": peers, "machine": info,
-              "workloads": rows, "total_seconds": time.perf_counter() - t_start}
+    result = {
+        "timestamp": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "commit": commit,
+        "argv": sys.argv[1:],
+        "smoke": args.smoke,
+        "repeats": repeats,
+        "peers": peers,
+        "machine": info,
+        "workloads": rows,
+        "total_seconds": time.perf_counter() - t_start,
+    }
     json_path = os.path.join(args.out, "latest.json")
     with open(json_path, "w") as f:
         json.dump(result, f, indent=1)
@@ -885,14 +1065,26 @@ def main():
     print(f"wrote {json_path} and {png_path} ({time.perf_counter() - t_start:.0f} s in all)")
 
 
-COLS = (("workload", 34), ("unit", 7), ("eager", 8), ("t.compile", 9), ("t._lazy", 9), ("lazymlir", 8),
-        ("lm/eager", 8), ("lm/tc", 6), ("target", 25), ("status", 12), ("lazymlir ran", 0))
+COLS = (
+    ("workload", 34),
+    ("unit", 7),
+    ("eager", 8),
+    ("t.compile", 9),
+    ("t._lazy", 9),
+    ("lazymlir", 8),
+    ("lm/eager", 8),
+    ("lm/tc", 6),
+    ("target", 25),
+    ("status", 12),
+    ("lazymlir ran", 0),
+)
 
 
 def print_table(rows):
     def line(values):
-        return " ".join(f"{v:<{n}}" if i < 2 or i >= 8 else f"{v:>{n}}"
-                        for i, ((_, n), v) in enumerate(zip(COLS, values))).rstrip()
+        return " ".join(
+            f"{v:<{n}}" if i < 2 or i >= 8 else f"{v:>{n}}" for i, ((_, n), v) in enumerate(zip(COLS, values))
+        ).rstrip()
 
     header = line([c for c, _ in COLS])
     print(header)
@@ -901,8 +1093,20 @@ def print_table(rows):
         w = types.SimpleNamespace(scale=row["scale"])
         cells = [display(w, row["peers"].get(p)) for p in PEERS]
         ratio = lambda k: f"{row['ratios'][k]:.2f}x" if k in row["ratios"] else "-"  # noqa: E731
-        print(line([row["label"], row["unit"], *cells, ratio("lazymlir/eager"), ratio("lazymlir/torch.compile"),
-                    row["target"] or "", row["target_status"] or "", row["lazymlir_compiled"] or ""]))
+        print(
+            line(
+                [
+                    row["label"],
+                    row["unit"],
+                    *cells,
+                    ratio("lazymlir/eager"),
+                    ratio("lazymlir/torch.compile"),
+                    row["target"] or "",
+                    row["target_status"] or "",
+                    row["lazymlir_compiled"] or "",
+                ]
+            )
+        )
 
 
 def chart(rows, info, commit, path):
@@ -911,8 +1115,11 @@ def chart(rows, info, commit, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = (("lazymlir/eager", "tab:blue"), ("lazymlir/torch.compile", "tab:orange"),
-              ("lazymlir/torch._lazy", "tab:green"))
+    series = (
+        ("lazymlir/eager", "tab:blue"),
+        ("lazymlir/torch.compile", "tab:orange"),
+        ("lazymlir/torch._lazy", "tab:green"),
+    )
     labels = [r["label"] for r in rows]
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.8))
     height = 0.8 / len(series)
@@ -920,8 +1127,12 @@ def chart(rows, info, commit, path):
     for k, (key, color) in enumerate(series):
         ys = [i + (k - 1) * height for i in range(len(rows))]
         # The compile rows' eager cell is a run, not a compile: no ratio to chart.
-        xs = [float("nan") if (key == "lazymlir/eager" and r["name"].startswith("compile_"))
-              else r["ratios"].get(key, float("nan")) for r in rows]
+        xs = [
+            float("nan")
+            if (key == "lazymlir/eager" and r["name"].startswith("compile_"))
+            else r["ratios"].get(key, float("nan"))
+            for r in rows
+        ]
         plotted += [x for x in xs if x > 0]
         ax.barh(ys, xs, height=height, color=color, label=key)
     ax.axvline(1.0, color="black", linewidth=1)
@@ -931,8 +1142,11 @@ def chart(rows, info, commit, path):
     ax.set_yticklabels(labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("lazymlir time / peer time (< 1: lazymlir faster)")
-    ax.set_title(f"lazymlir vs peers, commit {commit}: {info['cpu']}, {info['cores']} cores, "
-                 f"{info['bandwidth_gbs']:.0f} GB/s, {info['matmul_gflops']:.0f} GFLOP/s", fontsize=9)
+    ax.set_title(
+        f"lazymlir vs peers, commit {commit}: {info['cpu']}, {info['cores']} cores, "
+        f"{info['bandwidth_gbs']:.0f} GB/s, {info['matmul_gflops']:.0f} GFLOP/s",
+        fontsize=9,
+    )
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -38,7 +38,7 @@ MEAN, STD = 0.1307, 0.3081  # the tutorial's Normalize((0.1307,), (0.3081,))
 def _read_idx(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as f:
-        magic, = struct.unpack(">I", f.read(4))
+        (magic,) = struct.unpack(">I", f.read(4))
         dims = struct.unpack(">" + "I" * (magic & 0xFF), f.read(4 * (magic & 0xFF)))
         return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).reshape(dims)
 
@@ -59,8 +59,11 @@ def load_mnist(directory):
     def labels(stem):
         return _read_idx(_find(directory, stem)).long()
 
-    return ((images("train-images-idx3-ubyte"), labels("train-labels-idx1-ubyte")),
-            (images("t10k-images-idx3-ubyte"), labels("t10k-labels-idx1-ubyte")), "MNIST")
+    return (
+        (images("train-images-idx3-ubyte"), labels("train-labels-idx1-ubyte")),
+        (images("t10k-images-idx3-ubyte"), labels("t10k-labels-idx1-ubyte")),
+        "MNIST",
+    )
 
 
 def load_digits(test_fraction=1 / 6):
@@ -86,9 +89,15 @@ def train(log_interval, model, device, train_loader, optimizer, epoch, step_time
         loss = train_step(model, optimizer, data, target, device)
         step_times.append(time.perf_counter() - t0)
         if batch_idx % log_interval == 0:
-            print('Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}'.format(
-                epoch, batch_idx * len(data), len(train_loader.dataset),
-                100. * batch_idx / len(train_loader), loss.item()))
+            print(
+                "Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}".format(
+                    epoch,
+                    batch_idx * len(data),
+                    len(train_loader.dataset),
+                    100.0 * batch_idx / len(train_loader),
+                    loss.item(),
+                )
+            )
 
 
 def test(model, device, test_loader):
@@ -136,10 +145,11 @@ def main():
     torch.manual_seed(1)
     (train_x, train_y), (test_x, test_y), source = load_mnist(args.data) if args.data else load_digits()
     if args.max_train:
-        train_x, train_y = train_x[:args.max_train], train_y[:args.max_train]
+        train_x, train_y = train_x[: args.max_train], train_y[: args.max_train]
     print(f"data: {source}: {len(train_y)} training and {len(test_y)} test images")
     train_loader = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(train_x, train_y), batch_size=args.batch_size, shuffle=True)
+        torch.utils.data.TensorDataset(train_x, train_y), batch_size=args.batch_size, shuffle=True
+    )
     test_loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(test_x, test_y), batch_size=1000)
 
     device = "lazy"
@@ -158,8 +168,10 @@ def main():
     train_seconds = time.perf_counter() - t0
     compile_s = lazymlir.cache.stats().compile_seconds  # all of it during training so far
     accuracy = test(model, device, test_loader)
-    print(f"\nTest accuracy: {100 * accuracy:.1f}% ({len(test_y)} images) after {args.epochs} epoch(s), "
-          f"{train_seconds:.1f} s of training including compilation")
+    print(
+        f"\nTest accuracy: {100 * accuracy:.1f}% ({len(test_y)} images) after {args.epochs} epoch(s), "
+        f"{train_seconds:.1f} s of training including compilation"
+    )
 
     print("\nMetrics (lazymlir.metrics):")
     counters = {name: metrics.counter_value(name) for name in metrics.counter_names()}
@@ -169,26 +181,36 @@ def main():
     for name in ("CollectTime", "LoweringTime", "CompileTime", "ExecuteTime"):
         samples = metrics.timing_samples(name)
         if samples:
-            print(f"  {name:13s} {len(samples):4d} samples, total {sum(samples):8.3f} s, "
-                  f"median {statistics.median(samples) * 1e3:8.2f} ms")
+            print(
+                f"  {name:13s} {len(samples):4d} samples, total {sum(samples):8.3f} s, "
+                f"median {statistics.median(samples) * 1e3:8.2f} ms"
+            )
     print(f"Cache: {lazymlir.cache.stats()}")
 
     # Time per step, lazymlir against eager, on the same full batches.
-    batches = [(train_x[i:i + args.batch_size], train_y[i:i + args.batch_size])
-               for i in range(0, len(train_y) - args.batch_size + 1, args.batch_size)][:4]
+    batches = [
+        (train_x[i : i + args.batch_size], train_y[i : i + args.batch_size])
+        for i in range(0, len(train_y) - args.batch_size + 1, args.batch_size)
+    ][:4]
     metrics.reset()
     lazy_s = time_steps(model, device, batches, args.timing_steps)
     execute = statistics.median(metrics.timing_samples("ExecuteTime"))
     eager_s = time_steps(eager_model, "cpu", batches, args.timing_steps)
     traced = statistics.median(step_times[2:]) if len(step_times) > 3 else float("nan")
-    print(f"\nTime per training step (batch {args.batch_size}, median of {args.timing_steps}, "
-          f"{torch.get_num_threads()} threads):")
+    print(
+        f"\nTime per training step (batch {args.batch_size}, median of {args.timing_steps}, "
+        f"{torch.get_num_threads()} threads):"
+    )
     print(f"  eager PyTorch  {eager_s * 1e3:8.1f} ms")
-    print(f"  lazymlir       {lazy_s * 1e3:8.1f} ms  ({lazy_s / eager_s:.2f}x eager): "
-          f"compiled graph {execute * 1e3:.1f} ms, tracing and the rest {(lazy_s - execute) * 1e3:.1f} ms")
-    print(f"  lazymlir in the training loop above: {traced * 1e3:.1f} ms to trace a step (mark_step() returns "
-          f"while the worker runs the previous one); {(train_seconds - compile_s) / len(step_times) * 1e3:.1f} ms "
-          f"per step overall, compilation ({compile_s:.1f} s) excluded")
+    print(
+        f"  lazymlir       {lazy_s * 1e3:8.1f} ms  ({lazy_s / eager_s:.2f}x eager): "
+        f"compiled graph {execute * 1e3:.1f} ms, tracing and the rest {(lazy_s - execute) * 1e3:.1f} ms"
+    )
+    print(
+        f"  lazymlir in the training loop above: {traced * 1e3:.1f} ms to trace a step (mark_step() returns "
+        f"while the worker runs the previous one); {(train_seconds - compile_s) / len(step_times) * 1e3:.1f} ms "
+        f"per step overall, compilation ({compile_s:.1f} s) excluded"
+    )
 
 
 if __name__ == "__main__":

@@ -17,9 +17,7 @@ config.excludes = ["python", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
-llvm_config.add_tool_substitutions(
-    ["lazymlir-opt"], [config.lazymlir_tools_dir]
-)
+llvm_config.add_tool_substitutions(["lazymlir-opt"], [config.lazymlir_tools_dir])
 llvm_config.add_tool_substitutions(["FileCheck", "not"], [config.llvm_tools_dir])
 
 # docs/Passes.md against what Passes.td generates (test/Docs/pass-doc.mlir):
@@ -30,9 +28,7 @@ config.substitutions.append(("%lazymlir_src", os.path.dirname(config.test_source
 _mlir_include_dirs = getattr(
     config, "mlir_include_dirs", os.path.join(os.path.dirname(config.llvm_tools_dir), "include")
 )
-config.substitutions.append(
-    ("%mlir_includes", " ".join("-I " + d for d in _mlir_include_dirs.split(";") if d))
-)
+config.substitutions.append(("%mlir_includes", " ".join("-I " + d for d in _mlir_include_dirs.split(";") if d)))
 
 # The GPU pipeline's checks need libdevice (linked into kernels that call
 # math functions) and ptxas (assembles the PTX): from the nvidia-nvvm and

@@ -99,25 +99,53 @@ RANDOM_OPS = re.compile(
 # The fast subset: (op key, samples per dtype), a few samples of each family.
 SUBSET = (
     # elementwise unary / binary (int64 and bool samples where the op takes them)
-    ("abs", 1), ("exp", 1), ("sigmoid", 1), ("nn.functional.relu", 1), ("neg", 1),
-    ("add", 2), ("mul", 2), ("sub", 1), ("div.no_rounding_mode", 1), ("maximum", 1),
-    ("logical_and", 1), ("bitwise_and", 1),
+    ("abs", 1),
+    ("exp", 1),
+    ("sigmoid", 1),
+    ("nn.functional.relu", 1),
+    ("neg", 1),
+    ("add", 2),
+    ("mul", 2),
+    ("sub", 1),
+    ("div.no_rounding_mode", 1),
+    ("maximum", 1),
+    ("logical_and", 1),
+    ("bitwise_and", 1),
     # reductions
-    ("sum", 2), ("mean", 1), ("amax", 1), ("argmax", 1),
+    ("sum", 2),
+    ("mean", 1),
+    ("amax", 1),
+    ("argmax", 1),
     # matmul / linear
-    ("mm", 1), ("bmm", 1), ("addmm", 1), ("nn.functional.linear", 1),
+    ("mm", 1),
+    ("bmm", 1),
+    ("addmm", 1),
+    ("nn.functional.linear", 1),
     # convolution / pooling
-    ("nn.functional.conv2d", 2), ("nn.functional.max_pool2d", 1),
+    ("nn.functional.conv2d", 2),
+    ("nn.functional.max_pool2d", 1),
     # indexing
-    ("index_select", 2), ("gather", 1), ("take_along_dim", 1),
+    ("index_select", 2),
+    ("gather", 1),
+    ("take_along_dim", 1),
     # views / reshapes
-    ("reshape", 1), ("permute", 1), ("transpose", 1), ("narrow", 1), ("expand", 1),
+    ("reshape", 1),
+    ("permute", 1),
+    ("transpose", 1),
+    ("narrow", 1),
+    ("expand", 1),
     # softmax / norms
-    ("softmax", 2), ("log_softmax", 1), ("nn.functional.layer_norm", 1),
+    ("softmax", 2),
+    ("log_softmax", 1),
+    ("nn.functional.layer_norm", 1),
     # comparison / where / clamp
-    ("eq", 1), ("lt", 1), ("where", 1), ("clamp", 1),
+    ("eq", 1),
+    ("lt", 1),
+    ("where", 1),
+    ("clamp", 1),
     # cat / stack
-    ("cat", 1), ("stack", 1),
+    ("cat", 1),
+    ("stack", 1),
 )
 
 TIMEOUT_S = 120.0
@@ -261,9 +289,7 @@ def run_sample(op, sample, dtype) -> Tuple[str, str, List[str]]:
     torch.manual_seed(0)
     try:
         lazy_sample = sample.transform(_to_lazy)
-        actual = sample.output_process_fn_grad(
-            op(lazy_sample.input, *lazy_sample.args, **lazy_sample.kwargs)
-        )
+        actual = sample.output_process_fn_grad(op(lazy_sample.input, *lazy_sample.args, **lazy_sample.kwargs))
         actual = _to_cpu(actual)
     except Exception as exc:  # the op's own failure, classified below
         lazy_exc = exc
@@ -378,9 +404,7 @@ def run_sweep(
     per op key, its ``counts`` per class, ``failures`` ([dtype, index, class,
     reason]) and ``fallbacks`` (the fallback counters its samples raised)."""
     keys = list(keys)
-    results = {
-        key: {"counts": collections.Counter(), "failures": [], "fallbacks": set()} for key in keys
-    }
+    results = {key: {"counts": collections.Counter(), "failures": [], "fallbacks": set()} for key in keys}
     queue = collections.deque((key, ops_dtypes[key], limits[key], None) for key in keys)
     ctx = multiprocessing.get_context("spawn")
     workers = [_Worker(ctx, worker_log) for _ in range(max(1, min(jobs, len(keys))))]
@@ -546,9 +570,7 @@ def write_json(data: dict, path: str) -> None:
         for name in ("definition", "totals"):
             f.write(f' "{name}": {json.dumps(data[name])},\n')
         f.write(' "ops": {\n')
-        f.write(
-            ",\n".join(f"  {json.dumps(key)}: {json.dumps(e)}" for key, e in data["ops"].items())
-        )
+        f.write(",\n".join(f"  {json.dumps(key)}: {json.dumps(e)}" for key, e in data["ops"].items()))
         f.write("\n }\n}\n")
 
 
@@ -564,9 +586,7 @@ def from_json(data: dict) -> Dict[str, dict]:
     }
 
 
-def summary(
-    results: Dict[str, dict], definition: dict, before: Optional[Tuple[str, Dict[str, dict]]]
-) -> str:
+def summary(results: Dict[str, dict], definition: dict, before: Optional[Tuple[str, Dict[str, dict]]]) -> str:
     """The Markdown summary: totals, the failing ops, the fallback counters,
     and ``before`` ((file name, results) of a baseline) as "Before"."""
     parts = [
@@ -612,9 +632,7 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=3, help="samples per op and dtype (0: all)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per sample")
-    parser.add_argument(
-        "--worker-log", default=os.devnull, help="where the workers' stdout and stderr go"
-    )
+    parser.add_argument("--worker-log", default=os.devnull, help="where the workers' stdout and stderr go")
     parser.add_argument("--out-json", help="write the per-op results here")
     parser.add_argument("--out-md", help="write the Markdown summary here")
     parser.add_argument(
@@ -637,19 +655,13 @@ def main(argv=None) -> int:
     ops_dtypes = {key: op_dtypes(ops[key]) for key in limits}
     keys = sorted(key for key in limits if ops_dtypes[key])
     definition = {
-        "samples": (
-            "the fast subset"
-            if args.subset
-            else f"the first {args.samples or 'all'} samples per op and dtype"
-        )
+        "samples": ("the fast subset" if args.subset else f"the first {args.samples or 'all'} samples per op and dtype")
         + " (float32; int64 and bool where the op takes them; seed 0)",
         "torch": torch.__version__,
     }
     print(f"{len(keys)} ops ({len(limits) - len(keys)} without float32/int64/bool on the CPU)")
     start = time.monotonic()
-    results = run_sweep(
-        keys, limits, ops_dtypes, jobs=args.jobs, timeout=args.timeout, worker_log=args.worker_log
-    )
+    results = run_sweep(keys, limits, ops_dtypes, jobs=args.jobs, timeout=args.timeout, worker_log=args.worker_log)
     elapsed = time.monotonic() - start
     print(table(results))
     print(failing_ops(results))

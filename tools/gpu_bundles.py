@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 import gpu_check
-import lazymlir
+import lazymlir  # noqa: F401  (registers the lazy device)
 from lazymlir import aot, compiler, gpu_runtime, testing
 
 SAMPLES = 1024  # reference values kept per output
@@ -72,7 +72,11 @@ class Writer:
 
     def input_spec(self, t: torch.Tensor) -> dict:
         t = t.detach().contiguous()
-        spec = {"shape": list(t.shape), "dtype": str(t.dtype).split(".")[1], "sha256": gpu_check.tensor_sha256(torch, t)}
+        spec = {
+            "shape": list(t.shape),
+            "dtype": str(t.dtype).split(".")[1],
+            "sha256": gpu_check.tensor_sha256(torch, t),
+        }
         how = self.recipes.get(self._key(t))
         if how is None:
             how = {"blob": self.blob(t)}
@@ -80,8 +84,11 @@ class Writer:
 
     def output_spec(self, ref32: torch.Tensor, ref64: torch.Tensor, index: int) -> dict:
         flat32, flat64 = ref32.detach().contiguous().reshape(-1), ref64.detach().contiguous().reshape(-1)
-        spec = {"shape": list(ref32.shape), "dtype": str(ref32.dtype).split(".")[1],
-                "float": ref32.dtype.is_floating_point}
+        spec = {
+            "shape": list(ref32.shape),
+            "dtype": str(ref32.dtype).split(".")[1],
+            "float": ref32.dtype.is_floating_point,
+        }
         positions = None
         if flat32.numel() > SAMPLES:
             g = torch.Generator().manual_seed(index)
@@ -129,7 +136,8 @@ def cases(w: Writer, quick: bool):
     def matmul(size):
         def make():
             a, b = lazy(w.portable([size, size])), lazy(w.portable([size, size]))
-            return (lambda: a @ b), {"flops": 2 * size ** 3}
+            return (lambda: a @ b), {"flops": 2 * size**3}
+
         return make
 
     def training(build):
@@ -154,7 +162,9 @@ def cases(w: Writer, quick: bool):
                 loss.backward()
                 optimizer.step()
                 return loss
+
             return step, {}
+
         return make
 
     def mnist():
@@ -171,9 +181,16 @@ def cases(w: Writer, quick: bool):
         model, make_batch, loss = testing.hf_model("bert")
         return model, lambda ps: torch.optim.AdamW(ps, lr=1e-3), list(make_batch("cpu")), loss
 
-    all_cases = {"chain": chain, "softmax": softmax, "layernorm": layernorm, f"matmul_{mm}": matmul(mm),
-                 "matmul_4096": matmul(4096), "mnist_train": training(mnist), "lm2_train": training(lm2),
-                 "bert_train": training(bert)}
+    all_cases = {
+        "chain": chain,
+        "softmax": softmax,
+        "layernorm": layernorm,
+        f"matmul_{mm}": matmul(mm),
+        "matmul_4096": matmul(4096),
+        "mnist_train": training(mnist),
+        "lm2_train": training(lm2),
+        "bert_train": training(bert),
+    }
     if quick:
         return {k: all_cases[k] for k in ("chain", f"matmul_{mm}", "mnist_train")}
     return all_cases
@@ -202,8 +219,13 @@ def main(argv=None) -> int:
             os.remove(os.path.join(options.out, old))
     w = Writer(os.path.join(options.out, "data.bin"))
     only = set(filter(None, options.only.split(",")))
-    manifest = {"format": gpu_check.MANIFEST_FORMAT, "version": gpu_check.MANIFEST_VERSION, "chips": chips,
-                "producer": f"lazymlir {compiler.code_identity()[:16]}, torch {torch.__version__}", "cases": []}
+    manifest = {
+        "format": gpu_check.MANIFEST_FORMAT,
+        "version": gpu_check.MANIFEST_VERSION,
+        "chips": chips,
+        "producer": f"lazymlir {compiler.code_identity()[:16]}, torch {torch.__version__}",
+        "cases": [],
+    }
     ptxas = os.path.join(compiler.cuda_toolkit(), "bin", "ptxas")
     jobs = []
     pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2)
@@ -216,38 +238,48 @@ def main(argv=None) -> int:
         case = dict({"name": name, "bundles": {}, "graphs": []}, **extra)
         for index, (graph_name, traced) in enumerate(recorded.items()):
             ref32, ref64 = references(traced.fx, traced.inputs)
-            case["graphs"].append({
-                "name": graph_name, "fx": traced.fx.code,
-                "inputs": [w.input_spec(t) for t in traced.inputs],
-                "outputs": [w.output_spec(a, b, 1000 * index + i) for i, (a, b) in enumerate(zip(ref32, ref64))],
-            })
+            case["graphs"].append(
+                {
+                    "name": graph_name,
+                    "fx": traced.fx.code,
+                    "inputs": [w.input_spec(t) for t in traced.inputs],
+                    "outputs": [w.output_spec(a, b, 1000 * index + i) for i, (a, b) in enumerate(zip(ref32, ref64))],
+                }
+            )
         kernels = 0
         for chip in chips:
             graphs = aot.compile_graphs(recorded, chip)
             for graph in case["graphs"]:
                 plan = graphs[graph["name"]]
-                if plan["inputs"] != len(graph["inputs"]) or \
-                        len(plan["arguments"]) - plan["inputs"] != len(graph["outputs"]):
-                    raise SystemExit(f"gpu_bundles: {name}: graph {graph['name']}'s plan takes {plan['inputs']} inputs "
-                                     f"and {len(plan['arguments']) - plan['inputs']} outputs, its trace "
-                                     f"{len(graph['inputs'])} and {len(graph['outputs'])}")
+                if plan["inputs"] != len(graph["inputs"]) or len(plan["arguments"]) - plan["inputs"] != len(
+                    graph["outputs"]
+                ):
+                    raise SystemExit(
+                        f"gpu_bundles: {name}: graph {graph['name']}'s plan takes {plan['inputs']} inputs "
+                        f"and {len(plan['arguments']) - plan['inputs']} outputs, its trace "
+                        f"{len(graph['inputs'])} and {len(graph['outputs'])}"
+                    )
             file = f"{name}.{chip}.lzgpu"
-            gpu_runtime.save_bundle(os.path.join(options.out, file), graphs, chip,
-                                    producer=manifest["producer"])
+            gpu_runtime.save_bundle(os.path.join(options.out, file), graphs, chip, producer=manifest["producer"])
             case["bundles"][chip] = file
             for graph_name, plan in graphs.items():
                 for module_name, module in plan["modules"].items():
                     jobs.append(pool.submit(assemble, ptxas, chip, module["ptx"], f"{file}:{graph_name}.{module_name}"))
                     kernels += 1
         manifest["cases"].append(case)
-        print(f"gpu_bundles: {name}: {len(recorded)} graph(s), {kernels} kernel modules for {', '.join(chips)}, "
-              f"{time.time() - t0:.1f} s", flush=True)
+        print(
+            f"gpu_bundles: {name}: {len(recorded)} graph(s), {kernels} kernel modules for {', '.join(chips)}, "
+            f"{time.time() - t0:.1f} s",
+            flush=True,
+        )
         del recorded, step
     w.file.close()
     failures = [e for e in (j.result() for j in jobs) if e]
     if failures:
-        print(f"gpu_bundles: ptxas rejects {len(failures)} of {len(jobs)} kernel modules:\n" + "\n".join(failures[:5]),
-              file=sys.stderr)
+        print(
+            f"gpu_bundles: ptxas rejects {len(failures)} of {len(jobs)} kernel modules:\n" + "\n".join(failures[:5]),
+            file=sys.stderr,
+        )
         return 1
     files = {}
     for file in sorted(os.listdir(options.out)):
@@ -262,11 +294,16 @@ def main(argv=None) -> int:
             gpu_runtime.load_bundle(os.path.join(options.out, file), device_chip=chip)
     gpu_check.verify(options.out)
     total = sum(os.path.getsize(os.path.join(options.out, f)) for f in os.listdir(options.out))
-    print(f"gpu_bundles: {len(manifest['cases'])} cases, {len(jobs)} kernel modules assembled by ptxas, "
-          f"{total / 2 ** 20:.1f} MiB in {options.out}")
+    print(
+        f"gpu_bundles: {len(manifest['cases'])} cases, {len(jobs)} kernel modules assembled by ptxas, "
+        f"{total / 2**20:.1f} MiB in {options.out}"
+    )
     if total > MAX_BYTES:
-        print(f"gpu_bundles: {options.out} is {total / 2 ** 20:.1f} MiB, over the {MAX_BYTES >> 20} MiB that may "
-              "travel to the GPU machine", file=sys.stderr)
+        print(
+            f"gpu_bundles: {options.out} is {total / 2**20:.1f} MiB, over the {MAX_BYTES >> 20} MiB that may "
+            "travel to the GPU machine",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

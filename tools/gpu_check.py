@@ -71,7 +71,7 @@ def portable_uniform(torch, shape, dtype, seed: int, low: float, high: float):
         h = (h * multiplier) & MASK32
     h = h ^ (h >> 16)
     if dtype.is_floating_point:
-        values = low + (high - low) * (h.double() / 2.0 ** 32)
+        values = low + (high - low) * (h.double() / 2.0**32)
     else:
         values = int(low) + h % max(1, int(high) - int(low))
     return values.to(dtype).reshape(shape)
@@ -91,7 +91,10 @@ def fx_function(torch, code: str, device):
     with factory ops moved to ``device``: a function of its own code object
     for each graph (torch.compile caches by code object)."""
     namespace = {
-        "torch": torch, "inf": math.inf, "nan": math.nan, "getitem": operator.getitem,
+        "torch": torch,
+        "inf": math.inf,
+        "nan": math.nan,
+        "getitem": operator.getitem,
         "device": lambda *a, **k: device,  # the graph was traced on the CPU
     }
     exec(compile(code, "<graph>", "exec"), namespace)
@@ -108,11 +111,12 @@ class Data:
 
     def tensor(self, torch, blob: dict, dtype, shape):
         offset, length = blob["at"]
-        data = zlib.decompress(self.raw[offset:offset + length])
+        data = zlib.decompress(self.raw[offset : offset + length])
         if hashlib.sha256(data).hexdigest() != blob["sha256"]:
             raise ValueError(f"data.bin is corrupted at offset {offset}")
-        return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape) if data else \
-            torch.empty(shape, dtype=dtype)
+        return (
+            torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape) if data else torch.empty(shape, dtype=dtype)
+        )
 
 
 def make_input(torch, spec: dict, data: Data):
@@ -125,8 +129,10 @@ def make_input(torch, spec: dict, data: Data):
     else:
         t = data.tensor(torch, spec["blob"], dtype, shape)
     if tensor_sha256(torch, t) != spec["sha256"]:
-        raise ValueError(f"an input ({spec['dtype']} {shape}) is not what the builder recorded: "
-                         f"{'its recipe gives other bits on this machine' if 'recipe' in spec else 'corrupted'}")
+        raise ValueError(
+            f"an input ({spec['dtype']} {shape}) is not what the builder recorded: "
+            f"{'its recipe gives other bits on this machine' if 'recipe' in spec else 'corrupted'}"
+        )
     return t
 
 
@@ -139,20 +145,29 @@ def compare(torch, out, spec: dict, data: Data) -> dict:
     if not spec["float"]:
         want = data.tensor(torch, spec["exact"], dtype_of(torch, spec["dtype"]), [-1])
         equal = torch.equal(got, want)
-        return {"ok": equal, "err": 0.0 if equal else 1.0,
-                "why": "" if equal else f"{int((got != want).sum())} of {want.numel()} sampled elements differ"}
+        return {
+            "ok": equal,
+            "err": 0.0 if equal else 1.0,
+            "why": "" if equal else f"{int((got != want).sum())} of {want.numel()} sampled elements differ",
+        }
     ref64 = data.tensor(torch, spec["ref64"], torch.float64, [-1])
     got = got.double()
     finite = torch.isfinite(ref64)
-    if not torch.equal(finite, torch.isfinite(got)) or \
-            not torch.equal(got[~finite].nan_to_num(), ref64[~finite].nan_to_num()):
+    if not torch.equal(finite, torch.isfinite(got)) or not torch.equal(
+        got[~finite].nan_to_num(), ref64[~finite].nan_to_num()
+    ):
         return {"ok": False, "err": math.inf, "why": "NaN or infinity where eager has none, or the reverse"}
     scale = spec["scale"]
     d = (got[finite] - ref64[finite]).abs().max().item() if finite.any() else 0.0
     bound = max(10 * spec["eager_err"], 1e-3 * scale) + 1e-6
-    return {"ok": d <= bound, "err": d / scale if scale > 1e-6 else d,
-            "why": "" if d <= bound else f"largest difference from float64 {d:.3g}, allowed {bound:.3g} "
-                                         f"(eager float32's {spec['eager_err']:.3g}, scale {scale:.3g})"}
+    return {
+        "ok": d <= bound,
+        "err": d / scale if scale > 1e-6 else d,
+        "why": ""
+        if d <= bound
+        else f"largest difference from float64 {d:.3g}, allowed {bound:.3g} "
+        f"(eager float32's {spec['eager_err']:.3g}, scale {scale:.3g})",
+    }
 
 
 def median_ms(torch, fn, rounds: int) -> float:
@@ -201,11 +216,18 @@ def main(argv=None) -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (inductor)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
     parser.add_argument("--only", default="", help="comma-separated case names")
-    parser.add_argument("--profile", action="store_true",
-                        help="also list each case's top kernels (torch.profiler's CUDA records, matched to the "
-                             "plans' launches in order) with their grids and blocks")
-    parser.add_argument("--budget-s", type=float, default=240,
-                        help="past this many seconds, later cases skip torch.compile (its compiles are the slow part)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also list each case's top kernels (torch.profiler's CUDA records, matched to the "
+        "plans' launches in order) with their grids and blocks",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=240,
+        help="past this many seconds, later cases skip torch.compile (its compiles are the slow part)",
+    )
     options = parser.parse_args(argv)
     options.started = time.time()
     t_start = time.time()
@@ -218,9 +240,11 @@ def main(argv=None) -> int:
 
     gpu_runtime = load_gpu_runtime()
     if not torch.cuda.is_available():
-        print("gpu_check: no CUDA device (torch.cuda.is_available() is False): run this on a machine with an "
-              f"NVIDIA GPU; the bundles in {options.directory} verified ({len(manifest['cases'])} cases)",
-              file=sys.stderr)
+        print(
+            "gpu_check: no CUDA device (torch.cuda.is_available() is False): run this on a machine with an "
+            f"NVIDIA GPU; the bundles in {options.directory} verified ({len(manifest['cases'])} cases)",
+            file=sys.stderr,
+        )
         return 2
     # torch.compile keys its cache by one wrapper's code for every function:
     # past its recompile limit a graph would silently run eagerly.
@@ -231,8 +255,11 @@ def main(argv=None) -> int:
     device_chip = gpu_runtime.chip_of_capability(*torch.cuda.get_device_capability())
     data = Data(os.path.join(options.directory, "data.bin"))
     bandwidth = copy_bandwidth(torch)
-    print(f"gpu_check: {torch.cuda.get_device_name()} ({device_chip}), torch {torch.__version__}, "
-          f"copy bandwidth {bandwidth / 1e9:.0f} GB/s (read + write)", flush=True)
+    print(
+        f"gpu_check: {torch.cuda.get_device_name()} ({device_chip}), torch {torch.__version__}, "
+        f"copy bandwidth {bandwidth / 1e9:.0f} GB/s (read + write)",
+        flush=True,
+    )
     only = set(filter(None, options.only.split(",")))
     rows, failed = [], False
     for case in manifest["cases"]:
@@ -244,14 +271,22 @@ def main(argv=None) -> int:
         print(format_row(row), flush=True)
     print()
     print(table(rows, device_chip))
-    result = {"device": torch.cuda.get_device_name(), "chip": device_chip, "torch": torch.__version__,
-              "copy_bandwidth_GBps": bandwidth / 1e9, "cases": rows, "ok": not failed,
-              "wall_s": time.time() - t_start}
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "chip": device_chip,
+        "torch": torch.__version__,
+        "copy_bandwidth_GBps": bandwidth / 1e9,
+        "cases": rows,
+        "ok": not failed,
+        "wall_s": time.time() - t_start,
+    }
     out = options.json or os.path.join(options.directory, "gpu_check.json")
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
-    print(f"gpu_check: {'all cases match' if not failed else 'MISMATCHES (see the table)'}; "
-          f"{time.time() - t_start:.0f} s; results in {out}")
+    print(
+        f"gpu_check: {'all cases match' if not failed else 'MISMATCHES (see the table)'}; "
+        f"{time.time() - t_start:.0f} s; results in {out}"
+    )
     return 1 if failed else 0
 
 
@@ -269,8 +304,10 @@ def run_case(torch, gpu_runtime, case, options, data, device, device_chip, bandw
             runs = []
             for g, args in zip(case["graphs"], inputs):
                 executable = executables[g["name"]]
-                outs = [torch.empty_strided(a["shape"], a["strides"], dtype=dtype_of(torch, a["dtype"]),
-                                            device=device) for a in executable.arguments[len(args):]]
+                outs = [
+                    torch.empty_strided(a["shape"], a["strides"], dtype=dtype_of(torch, a["dtype"]), device=device)
+                    for a in executable.arguments[len(args) :]
+                ]
                 runs.append((executable, args + outs, outs, g))
             for executable, buffers, outs, g in runs:  # correctness first: one run each
                 executable.run(buffers)
@@ -356,16 +393,20 @@ def profile_kernels(torch, runs, repeats: int = 3, top: int = 12) -> list:
                 e.run(b)
         torch.cuda.synchronize()
     names = {st["kernel"] for _, st in launches}
-    kernels = sorted((ev for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA
-                      and ev.name in names), key=lambda ev: ev.time_range.start)
+    kernels = sorted(
+        (ev for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA and ev.name in names),
+        key=lambda ev: ev.time_range.start,
+    )
     if len(kernels) != repeats * len(launches):
         return [{"note": f"{len(kernels)} kernel records for {repeats} x {len(launches)} launches: not matched"}]
     totals = {}
     for i, ev in enumerate(kernels):
         graph, st = launches[i % len(launches)]
         key = (graph, st["module"])
-        t = totals.setdefault(key, {"graph": graph, "module": st["module"], "grid": st["grid"], "block": st["block"],
-                                    "us": 0.0, "calls": 0})
+        t = totals.setdefault(
+            key,
+            {"graph": graph, "module": st["module"], "grid": st["grid"], "block": st["block"], "us": 0.0, "calls": 0},
+        )
         t["us"] += ev.time_range.elapsed_us()
         t["calls"] += 1
     whole = sum(t["us"] for t in totals.values())
@@ -385,8 +426,10 @@ def format_kernels(rows) -> str:
         threads = 1
         for n in t["grid"] + t["block"]:
             threads *= n
-        lines.append(f"      {t['share']:5.1%} {t['us_per_call']:9.1f} us  {t['module']:<16} grid {t['grid']} "
-                     f"block {t['block']} ({threads} threads)")
+        lines.append(
+            f"      {t['share']:5.1%} {t['us_per_call']:9.1f} us  {t['module']:<16} grid {t['grid']} "
+            f"block {t['block']} ({threads} threads)"
+        )
     return "\n".join(lines)
 
 
@@ -424,28 +467,40 @@ def table(rows, device_chip) -> str:
     peers = []
     for r in rows:
         peers += [p for p in r["ms"] if p not in peers]
-    head = ["case", "ok"] + [f"{p} ms" for p in peers] + ["ours/eager", "ours/inductor", "graph/eager",
-                                                             "max rel err", "note"]
+    head = (
+        ["case", "ok"]
+        + [f"{p} ms" for p in peers]
+        + ["ours/eager", "ours/inductor", "graph/eager", "max rel err", "note"]
+    )
     lines = []
     for r in rows:
-        ours = r["ms"].get(f"lazymlir {device_chip}") or next((v for k, v in r["ms"].items()
-                                                              if k.startswith("lazymlir") and "graph" not in k), None)
+        ours = r["ms"].get(f"lazymlir {device_chip}") or next(
+            (v for k, v in r["ms"].items() if k.startswith("lazymlir") and "graph" not in k), None
+        )
         replayed = r["ms"].get(f"lazymlir {device_chip} graph")
         ratio = lambda peer, ours=ours: f"{ours / r['ms'][peer]:.2f}x" if ours and r["ms"].get(peer) else "-"
         note = []
         if "bandwidth_share" in r:
-            note.append("share of copy bandwidth: " + ", ".join(
-                f"{k} {v:.0%}" for k, v in r["bandwidth_share"].items()))
+            note.append(
+                "share of copy bandwidth: " + ", ".join(f"{k} {v:.0%}" for k, v in r["bandwidth_share"].items())
+            )
         if "tflops" in r:
             note.append("TFLOP/s: " + ", ".join(f"{k} {v:.1f}" for k, v in r["tflops"].items()))
         errs = [v for k, v in r.get("max_rel_err", {}).items() if k.startswith("lazymlir")]
-        lines.append([r["case"], "ok" if r["ok"] else "FAIL"] + [f"{r['ms'][p]:.3f}" if p in r["ms"] else "-"
-                                                                 for p in peers]
-                     + [ratio("eager"), ratio("inductor"), ratio("eager", replayed),
-                        f"{max(errs):.1e}" if errs else "-", "; ".join(note)])
+        lines.append(
+            [r["case"], "ok" if r["ok"] else "FAIL"]
+            + [f"{r['ms'][p]:.3f}" if p in r["ms"] else "-" for p in peers]
+            + [
+                ratio("eager"),
+                ratio("inductor"),
+                ratio("eager", replayed),
+                f"{max(errs):.1e}" if errs else "-",
+                "; ".join(note),
+            ]
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     fmt = lambda cells: " | ".join(str(c).ljust(w) for c, w in zip(cells, widths))
-    return "\n".join([fmt(head), "-+-".join("-" * w for w in widths)] + [fmt(l) for l in lines])
+    return "\n".join([fmt(head), "-+-".join("-" * w for w in widths)] + [fmt(row) for row in lines])
 
 
 if __name__ == "__main__":

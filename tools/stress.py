@@ -83,9 +83,24 @@ def _backtrace(python: str, core: str) -> str:
     if not gdb:
         return "(no gdb: core kept)"
     try:
-        out = subprocess.run([gdb, "-batch", "-nx", "-ex", "set pagination off", "-ex", "info threads",
-                              "-ex", "thread apply all bt 40", os.path.realpath(python), core],
-                             capture_output=True, text=True, timeout=600)
+        out = subprocess.run(
+            [
+                gdb,
+                "-batch",
+                "-nx",
+                "-ex",
+                "set pagination off",
+                "-ex",
+                "info threads",
+                "-ex",
+                "thread apply all bt 40",
+                os.path.realpath(python),
+                core,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         return out.stdout + out.stderr
     except subprocess.TimeoutExpired:
         return "(gdb timed out)"
@@ -110,10 +125,18 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the jitter delays")
     p.add_argument("--tail", type=int, default=25, help="stderr lines shown per failure")
     p.add_argument("--python", default=sys.executable)
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                   help="extra environment for the workers (repeatable)")
-    p.add_argument("--keep", default=os.path.join(ROOT, "build", "stress"),
-                   help="where a failure's stderr, core backtrace (and core, with --keep-cores) go")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for the workers (repeatable)",
+    )
+    p.add_argument(
+        "--keep",
+        default=os.path.join(ROOT, "build", "stress"),
+        help="where a failure's stderr, core backtrace (and core, with --keep-cores) go",
+    )
     p.add_argument("--keep-cores", action="store_true", help="keep failures' core files (large)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--jitter", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -144,10 +167,22 @@ def main() -> int:
                 jitter = rng.uniform(0.0, 1.5) if i % 2 else 0.0
                 env = dict(base_env, LAZYMLIR_CACHE_DIR=cache_dir)
                 err = open(os.path.join(scratch, f"stderr-{i}.txt"), "w+")
-                cmd = [args.python, "-X", "faulthandler", os.path.abspath(__file__), "--worker",
-                       "--steps", str(args.steps), "--model", args.model, "--jitter", f"{jitter:.3f}"]
-                proc = subprocess.Popen(cmd, env=env, cwd=work_dir, stdout=subprocess.DEVNULL, stderr=err,
-                                        preexec_fn=_allow_core)
+                cmd = [
+                    args.python,
+                    "-X",
+                    "faulthandler",
+                    os.path.abspath(__file__),
+                    "--worker",
+                    "--steps",
+                    str(args.steps),
+                    "--model",
+                    args.model,
+                    "--jitter",
+                    f"{jitter:.3f}",
+                ]
+                proc = subprocess.Popen(
+                    cmd, env=env, cwd=work_dir, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=_allow_core
+                )
                 running[i] = (proc, cache_dir, err, time.monotonic())
             time.sleep(0.05)
             for i in list(running):
@@ -165,7 +200,7 @@ def main() -> int:
                 durations.append(time.monotonic() - t0)
                 err.seek(0)
                 stderr = err.read()
-                tail = stderr.splitlines()[-args.tail:]
+                tail = stderr.splitlines()[-args.tail :]
                 err.close()
                 work_dir = os.path.join(scratch, f"cwd-{i}")
                 done = args.processes - len(pending) - len(running)
@@ -195,10 +230,11 @@ def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
     wall = time.monotonic() - started
-    print(f"\nstress: {args.processes} processes ({args.model}, {args.steps} steps each, fresh cache, "
-          f"{args.jobs} at a time) in {wall:.0f} s, {sum(durations) / max(1, len(durations)):.1f} s each")
-    print(f"failed: {len(failures)}"
-          + (f" ({', '.join(f'#{i}: {r}' for i, r, _ in failures)})" if failures else ""))
+    print(
+        f"\nstress: {args.processes} processes ({args.model}, {args.steps} steps each, fresh cache, "
+        f"{args.jobs} at a time) in {wall:.0f} s, {sum(durations) / max(1, len(durations)):.1f} s each"
+    )
+    print(f"failed: {len(failures)}" + (f" ({', '.join(f'#{i}: {r}' for i, r, _ in failures)})" if failures else ""))
     for i, reason, tail in failures:
         print(f"\n--- process {i}: {reason}; stderr tail:")
         print("\n".join(tail) if tail else "(empty)")

@@ -115,10 +115,18 @@ DiagnosticCollector::DiagnosticCollector(MLIRContext &ctx)
         llvm::raw_string_ostream os(text);
         os << diag.getLocation() << ": ";
         switch (diag.getSeverity()) {
-        case DiagnosticSeverity::Error: os << "error: "; break;
-        case DiagnosticSeverity::Warning: os << "warning: "; break;
-        case DiagnosticSeverity::Note: os << "note: "; break;
-        case DiagnosticSeverity::Remark: os << "remark: "; break;
+        case DiagnosticSeverity::Error:
+          os << "error: ";
+          break;
+        case DiagnosticSeverity::Warning:
+          os << "warning: ";
+          break;
+        case DiagnosticSeverity::Note:
+          os << "note: ";
+          break;
+        case DiagnosticSeverity::Remark:
+          os << "remark: ";
+          break;
         }
         os << diag << "\n";
         for (Diagnostic &note : diag.getNotes())
@@ -163,8 +171,8 @@ std::string emitObject(ModuleOp module, const std::vector<std::string> &keep,
   times.translate += since(start);
 
   start = Clock::now();
-  auto optimize = makeOptimizingTransformer(irOptLevel, /*sizeLevel=*/0,
-                                            machine.get());
+  auto optimize =
+      makeOptimizingTransformer(irOptLevel, /*sizeLevel=*/0, machine.get());
   if (llvm::Error error = optimize(llvmModule.get()))
     throw CompileError("lazymlir: LLVM optimization failed: " +
                        llvm::toString(std::move(error)));

@@ -36,15 +36,24 @@ namespace lazymlir {
 namespace {
 
 std::optional<ElementType> toElementType(Type type) {
-  if (type.isF16()) return ElementType::F16;
-  if (type.isBF16()) return ElementType::BF16;
-  if (type.isF32()) return ElementType::F32;
-  if (type.isF64()) return ElementType::F64;
-  if (type.isSignlessInteger(1)) return ElementType::I1;
-  if (type.isSignlessInteger(8)) return ElementType::I8;
-  if (type.isSignlessInteger(16)) return ElementType::I16;
-  if (type.isSignlessInteger(32)) return ElementType::I32;
-  if (type.isSignlessInteger(64)) return ElementType::I64;
+  if (type.isF16())
+    return ElementType::F16;
+  if (type.isBF16())
+    return ElementType::BF16;
+  if (type.isF32())
+    return ElementType::F32;
+  if (type.isF64())
+    return ElementType::F64;
+  if (type.isSignlessInteger(1))
+    return ElementType::I1;
+  if (type.isSignlessInteger(8))
+    return ElementType::I8;
+  if (type.isSignlessInteger(16))
+    return ElementType::I16;
+  if (type.isSignlessInteger(32))
+    return ElementType::I32;
+  if (type.isSignlessInteger(64))
+    return ElementType::I64;
   return std::nullopt;
 }
 
@@ -109,7 +118,8 @@ void addTimes(CompileStats &stats, const ObjectTimes &times) {
 } // namespace
 
 std::unique_ptr<CpuExecutable>
-CpuExecutable::load(const std::string &cacheKey, const CompileOptions &options) {
+CpuExecutable::load(const std::string &cacheKey,
+                    const CompileOptions &options) {
   auto impl = std::make_unique<Impl>();
   if (!impl->loadFromDisk(cacheKey, options, compileKernel))
     return nullptr;
@@ -207,13 +217,13 @@ CpuExecutable::compile(const std::string &source,
       const Kernel &kernel = kernels[i];
       ObjectTimes times;
       try {
-        Acquired acquired =
-            acquireKernel(kernel.name, &kernel.text, options, optionsKey,
-                          compileKernel, times);
+        Acquired acquired = acquireKernel(kernel.name, &kernel.text, options,
+                                          optionsKey, compileKernel, times);
         std::lock_guard<std::mutex> lock(statsMutex);
-        ++(acquired.origin == KernelJit::Origin::Compiled ? stats.kernelsCompiled
-           : acquired.origin == KernelJit::Origin::Disk   ? stats.kernelsFromDisk
-                                                          : stats.kernelsReused);
+        ++(acquired.origin == KernelJit::Origin::Compiled
+               ? stats.kernelsCompiled
+           : acquired.origin == KernelJit::Origin::Disk ? stats.kernelsFromDisk
+                                                        : stats.kernelsReused);
         if (acquired.tier == Tier::Fast)
           fastKernels.push_back(kernel.name);
       } catch (const std::exception &error) {

@@ -110,11 +110,14 @@ std::string kernelCacheKey(const std::string &options, Tier tier,
                    options + "\n" + name);
 }
 
-std::string sourceCacheKey(const std::string &options, const std::string &name) {
-  return sha256Hex(codeIdentity() + "\nkernel-source\n" + options + "\n" + name);
+std::string sourceCacheKey(const std::string &options,
+                           const std::string &name) {
+  return sha256Hex(codeIdentity() + "\nkernel-source\n" + options + "\n" +
+                   name);
 }
 
-std::string graphCacheKey(const std::string &options, const std::string &source) {
+std::string graphCacheKey(const std::string &options,
+                          const std::string &source) {
   return sha256Hex(codeIdentity() + "\ngraph\n" + options + "\n" + source);
 }
 
@@ -156,8 +159,8 @@ bool GraphRecord::parse(const std::string &payload) {
     for (size_t i = 0; i < count; ++i) {
       int type;
       size_t rank;
-      if (!(is >> type >> rank) || type < 0 ||
-          type > int(ElementType::I64) || rank > 64)
+      if (!(is >> type >> rank) || type < 0 || type > int(ElementType::I64) ||
+          rank > 64)
         return false;
       TensorSignature signature{ElementType(type), {}};
       signature.shape.resize(rank);

@@ -22,15 +22,24 @@ namespace lazymlir {
 
 const char *elementTypeName(ElementType type) {
   switch (type) {
-  case ElementType::F16: return "f16";
-  case ElementType::BF16: return "bf16";
-  case ElementType::F32: return "f32";
-  case ElementType::F64: return "f64";
-  case ElementType::I1: return "i1";
-  case ElementType::I8: return "i8";
-  case ElementType::I16: return "i16";
-  case ElementType::I32: return "i32";
-  case ElementType::I64: return "i64";
+  case ElementType::F16:
+    return "f16";
+  case ElementType::BF16:
+    return "bf16";
+  case ElementType::F32:
+    return "f32";
+  case ElementType::F64:
+    return "f64";
+  case ElementType::I1:
+    return "i1";
+  case ElementType::I8:
+    return "i8";
+  case ElementType::I16:
+    return "i16";
+  case ElementType::I32:
+    return "i32";
+  case ElementType::I64:
+    return "i64";
   }
   return "?";
 }
@@ -41,14 +50,18 @@ namespace {
 size_t elementBytes(ElementType type) {
   switch (type) {
   case ElementType::I1:
-  case ElementType::I8: return 1;
+  case ElementType::I8:
+    return 1;
   case ElementType::F16:
   case ElementType::BF16:
-  case ElementType::I16: return 2;
+  case ElementType::I16:
+    return 2;
   case ElementType::F32:
-  case ElementType::I32: return 4;
+  case ElementType::I32:
+    return 4;
   case ElementType::F64:
-  case ElementType::I64: return 8;
+  case ElementType::I64:
+    return 8;
   }
   return 0;
 }
@@ -85,8 +98,7 @@ void CpuExecutable::Impl::buildArgumentBlock() {
         strides[d] = stride;
         stride *= signature.shape[d];
       }
-      argumentBlock.insert(argumentBlock.end(), strides.begin(),
-                           strides.end());
+      argumentBlock.insert(argumentBlock.end(), strides.begin(), strides.end());
     }
   }
 }
@@ -125,8 +137,8 @@ bool CpuExecutable::Impl::loadFromDisk(const std::string &key,
   try {
     for (const std::string &name : record.kernels) {
       ObjectTimes unused;
-      Acquired kernel = acquireKernel(name, nullptr, options, optionsKey,
-                                       compiler, unused);
+      Acquired kernel =
+          acquireKernel(name, nullptr, options, optionsKey, compiler, unused);
       ++(kernel.origin == KernelJit::Origin::Disk ? stats.kernelsFromDisk
                                                   : stats.kernelsReused);
       if (kernel.tier == Tier::Fast)
@@ -214,7 +226,9 @@ const std::vector<TensorSignature> &CpuExecutable::outputs() const {
   return impl->outputs;
 }
 int64_t CpuExecutable::kernelCount() const { return impl->kernelCount; }
-bool CpuExecutable::hasRuntimeChecks() const { return impl->linkage->hasChecks; }
+bool CpuExecutable::hasRuntimeChecks() const {
+  return impl->linkage->hasChecks;
+}
 bool CpuExecutable::isDynamic() const { return impl->dynamic; }
 const std::string &CpuExecutable::llvmDialect() const {
   return impl->llvmDialect;
@@ -232,7 +246,8 @@ bool CpuExecutable::fullyOptimized() const {
   const LinkedGraph *graph = impl->linkage->current.load();
   std::lock_guard<std::mutex> lock(impl->linkage->mutex);
   return impl->linkage->fastKernels.empty() ||
-         (impl->linkage->linked.size() > 1 && graph == impl->linkage->linked.back().get());
+         (impl->linkage->linked.size() > 1 &&
+          graph == impl->linkage->linked.back().get());
 }
 
 namespace {
@@ -262,10 +277,9 @@ void checkBuffer(const BufferView &buffer, const TensorSignature &signature,
                  const char *kind, size_t index) {
   auto where = [&] { return std::string(kind) + " #" + std::to_string(index); };
   if (buffer.elementType != signature.elementType)
-    throw std::invalid_argument(where() + ": element type " +
-                                elementTypeName(buffer.elementType) +
-                                ", expected " +
-                                elementTypeName(signature.elementType));
+    throw std::invalid_argument(
+        where() + ": element type " + elementTypeName(buffer.elementType) +
+        ", expected " + elementTypeName(signature.elementType));
   if (!fits(buffer.sizes, signature))
     throw std::invalid_argument(where() + ": shape " + describe(buffer.sizes) +
                                 ", expected " + describe(signature.shape) +

@@ -192,8 +192,8 @@ void DiskCache::evictIfNeeded() {
     }
     if (!name.ends_with(kSuffix))
       continue;
-    entries.push_back({it->path(), status.getSize(),
-                       status.getLastModificationTime()});
+    entries.push_back(
+        {it->path(), status.getSize(), status.getLastModificationTime()});
     total += status.getSize();
   }
   if (total > maxBytes) {

@@ -65,9 +65,9 @@ struct CpuExecutable::Impl {
 
   /// Calls the entry on buffers that match the signatures, inputs first;
   /// `sizes` (required when `dynamic`): each buffer's sizes.
-  void invoke(const std::vector<void *> &data, bool background,
-              const std::vector<const std::vector<int64_t> *> *sizes =
-                  nullptr) const;
+  void invoke(
+      const std::vector<void *> &data, bool background,
+      const std::vector<const std::vector<int64_t> *> *sizes = nullptr) const;
 };
 
 } // namespace lazymlir

@@ -88,7 +88,8 @@ llvm::orc::JITDylib &KernelJit::kernels(const std::string &options, Tier tier) {
   return dylib;
 }
 
-bool KernelJit::isLoaded(llvm::orc::JITDylib &kernels, const std::string &name) {
+bool KernelJit::isLoaded(llvm::orc::JITDylib &kernels,
+                         const std::string &name) {
   std::lock_guard<std::mutex> lock(mutex);
   return loaded.count(kernels.getName() + "/" + name);
 }
@@ -133,9 +134,9 @@ void KernelJit::add(llvm::orc::JITDylib &dylib, const std::string &object,
 void *KernelJit::lookup(llvm::orc::JITDylib &dylib, const std::string &name) {
   auto address = jit->lookup(dylib, name);
   if (!address)
-    throw CompileError("lazymlir: symbol '" + name +
-                       "' missing after linking: " +
-                       llvm::toString(address.takeError()));
+    throw CompileError(
+        "lazymlir: symbol '" + name +
+        "' missing after linking: " + llvm::toString(address.takeError()));
   return address->toPtr<void *>();
 }
 
@@ -153,12 +154,12 @@ LinkedGraph KernelJit::link(const std::string &options,
   graph.dylib = &jit->getExecutionSession().createBareJITDylib(
       "graph" + std::to_string(number));
   auto exported = llvm::orc::JITDylibLookupFlags::MatchExportedSymbolsOnly;
-  graph.dylib->setLinkOrder({{&full, exported}, {&fast, exported},
-                             {runtime, exported}});
+  graph.dylib->setLinkOrder(
+      {{&full, exported}, {&fast, exported}, {runtime, exported}});
   try {
     add(*graph.dylib, object, entry);
-    graph.entry =
-        reinterpret_cast<void (*)(void **)>(lookup(*graph.dylib, entry + "_packed"));
+    graph.entry = reinterpret_cast<void (*)(void **)>(
+        lookup(*graph.dylib, entry + "_packed"));
     // An i32 global, 4-byte aligned: accessed as an atomic int32_t.
     if (hasChecks)
       graph.checkFlag = static_cast<std::atomic<int32_t> *>(
@@ -172,8 +173,7 @@ LinkedGraph KernelJit::link(const std::string &options,
 
 void KernelJit::unlink(const LinkedGraph &graph) {
   if (graph.dylib)
-    llvm::consumeError(
-        jit->getExecutionSession().removeJITDylib(*graph.dylib));
+    llvm::consumeError(jit->getExecutionSession().removeJITDylib(*graph.dylib));
 }
 
 void KernelJit::keepSource(const std::string &options, const std::string &name,
@@ -191,7 +191,8 @@ std::optional<std::string> KernelJit::source(const std::string &options,
   return it->second;
 }
 
-void KernelJit::dropSource(const std::string &options, const std::string &name) {
+void KernelJit::dropSource(const std::string &options,
+                           const std::string &name) {
   std::lock_guard<std::mutex> lock(mutex);
   sources.erase(options + "/" + name);
 }

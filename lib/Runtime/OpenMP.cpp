@@ -90,16 +90,15 @@ const Gomp &gomp() {
 // hand it only part of the iterations).
 thread_local bool alone = false;
 
-int threadNum() {
-  return alone || !gomp().threadNum ? 0 : gomp().threadNum();
-}
+int threadNum() { return alone || !gomp().threadNum ? 0 : gomp().threadNum(); }
 int numThreads() {
   return alone || !gomp().numThreads ? 1 : gomp().numThreads();
 }
 
 [[noreturn]] void unsupported(const char *what) {
-  std::fprintf(stderr, "lazymlir: compiled code asked the OpenMP runtime for "
-                       "%s, which lazymlir's runtime does not implement\n",
+  std::fprintf(stderr,
+               "lazymlir: compiled code asked the OpenMP runtime for "
+               "%s, which lazymlir's runtime does not implement\n",
                what);
   std::abort();
 }
@@ -133,8 +132,7 @@ void invokeWith(const Fork &fork, int32_t *gtid, int32_t *btid,
   reinterpret_cast<Exact>(fork.task)(gtid, btid, fork.args[I]...);
 }
 
-template <size_t... N>
-constexpr auto makeInvokers(std::index_sequence<N...>) {
+template <size_t... N> constexpr auto makeInvokers(std::index_sequence<N...>) {
   using Invoker = void (*)(const Fork &, int32_t *, int32_t *);
   return std::array<Invoker, sizeof...(N)>{
       [](const Fork &fork, int32_t *gtid, int32_t *btid) {
@@ -175,7 +173,9 @@ std::condition_variable reservedWakeup;
 
 void wakeReserved() {
   // Taking the mutex orders the change before a sleeper's next check.
-  { std::lock_guard<std::mutex> lock(reservedMutex); }
+  {
+    std::lock_guard<std::mutex> lock(reservedMutex);
+  }
   reservedWakeup.notify_all();
 }
 
@@ -247,7 +247,7 @@ void staticFini(Ident *, int32_t) {}
 // divided by the team size, until none is left. libgomp hands them out
 // (GOMP_loop_ull_guided_*), so a thread whose core is busy with something
 // else (the Python thread tracing the next step) simply takes fewer.
-constexpr int32_t kGuidedSchedule = 36; // kmp_sch_guided_chunked
+constexpr int32_t kGuidedSchedule = 36;         // kmp_sch_guided_chunked
 constexpr int32_t kScheduleModifiers = 7 << 29; // (non)monotonic, simd
 
 struct Dispatch {

@@ -60,10 +60,9 @@ Acquired acquireKernel(const std::string &name, const std::string *text,
         return std::make_pair(std::move(*object), KernelJit::Origin::Disk);
     if (!text)
       throw NotOnDisk();
-    return std::make_pair(
-        compileAndStore(*text, name, options, optionsKey, compiler, tier,
-                        times),
-        KernelJit::Origin::Compiled);
+    return std::make_pair(compileAndStore(*text, name, options, optionsKey,
+                                          compiler, tier, times),
+                          KernelJit::Origin::Compiled);
   });
   if (tier == Tier::Fast && text)
     jit.keepSource(optionsKey, name, *text);
@@ -167,17 +166,18 @@ private:
           if (std::optional<std::string> object = DiskCache::get().read(
                   kernelCacheKey(linkage.optionsKey, Tier::Full, name)))
             return std::make_pair(std::move(*object), KernelJit::Origin::Disk);
-          std::optional<std::string> text = jit.source(linkage.optionsKey, name);
+          std::optional<std::string> text =
+              jit.source(linkage.optionsKey, name);
           if (!text)
-            text = DiskCache::get().read(sourceCacheKey(linkage.optionsKey, name));
+            text =
+                DiskCache::get().read(sourceCacheKey(linkage.optionsKey, name));
           if (!text)
             throw NotOnDisk();
           ObjectTimes times;
-          return std::make_pair(compileAndStore(*text, name, linkage.options,
-                                                linkage.optionsKey,
-                                                linkage.compiler, Tier::Full,
-                                                times),
-                                KernelJit::Origin::Compiled);
+          return std::make_pair(
+              compileAndStore(*text, name, linkage.options, linkage.optionsKey,
+                              linkage.compiler, Tier::Full, times),
+              KernelJit::Origin::Compiled);
         });
         if (origin == KernelJit::Origin::Compiled)
           ++kernelsUpgraded;

@@ -3,9 +3,9 @@
 // Kernels are looked up in this process, then on disk, and compiled only when
 // neither has them: at the Fast tier first when compiles are tiered. A graph
 // whose kernels are not all Full asks the background compiler, once it has
-// run CompileOptions::tierUpRuns times, to recompile them Full (by its KernelCompiler) and to
-// link its entry again; runs switch to the new linkage. Internal to the
-// runtime and the compiler library.
+// run CompileOptions::tierUpRuns times, to recompile them Full (by its
+// KernelCompiler) and to link its entry again; runs switch to the new linkage.
+// Internal to the runtime and the compiler library.
 //
 //===----------------------------------------------------------------------===//
 

@@ -30,7 +30,8 @@ Value floatConstant(OpBuilder &b, Location loc, Type type, double value) {
   auto element = cast<FloatType>(vector ? vector.getElementType() : type);
   auto attr = b.getFloatAttr(element, value);
   if (vector)
-    return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vector, attr));
+    return arith::ConstantOp::create(b, loc,
+                                     DenseElementsAttr::get(vector, attr));
   return arith::ConstantOp::create(b, loc, attr);
 }
 
@@ -68,9 +69,7 @@ struct ExpF32 : OpRewritePattern<math::ExpOp> {
     Location loc = op.getLoc();
     ImplicitLocOpBuilder b(loc, rewriter);
     Type i32 = vector ? Type(vector.clone(b.getI32Type())) : b.getI32Type();
-    auto f32 = [&](float v) -> Value {
-      return floatConstant(b, loc, type, v);
-    };
+    auto f32 = [&](float v) -> Value { return floatConstant(b, loc, type, v); };
     auto int32 = [&](int32_t v) -> Value {
       auto attr = b.getI32IntegerAttr(v);
       if (vector)
@@ -94,8 +93,9 @@ struct ExpF32 : OpRewritePattern<math::ExpOp> {
     const float shifter = 12582912.0f; // 0x1.8p23
     Value shifted = fma(x, f32(1.44269504088896341f), f32(shifter));
     Value nf = arith::SubFOp::create(b, shifted, f32(shifter));
-    Value n = arith::SubIOp::create(b, arith::BitcastOp::create(b, i32, shifted),
-                                    int32(llvm::bit_cast<int32_t>(shifter)));
+    Value n =
+        arith::SubIOp::create(b, arith::BitcastOp::create(b, i32, shifted),
+                              int32(llvm::bit_cast<int32_t>(shifter)));
 
     // r = x - n ln 2, with ln 2 split in two (Cody and Waite) so that the
     // first product is exact.
@@ -148,8 +148,8 @@ void scaleDenormalLogInput(Operation *op, double log2Scale) {
   Type type = x.getType();
   Value denormal = compare(b, loc, arith::CmpFPredicate::OLT, x,
                            floatConstant(b, loc, type, 0x1p-126));
-  Value scaled = arith::MulFOp::create(b, loc, x,
-                                       floatConstant(b, loc, type, 0x1p24));
+  Value scaled =
+      arith::MulFOp::create(b, loc, x, floatConstant(b, loc, type, 0x1p24));
   op->setOperand(0, arith::SelectOp::create(b, loc, denormal, scaled, x));
   b.setInsertionPointAfter(op);
   Value y = op->getResult(0);
@@ -189,11 +189,15 @@ void expandLog1p(math::Log1pOp op) {
   Value u = arith::AddFOp::create(b, loc, one, x);
   Value d = arith::SubFOp::create(b, loc, u, one);
   Value log = math::LogOp::create(b, loc, u);
-  Value r = arith::MulFOp::create(b, loc, log, arith::DivFOp::create(b, loc, x, d));
-  r = arith::SelectOp::create(
-      b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, d, floatConstant(b, loc, type, 0.0)), x, r);
+  Value r =
+      arith::MulFOp::create(b, loc, log, arith::DivFOp::create(b, loc, x, d));
+  r = arith::SelectOp::create(b, loc,
+                              compare(b, loc, arith::CmpFPredicate::OEQ, d,
+                                      floatConstant(b, loc, type, 0.0)),
+                              x, r);
   Value inf = floatConstant(b, loc, type, INFINITY);
-  r = arith::SelectOp::create(b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, u, inf), u, r);
+  r = arith::SelectOp::create(
+      b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, u, inf), u, r);
   op.replaceAllUsesWith(r);
   op.erase();
 }
@@ -208,11 +212,16 @@ void expandExpm1(math::ExpM1Op op) {
   Value u = math::ExpOp::create(b, loc, x);
   Value um1 = arith::SubFOp::create(b, loc, u, one);
   Value log = math::LogOp::create(b, loc, u);
-  Value r = arith::MulFOp::create(b, loc, um1, arith::DivFOp::create(b, loc, x, log));
-  r = arith::SelectOp::create(b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, u, one), x, r);
-  r = arith::SelectOp::create(b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, um1, minusOne), minusOne, r);
+  Value r =
+      arith::MulFOp::create(b, loc, um1, arith::DivFOp::create(b, loc, x, log));
+  r = arith::SelectOp::create(
+      b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, u, one), x, r);
+  r = arith::SelectOp::create(
+      b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, um1, minusOne),
+      minusOne, r);
   Value inf = floatConstant(b, loc, type, INFINITY);
-  r = arith::SelectOp::create(b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, u, inf), u, r);
+  r = arith::SelectOp::create(
+      b, loc, compare(b, loc, arith::CmpFPredicate::OEQ, u, inf), u, r);
   op.replaceAllUsesWith(r);
   op.erase();
 }
@@ -240,8 +249,8 @@ struct FPowIConstant : OpRewritePattern<math::FPowIOp> {
       result = floatConstant(rewriter, loc, base.getType(), 1.0);
     for (; n; n >>= 1) {
       if (n & 1)
-        result = result ? arith::MulFOp::create(rewriter, loc, result, base)
-                        : base;
+        result =
+            result ? arith::MulFOp::create(rewriter, loc, result, base) : base;
       if (n > 1)
         base = arith::MulFOp::create(rewriter, loc, base, base);
     }

@@ -55,11 +55,11 @@ struct ToChannelsLast : public OpRewritePattern<NchwOp> {
     if (!secondOperandPerm.empty())
       second = transpose(rewriter, loc, second, secondOperandPerm);
     Value init = transpose(rewriter, loc, op.getOutputs()[0], kNchwToNhwc);
-    auto nhwc = NhwcOp::create(rewriter, loc, init.getType(),
-                               ValueRange{input, second}, ValueRange{init},
-                               op.getStrides(), op.getDilations());
-    rewriter.replaceOp(op,
-                       transpose(rewriter, loc, nhwc->getResult(0), kNhwcToNchw));
+    auto nhwc =
+        NhwcOp::create(rewriter, loc, init.getType(), ValueRange{input, second},
+                       ValueRange{init}, op.getStrides(), op.getDilations());
+    rewriter.replaceOp(
+        op, transpose(rewriter, loc, nhwc->getResult(0), kNhwcToNchw));
     return success();
   }
 
@@ -86,9 +86,9 @@ struct SwapPadAndTranspose : public OpRewritePattern<linalg::TransposeOp> {
     applyPermutationToVector(high, perm);
     Location loc = op.getLoc();
     Value source = transpose(rewriter, loc, pad.getSource(), perm);
-    auto newPad = tensor::PadOp::create(
-        rewriter, loc, op.getResult()[0].getType(), source, low, high,
-        padValue, /*nofold=*/false);
+    auto newPad =
+        tensor::PadOp::create(rewriter, loc, op.getResult()[0].getType(),
+                              source, low, high, padValue, /*nofold=*/false);
     rewriter.replaceOp(op, newPad.getResult());
     return success();
   }
@@ -99,16 +99,17 @@ struct ChannelsLastPass
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
     RewritePatternSet patterns(ctx);
-    patterns.add<ToChannelsLast<linalg::Conv2DNchwFchwOp,
-                                linalg::Conv2DNhwcHwcfOp>>(ctx, kFchwToHwcf);
+    patterns.add<
+        ToChannelsLast<linalg::Conv2DNchwFchwOp, linalg::Conv2DNhwcHwcfOp>>(
+        ctx, kFchwToHwcf);
     patterns.add<ToChannelsLast<linalg::DepthwiseConv2DNchwChwOp,
                                 linalg::DepthwiseConv2DNhwcHwcOp>>(ctx,
                                                                    kChwToHwc);
-    patterns.add<ToChannelsLast<linalg::PoolingNchwMaxOp,
-                                linalg::PoolingNhwcMaxOp>>(
+    patterns.add<
+        ToChannelsLast<linalg::PoolingNchwMaxOp, linalg::PoolingNhwcMaxOp>>(
         ctx, ArrayRef<int64_t>{});
-    patterns.add<ToChannelsLast<linalg::PoolingNchwSumOp,
-                                linalg::PoolingNhwcSumOp>>(
+    patterns.add<
+        ToChannelsLast<linalg::PoolingNchwSumOp, linalg::PoolingNhwcSumOp>>(
         ctx, ArrayRef<int64_t>{});
     patterns.add<SwapPadAndTranspose>(ctx);
     (void)applyPatternsGreedily(getOperation(), std::move(patterns));

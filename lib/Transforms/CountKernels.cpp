@@ -29,9 +29,9 @@ struct CountKernelsPass
     for (Operation &op : func.getBody().getOps())
       if (isa<linalg::LinalgOp, scf::ForOp, scf::ForallOp>(op))
         ++kernels;
-    module->setAttr(lazymlir::kKernelCountAttr,
-                    IntegerAttr::get(IntegerType::get(&getContext(), 64),
-                                     kernels));
+    module->setAttr(
+        lazymlir::kKernelCountAttr,
+        IntegerAttr::get(IntegerType::get(&getContext(), 64), kernels));
   }
 };
 

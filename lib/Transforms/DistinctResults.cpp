@@ -28,12 +28,10 @@ struct DistinctResultsPass
         if (!type || seen.insert(value).second)
           continue;
         Location loc = value.getLoc();
-        SmallVector<OpFoldResult> sizes =
-            tensor::getMixedSizes(b, loc, value);
+        SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, value);
         Value empty =
             tensor::EmptyOp::create(b, loc, sizes, type.getElementType());
-        operand.set(
-            linalg::CopyOp::create(b, loc, value, empty)->getResult(0));
+        operand.set(linalg::CopyOp::create(b, loc, value, empty)->getResult(0));
       }
     });
   }

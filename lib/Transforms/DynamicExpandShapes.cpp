@@ -25,9 +25,8 @@ namespace {
 bool splitsIntoDynamicSizes(memref::ExpandShapeOp op) {
   MemRefType type = op.getResultType();
   return llvm::any_of(op.getReassociationIndices(), [&](const auto &group) {
-    return llvm::count_if(group, [&](int64_t dim) {
-             return type.isDynamicDim(dim);
-           }) > 1;
+    return llvm::count_if(
+               group, [&](int64_t dim) { return type.isDynamicDim(dim); }) > 1;
   });
 }
 
@@ -38,8 +37,7 @@ OpFoldResult multiply(RewriterBase &rewriter, Location loc, OpFoldResult a,
   if (x && y)
     return rewriter.getIndexAttr(*x * *y);
   return arith::MulIOp::create(
-             rewriter, loc,
-             getValueOrCreateConstantIndexOp(rewriter, loc, a),
+             rewriter, loc, getValueOrCreateConstantIndexOp(rewriter, loc, a),
              getValueOrCreateConstantIndexOp(rewriter, loc, b))
       .getResult();
 }
@@ -84,9 +82,9 @@ struct DynamicExpandShapesPass
                                            staticStrides);
       auto viewType = MemRefType::get(staticSizes, type.getElementType(),
                                       layout, type.getMemorySpace());
-      Value view = memref::ReinterpretCastOp::create(
-          rewriter, loc, viewType, metadata.getBaseBuffer(), offset, sizes,
-          strides);
+      Value view = memref::ReinterpretCastOp::create(rewriter, loc, viewType,
+                                                     metadata.getBaseBuffer(),
+                                                     offset, sizes, strides);
       if (viewType != type)
         view = memref::CastOp::create(rewriter, loc, type, view);
       rewriter.replaceOp(op, view);

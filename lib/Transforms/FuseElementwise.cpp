@@ -68,9 +68,8 @@ bool isSizeOf(Value size, Value value, int64_t dim) {
       return type.isDynamicDim(dim) && empty.getDynamicSize(dim) == size;
     }
     auto result = dyn_cast<OpResult>(value);
-    auto dps =
-        result ? dyn_cast<DestinationStyleOpInterface>(result.getOwner())
-               : nullptr;
+    auto dps = result ? dyn_cast<DestinationStyleOpInterface>(result.getOwner())
+                      : nullptr;
     if (!dps)
       return false;
     value = dps.getTiedOpOperand(result)->get();
@@ -85,8 +84,7 @@ bool isLoopSize(linalg::GenericOp op, unsigned loop, Value size) {
     AffineMap map = op.getMatchingIndexingMap(&operand);
     for (auto [dim, expr] : llvm::enumerate(map.getResults()))
       if (auto d = dyn_cast<AffineDimExpr>(expr);
-          d && d.getPosition() == loop &&
-          isSizeOf(size, operand.get(), dim))
+          d && d.getPosition() == loop && isSizeOf(size, operand.get(), dim))
         return true;
   }
   return false;
@@ -164,22 +162,23 @@ bool keepsContractionFast(linalg::LinalgOp consumer, OpOperand *operand,
                           linalg::GenericOp producer) {
   auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
   auto result = cast<OpResult>(operand->get());
-  auto source = dyn_cast<BlockArgument>(yield.getOperand(result.getResultNumber()));
+  auto source =
+      dyn_cast<BlockArgument>(yield.getOperand(result.getResultNumber()));
   if (!source || source.getOwner() != producer.getBody())
     return false;
   AffineMap resultMap = producer.getIndexingMapMatchingResult(result);
   if (!resultMap.isPermutation())
     return false;
-  AffineMap read =
-      producer.getMatchingIndexingMap(&producer->getOpOperand(source.getArgNumber()))
-          .compose(inversePermutation(resultMap))
-          .compose(consumer.getMatchingIndexingMap(operand));
+  AffineMap read = producer
+                       .getMatchingIndexingMap(
+                           &producer->getOpOperand(source.getArgNumber()))
+                       .compose(inversePermutation(resultMap))
+                       .compose(consumer.getMatchingIndexingMap(operand));
 
   SmallVector<AffineMap> maps = consumer.getIndexingMapsArray();
-  SmallVector<utils::IteratorType> iterators =
-      consumer.getIteratorTypesArray();
-  SmallVector<ReassociationIndices> runs = lazymlir::mergeableIterationRuns(
-      maps, iterators, /*parallelRuns=*/false);
+  SmallVector<utils::IteratorType> iterators = consumer.getIteratorTypesArray();
+  SmallVector<ReassociationIndices> runs =
+      lazymlir::mergeableIterationRuns(maps, iterators, /*parallelRuns=*/false);
   maps[operand->getOperandNumber()] = read;
   if (lazymlir::mergeableIterationRuns(maps, iterators,
                                        /*parallelRuns=*/false) != runs)
@@ -201,7 +200,8 @@ bool keepsContractionFast(linalg::LinalgOp consumer, OpOperand *operand,
   // with the transpose materialized (24 inside ViT's training step).
   bool readsReduction = llvm::any_of(read.getResults(), [&](AffineExpr e) {
     auto dim = dyn_cast<AffineDimExpr>(e);
-    return dim && iterators[dim.getPosition()] == utils::IteratorType::reduction;
+    return dim &&
+           iterators[dim.getPosition()] == utils::IteratorType::reduction;
   });
   if (!readsReduction)
     return true;

@@ -28,9 +28,7 @@ using namespace mlir;
 
 namespace {
 
-bool isReduction(linalg::LinalgOp op) {
-  return op.getNumReductionLoops() > 0;
-}
+bool isReduction(linalg::LinalgOp op) { return op.getNumReductionLoops() > 0; }
 
 /// Whether `op` walks rows like a consumer whose first loop has `rows`
 /// iterations: its first loop is parallel with that size and indexes first
@@ -56,9 +54,10 @@ bool isRowLocal(linalg::LinalgOp op, int64_t rows,
     // the row loop raced between the loop's threads (GPT-2's layer norm and
     // qkv projection gave nondeterministic results) and is tile-contractions'
     // job anyway.
-    bool shared = op.isDpsInit(&operand) || (producer && fused.contains(producer)) ||
-                  (isReduction(op) && isa<RankedTensorType>(operand.get().getType()) &&
-                   cast<RankedTensorType>(operand.get().getType()).getRank() > 0);
+    bool shared =
+        op.isDpsInit(&operand) || (producer && fused.contains(producer)) ||
+        (isReduction(op) && isa<RankedTensorType>(operand.get().getType()) &&
+         cast<RankedTensorType>(operand.get().getType()).getRank() > 0);
     if (!shared || !isa<ShapedType>(operand.get().getType()))
       continue;
     AffineMap map = op.getMatchingIndexingMap(&operand);
@@ -129,8 +128,8 @@ struct FuseRowReductionsPass
         elements *= ShapedType::isDynamic(size)
                         ? kDynamicRowElements
                         : std::min<int64_t>(size, int64_t(1) << 32);
-      rowBytes = std::max(rowBytes,
-                          elements * type.getElementTypeBitWidth() / 8);
+      rowBytes =
+          std::max(rowBytes, elements * type.getElementTypeBitWidth() / 8);
     }
     int64_t wanted = std::max<int64_t>(1, tileBytes / rowBytes);
     if (ShapedType::isDynamic(rows))
@@ -169,8 +168,7 @@ struct FuseRowReductionsPass
     tensor::populateReassociativeReshapeFoldingPatterns(patterns);
     tensor::CollapseShapeOp::getCanonicalizationPatterns(patterns,
                                                          &getContext());
-    tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns,
-                                                       &getContext());
+    tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, &getContext());
     // fill then collapse_shape -> fill of the collapsed tensor: the
     // reductions' fills become their direct producers (fused with them).
     linalg::FillOp::getCanonicalizationPatterns(patterns, &getContext());
@@ -200,8 +198,7 @@ struct FuseRowReductionsPass
       tiles.front() = rewriter.getIndexAttr(tile);
       scf::SCFTileAndFuseOptions options;
       options.tilingOptions.setTileSizes(tiles);
-      options.tilingOptions.setLoopType(
-          scf::SCFTilingOptions::LoopType::ForOp);
+      options.tilingOptions.setLoopType(scf::SCFTilingOptions::LoopType::ForOp);
       options.setFusionControlFn(
           [&](tensor::ExtractSliceOp, OpResult producer, bool)
               -> std::optional<scf::SCFTileAndFuseOptions::ControlFnResult> {

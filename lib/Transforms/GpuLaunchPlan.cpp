@@ -146,8 +146,8 @@ struct GpuLaunchPlanPass
       std::optional<int64_t> source = bufferOf(op, copy.getSource());
       std::optional<int64_t> target = bufferOf(op, copy.getTarget());
       if (source && target)
-        steps.push_back(
-            json::Object{{"op", "copy"}, {"source", *source}, {"target", *target}});
+        steps.push_back(json::Object{
+            {"op", "copy"}, {"source", *source}, {"target", *target}});
       return;
     }
     if (auto global = dyn_cast<memref::GetGlobalOp>(op)) {
@@ -187,10 +187,10 @@ struct GpuLaunchPlanPass
     }
     if (auto launch = dyn_cast<gpu::LaunchFuncOp>(op)) {
       json::Array sizes[2];
-      Value dims[2][3] = {{launch.getGridSizeX(), launch.getGridSizeY(),
-                           launch.getGridSizeZ()},
-                          {launch.getBlockSizeX(), launch.getBlockSizeY(),
-                           launch.getBlockSizeZ()}};
+      Value dims[2][3] = {
+          {launch.getGridSizeX(), launch.getGridSizeY(), launch.getGridSizeZ()},
+          {launch.getBlockSizeX(), launch.getBlockSizeY(),
+           launch.getBlockSizeZ()}};
       for (int k = 0; k < 2; ++k)
         for (Value dim : dims[k]) {
           std::optional<int64_t> value = getConstantIntValue(dim);
@@ -228,7 +228,8 @@ struct GpuLaunchPlanPass
             continue;
           }
         }
-        if (auto real = dyn_cast<FloatAttr>(constant); real && real.getType().isF32()) {
+        if (auto real = dyn_cast<FloatAttr>(constant);
+            real && real.getType().isF32()) {
           args.push_back(json::Object{{"f32", real.getValueAsDouble()}});
           continue;
         }
@@ -276,8 +277,9 @@ struct GpuLaunchPlanPass
     for (auto binary : module.getOps<gpu::BinaryOp>()) {
       for (Attribute attr : binary.getObjects()) {
         auto object = dyn_cast<gpu::ObjectAttr>(attr);
-        auto target = object ? dyn_cast<NVVM::NVVMTargetAttr>(object.getTarget())
-                             : nullptr;
+        auto target = object
+                          ? dyn_cast<NVVM::NVVMTargetAttr>(object.getTarget())
+                          : nullptr;
         if (!target || object.getFormat() != gpu::CompilationTarget::Assembly) {
           fail(binary) << "a kernel module that is not NVVM PTX";
           continue;
@@ -291,16 +293,16 @@ struct GpuLaunchPlanPass
     }
     if (broken)
       return signalPassFailure();
-    json::Object plan{{"format", "lazymlir-gpu-plan"},
-                      {"version", 1},
-                      {"entry", entry}};
+    json::Object plan{
+        {"format", "lazymlir-gpu-plan"}, {"version", 1}, {"entry", entry}};
     plan.insert({"arguments", std::move(arguments)});
     plan.insert({"steps", std::move(steps)});
     plan.insert({"modules", std::move(modules)});
     std::string text;
     llvm::raw_string_ostream os(text);
     os << json::Value(std::move(plan));
-    module->setAttr(lazymlir::kLaunchPlanAttr, StringAttr::get(&getContext(), text));
+    module->setAttr(lazymlir::kLaunchPlanAttr,
+                    StringAttr::get(&getContext(), text));
   }
 };
 

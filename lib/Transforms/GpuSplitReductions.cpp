@@ -102,8 +102,8 @@ struct GpuSplitReductionsPass
         continue;
       // Parallel loops first: each partial is a thread that loops over its
       // elements (lazymlir-lower-to-loops parallelizes leading loops).
-      auto partial = dyn_cast<linalg::GenericOp>(
-          result->splitLinalgOp.getOperation());
+      auto partial =
+          dyn_cast<linalg::GenericOp>(result->splitLinalgOp.getOperation());
       if (partial)
         parallelLoopsFirst(rewriter, partial);
     }

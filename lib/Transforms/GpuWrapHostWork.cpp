@@ -23,8 +23,12 @@ bool isOrderedHostStep(Operation *op) {
   if (isa<scf::ParallelOp, memref::DeallocOp, func::ReturnOp>(op))
     return true;
   if (auto copy = dyn_cast<memref::CopyOp>(op))
-    return cast<MemRefType>(copy.getSource().getType()).getLayout().isIdentity() &&
-           cast<MemRefType>(copy.getTarget().getType()).getLayout().isIdentity();
+    return cast<MemRefType>(copy.getSource().getType())
+               .getLayout()
+               .isIdentity() &&
+           cast<MemRefType>(copy.getTarget().getType())
+               .getLayout()
+               .isIdentity();
   return false;
 }
 

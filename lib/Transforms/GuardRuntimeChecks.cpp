@@ -120,8 +120,8 @@ public:
   /// per element.
   void check(OpBuilder &b, Location loc, Value failed,
              bool onlyBroadcast = false) {
-    auto generic =
-        dyn_cast_or_null<linalg::GenericOp>(b.getInsertionBlock()->getParentOp());
+    auto generic = dyn_cast_or_null<linalg::GenericOp>(
+        b.getInsertionBlock()->getParentOp());
     if (generic) {
       if (std::optional<unsigned> input =
               hoistableInput(generic, failed, onlyBroadcast)) {
@@ -162,9 +162,10 @@ private:
 
   /// The ops of `generic`'s body that compute `value` from block arguments;
   /// fails on anything but pure scalar ops of the body block.
-  static LogicalResult slice(linalg::GenericOp generic, Value value,
-                             llvm::SetVector<Operation *> &ops,
-                             llvm::SmallSetVector<BlockArgument, 2> &arguments) {
+  static LogicalResult
+  slice(linalg::GenericOp generic, Value value,
+        llvm::SetVector<Operation *> &ops,
+        llvm::SmallSetVector<BlockArgument, 2> &arguments) {
     Block *body = generic.getBody();
     SmallVector<Value> worklist = {value};
     llvm::DenseSet<Value> seen;
@@ -243,11 +244,10 @@ private:
     OpBuilder b(generic);
     Location loc = generic.getLoc();
     MLIRContext *ctx = b.getContext();
-    Value empty = tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{},
-                                          b.getI1Type());
+    Value empty =
+        tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{}, b.getI1Type());
     Value falseValue = arith::ConstantOp::create(b, loc, b.getBoolAttr(false));
-    Value init =
-        linalg::FillOp::create(b, loc, falseValue, empty).getResult(0);
+    Value init = linalg::FillOp::create(b, loc, falseValue, empty).getResult(0);
     SmallVector<AffineMap> maps = {AffineMap::getMultiDimIdentityMap(rank, ctx),
                                    AffineMap::get(rank, 0, {}, ctx)};
     SmallVector<utils::IteratorType> iterators(rank,
@@ -267,8 +267,8 @@ private:
                                        mapping.lookupOrDefault(failed));
           linalg::YieldOp::create(nb, nloc, any);
         });
-    Value anyFailed = tensor::ExtractOp::create(b, loc, reduction.getResult(0),
-                                                ValueRange{});
+    Value anyFailed =
+        tensor::ExtractOp::create(b, loc, reduction.getResult(0), ValueRange{});
     setFlagIf(b, loc, anyFailed);
   }
 
@@ -307,8 +307,7 @@ struct GuardRuntimeChecksPass
       else if (isa<cf::AssertOp>(op))
         asserts.push_back(op);
       else if (isa<arith::DivSIOp, arith::DivUIOp, arith::RemSIOp,
-                   arith::RemUIOp, arith::FloorDivSIOp, arith::CeilDivSIOp>(
-                   op))
+                   arith::RemUIOp, arith::FloorDivSIOp, arith::CeilDivSIOp>(op))
         divisions.push_back(op);
       else if (isa<arith::FPToSIOp, arith::FPToUIOp>(op))
         conversions.push_back(op);
@@ -357,16 +356,18 @@ struct GuardRuntimeChecksPass
         continue;
       if (type.getDimSize(d) == 0)
         empty = true;
-      Value size = type.isDynamicDim(d)
-                       ? tensor::DimOp::create(b, loc, tensor, d).getResult()
-                       : arith::ConstantIndexOp::create(b, loc, type.getDimSize(d))
-                             .getResult();
-      Value outside = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge,
-                                            index, size);
+      Value size =
+          type.isDynamicDim(d)
+              ? tensor::DimOp::create(b, loc, tensor, d).getResult()
+              : arith::ConstantIndexOp::create(b, loc, type.getDimSize(d))
+                    .getResult();
+      Value outside =
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, index, size);
       Value zero = arith::ConstantIndexOp::create(b, loc, 0);
       indices[d].set(arith::SelectOp::create(b, loc, outside, zero, index));
-      failed = failed ? arith::OrIOp::create(b, loc, failed, outside).getResult()
-                      : outside;
+      failed = failed
+                   ? arith::OrIOp::create(b, loc, failed, outside).getResult()
+                   : outside;
     }
     if (!failed)
       return;
@@ -412,8 +413,8 @@ struct GuardRuntimeChecksPass
     Value replace = isZero;
     if (isSigned) {
       Value minusOne = constant(b, loc, type, APInt::getAllOnes(width));
-      Value isMinusOne =
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, rhs, minusOne);
+      Value isMinusOne = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                               rhs, minusOne);
       if (isa<arith::RemSIOp>(op)) {
         // x % -1 == x % 1 == 0: no need to look at the dividend.
         replace = arith::OrIOp::create(b, loc, isZero, isMinusOne);

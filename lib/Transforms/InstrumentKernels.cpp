@@ -51,8 +51,8 @@ int64_t enclosingIterations(Operation *op, Operation *kernel) {
   for (Operation *parent = op->getParentOp(); parent && parent != kernel;
        parent = parent->getParentOp()) {
     if (auto loop = dyn_cast<scf::ForOp>(parent)) {
-      count *= tripCount(loop.getLowerBound(), loop.getUpperBound(),
-                         loop.getStep());
+      count *=
+          tripCount(loop.getLowerBound(), loop.getUpperBound(), loop.getStep());
     } else if (auto loop = dyn_cast<scf::ParallelOp>(parent)) {
       for (auto [lb, ub, st] : llvm::zip(loop.getLowerBound(),
                                          loop.getUpperBound(), loop.getStep()))
@@ -163,9 +163,9 @@ func::FuncOp declare(ModuleOp module, SymbolTable &symbols, StringRef name) {
     return existing;
   OpBuilder b(module.getBodyRegion());
   b.setInsertionPointToEnd(module.getBody());
-  auto func = func::FuncOp::create(
-      b, module.getLoc(), name,
-      b.getFunctionType({b.getI64Type()}, /*results=*/{}));
+  auto func =
+      func::FuncOp::create(b, module.getLoc(), name,
+                           b.getFunctionType({b.getI64Type()}, /*results=*/{}));
   func.setPrivate();
   symbols.insert(func);
   return func;
@@ -207,18 +207,15 @@ struct InstrumentKernelsPass
 
       Builder attrs(ctx);
       sites.push_back(DictionaryAttr::get(
-          ctx, {attrs.getNamedAttr("kernel",
-                                   attrs.getStringAttr(callee.getSymName())),
-                attrs.getNamedAttr("ops",
-                                   attrs.getStringAttr(originOps(loc))),
-                attrs.getNamedAttr(
-                    "shapes",
-                    attrs.getStringAttr(operandShapes(call.getOperands()))),
-                attrs.getNamedAttr(
-                    "bytes",
-                    attrs.getI64IntegerAttr(operandBytes(call.getOperands()))),
-                attrs.getNamedAttr("flops",
-                                   attrs.getI64IntegerAttr(it->second))}));
+          ctx,
+          {attrs.getNamedAttr("kernel",
+                              attrs.getStringAttr(callee.getSymName())),
+           attrs.getNamedAttr("ops", attrs.getStringAttr(originOps(loc))),
+           attrs.getNamedAttr("shapes", attrs.getStringAttr(
+                                            operandShapes(call.getOperands()))),
+           attrs.getNamedAttr("bytes", attrs.getI64IntegerAttr(
+                                           operandBytes(call.getOperands()))),
+           attrs.getNamedAttr("flops", attrs.getI64IntegerAttr(it->second))}));
     }
     module->setAttr(lazymlir::kProfileSitesAttr, ArrayAttr::get(ctx, sites));
   }

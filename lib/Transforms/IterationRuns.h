@@ -27,8 +27,9 @@ mergeableIterationRuns(llvm::ArrayRef<mlir::AffineMap> maps,
 /// (the op's static loop ranges): merged, its result would be expanded back
 /// into several `?` sizes, which expand-strided-metadata cannot lower (it
 /// crashed on memref.expand_shape of memref<?xf32> into memref<?x?xf32>).
-void dropRunsOfDynamicLoops(llvm::SmallVectorImpl<mlir::ReassociationIndices> &runs,
-                            llvm::ArrayRef<int64_t> ranges);
+void dropRunsOfDynamicLoops(
+    llvm::SmallVectorImpl<mlir::ReassociationIndices> &runs,
+    llvm::ArrayRef<int64_t> ranges);
 
 } // namespace lazymlir
 

@@ -67,8 +67,8 @@ Attribute getOpAttr(Operation *op, StringRef name) {
 /// The op's operands split into (inputs, outputs) by operandSegmentSizes.
 LogicalResult splitOperands(Operation *op, SmallVector<Value> &inputs,
                             SmallVector<Value> &outputs) {
-  auto segments = dyn_cast_or_null<DenseI32ArrayAttr>(
-      getOpAttr(op, "operandSegmentSizes"));
+  auto segments =
+      dyn_cast_or_null<DenseI32ArrayAttr>(getOpAttr(op, "operandSegmentSizes"));
   if (!segments || segments.size() != 2 ||
       segments[0] + segments[1] != (int64_t)op->getNumOperands())
     return op->emitError("expected operandSegmentSizes with two segments "
@@ -89,8 +89,8 @@ Block *getBody(Operation *op, unsigned numArgs) {
     return op->emitError("expected the region to have ")
                << numArgs << " arguments",
            nullptr;
-  if (block.empty() || block.back().getName().getStringRef() !=
-                           "tm_tensor.yield" ||
+  if (block.empty() ||
+      block.back().getName().getStringRef() != "tm_tensor.yield" ||
       block.back().getNumOperands() != 1)
     return op->emitError("expected the region to end in a tm_tensor.yield "
                          "of one value"),
@@ -189,9 +189,10 @@ LogicalResult lowerScatter(Operation *op) {
     return op->emitError("expected indices of rank 2 and integer type");
   int64_t depth = idxType.getDimSize(1);
   if (ShapedType::isDynamic(depth))
-    return op->emitError("expected a static index depth (indices' dimension 1)");
-  auto dimMap = dyn_cast_or_null<DenseI64ArrayAttr>(
-      getOpAttr(op, "dimension_map"));
+    return op->emitError(
+        "expected a static index depth (indices' dimension 1)");
+  auto dimMap =
+      dyn_cast_or_null<DenseI64ArrayAttr>(getOpAttr(op, "dimension_map"));
   if (!dimMap || (int64_t)dimMap.size() != depth)
     return op->emitError("expected a dimension_map of one entry per index");
   int64_t origRank = origType.getRank(), updRank = updType.getRank();
@@ -220,13 +221,13 @@ LogicalResult lowerScatter(Operation *op) {
     return failure();
   if (body->getArgument(0).getType() != updType.getElementType() ||
       body->getArgument(1).getType() != origType.getElementType() ||
-      body->back().getOperand(0).getType() !=
-          origType.getElementType())
+      body->back().getOperand(0).getType() != origType.getElementType())
     return op->emitError("region types do not match the element types");
 
   OpBuilder b(op);
   Value init = prepareDestination(b, loc, original);
-  SmallVector<int64_t> updDims = llvm::to_vector(llvm::seq<int64_t>(0, updRank));
+  SmallVector<int64_t> updDims =
+      llvm::to_vector(llvm::seq<int64_t>(0, updRank));
   SmallVector<Value> origSizes =
       dims(b, loc, original, llvm::to_vector(llvm::seq<int64_t>(0, origRank)));
   scf::LoopNest nest = scf::buildLoopNest(
@@ -243,8 +244,7 @@ LogicalResult lowerScatter(Operation *op) {
         for (int64_t j = 0; j < depth; ++j) {
           Value idx = tensor::ExtractOp::create(
               b, loc, indices, ValueRange{ivs[0], cst(b, loc, j)});
-          Value pos =
-              arith::IndexCastOp::create(b, loc, b.getIndexType(), idx);
+          Value pos = arith::IndexCastOp::create(b, loc, b.getIndexType(), idx);
           int64_t d = dimMap[j];
           if (starts[d])
             pos = arith::AddIOp::create(b, loc, pos, starts[d]);
@@ -255,12 +255,12 @@ LogicalResult lowerScatter(Operation *op) {
             continue;
           Value ge = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
                                            starts[d], zero);
-          Value lt = arith::CmpIOp::create(
-              b, loc, arith::CmpIPredicate::slt, starts[d], origSizes[d]);
+          Value lt = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                           starts[d], origSizes[d]);
           Value ok = arith::AndIOp::create(b, loc, ge, lt);
-          inBounds = inBounds ? arith::AndIOp::create(b, loc, inBounds, ok)
-                                    .getResult()
-                              : ok;
+          inBounds =
+              inBounds ? arith::AndIOp::create(b, loc, inBounds, ok).getResult()
+                       : ok;
         }
         for (Value &s : starts)
           if (!s)
@@ -269,15 +269,13 @@ LogicalResult lowerScatter(Operation *op) {
           Value upd = tensor::ExtractOp::create(b, loc, updates, ivs);
           Value cur = tensor::ExtractOp::create(b, loc, acc, starts);
           Value val = inlineBody(b, body, {upd, cur});
-          return tensor::InsertOp::create(b, loc, val, acc, starts)
-              .getResult();
+          return tensor::InsertOp::create(b, loc, val, acc, starts).getResult();
         };
         if (!inBounds)
           return {update(b, loc)};
         // Out of range: skipped, never written, and reported (the runtime
         // checks turn the assert into their flag; eager's rerun raises).
-        cf::AssertOp::create(b, loc, inBounds,
-                             "scatter index out of range");
+        cf::AssertOp::create(b, loc, inBounds, "scatter index out of range");
         auto ifOp = scf::IfOp::create(
             b, loc, inBounds,
             [&](OpBuilder &b, Location loc) {
@@ -353,19 +351,16 @@ LogicalResult lowerScan(Operation *op) {
     idx.append(inner.begin(), inner.end());
     return idx;
   };
-  auto nestOver = [&](OpBuilder &b, Location loc, ArrayRef<int64_t> which,
-                      Value iter,
-                      function_ref<Value(OpBuilder &, Location, ValueRange,
-                                         Value)>
-                          fn) -> Value {
+  auto nestOver =
+      [&](OpBuilder &b, Location loc, ArrayRef<int64_t> which, Value iter,
+          function_ref<Value(OpBuilder &, Location, ValueRange, Value)> fn)
+      -> Value {
     unsigned count = which.size();
     scf::LoopNest nest = scf::buildLoopNest(
         b, loc, zeros(b, loc, count), dims(b, loc, input, which),
         ones(b, loc, count), ValueRange{iter},
-        [&](OpBuilder &b, Location loc, ValueRange ivs,
-            ValueRange it) -> scf::ValueVector {
-          return {fn(b, loc, ivs, it[0])};
-        });
+        [&](OpBuilder &b, Location loc, ValueRange ivs, ValueRange it)
+            -> scf::ValueVector { return {fn(b, loc, ivs, it[0])}; });
     // Without loops, buildLoopNest calls the body once and returns its
     // results.
     return nest.results[0];
@@ -400,12 +395,11 @@ LogicalResult lowerScan(Operation *op) {
             // in a register (loop-carried scalar), not reloaded from the
             // element just stored.
             Value first =
-                inclusive
-                    ? tensor::ExtractOp::create(b, loc, input,
-                                                at(outer, cst(b, loc, 0), {}))
-                          .getResult()
-                    : tensor::ExtractOp::create(b, loc, accInit, outer)
-                          .getResult();
+                inclusive ? tensor::ExtractOp::create(
+                                b, loc, input, at(outer, cst(b, loc, 0), {}))
+                                .getResult()
+                          : tensor::ExtractOp::create(b, loc, accInit, outer)
+                                .getResult();
             auto loop = scf::ForOp::create(
                 b, loc, cst(b, loc, 1), nV, cst(b, loc, 1),
                 ValueRange{out, first},
@@ -422,24 +416,24 @@ LogicalResult lowerScan(Operation *op) {
             return loop.getResult(0);
           }
           auto loop = scf::ForOp::create(
-              b, loc, cst(b, loc, 1), nV, cst(b, loc, 1),
-              ValueRange{out},
+              b, loc, cst(b, loc, 1), nV, cst(b, loc, 1), ValueRange{out},
               [&](OpBuilder &b, Location loc, Value i, ValueRange it) {
-                Value iMinus1 = arith::SubIOp::create(b, loc, i, cst(b, loc, 1));
-                Value next = nestOver(
-                    b, loc, innerDims, it[0],
-                    [&](OpBuilder &b, Location loc, ValueRange inner,
-                        Value out) {
-                      Value prev = tensor::ExtractOp::create(
-                          b, loc, out, at(outer, iMinus1, inner));
-                      Value x = tensor::ExtractOp::create(
-                          b, loc, input,
-                          at(outer, inclusive ? i : iMinus1, inner));
-                      Value val = inlineBody(b, body, {prev, x});
-                      return tensor::InsertOp::create(b, loc, val, out,
-                                                      at(outer, i, inner))
-                          .getResult();
-                    });
+                Value iMinus1 =
+                    arith::SubIOp::create(b, loc, i, cst(b, loc, 1));
+                Value next =
+                    nestOver(b, loc, innerDims, it[0],
+                             [&](OpBuilder &b, Location loc, ValueRange inner,
+                                 Value out) {
+                               Value prev = tensor::ExtractOp::create(
+                                   b, loc, out, at(outer, iMinus1, inner));
+                               Value x = tensor::ExtractOp::create(
+                                   b, loc, input,
+                                   at(outer, inclusive ? i : iMinus1, inner));
+                               Value val = inlineBody(b, body, {prev, x});
+                               return tensor::InsertOp::create(
+                                          b, loc, val, out, at(outer, i, inner))
+                                   .getResult();
+                             });
                 scf::YieldOp::create(b, loc, next);
               });
           return loop.getResult(0);
@@ -448,10 +442,11 @@ LogicalResult lowerScan(Operation *op) {
   // The last slice along the scan dimension: the accumulator's result.
   auto lastSlice = [&](OpBuilder &b, Location loc, Value result) -> Value {
     SmallVector<OpFoldResult> offsets(rank, b.getIndexAttr(0));
-    offsets[dim] = dynamicLength
-                       ? OpFoldResult(arith::SubIOp::create(
-                             b, loc, nV, cst(b, loc, 1)).getResult())
-                       : OpFoldResult(b.getIndexAttr(n - 1));
+    offsets[dim] =
+        dynamicLength
+            ? OpFoldResult(
+                  arith::SubIOp::create(b, loc, nV, cst(b, loc, 1)).getResult())
+            : OpFoldResult(b.getIndexAttr(n - 1));
     SmallVector<OpFoldResult> sizes;
     for (int64_t d = 0; d < rank; ++d)
       sizes.push_back(d == dim ? OpFoldResult(b.getIndexAttr(1))
@@ -628,23 +623,23 @@ LogicalResult lowerSort(Operation *op) {
                     arith::OrIOp::create(b, loc, jDone, leftFirst));
                 SmallVector<Value> next{
                     arith::SelectOp::create(
-                        b, loc, takeLeft,
-                        arith::AddIOp::create(b, loc, i, one), i),
+                        b, loc, takeLeft, arith::AddIOp::create(b, loc, i, one),
+                        i),
                     arith::SelectOp::create(
                         b, loc, takeLeft, j,
                         arith::AddIOp::create(b, loc, j, one))};
                 for (unsigned t = 0; t < k; ++t) {
                   Value v =
                       arith::SelectOp::create(b, loc, takeLeft, lhs[t], rhs[t]);
-                  next.push_back(tensor::InsertOp::create(b, loc, v,
-                                                          it[2 + t],
+                  next.push_back(tensor::InsertOp::create(b, loc, v, it[2 + t],
                                                           idxAt(pos)));
                 }
                 scf::YieldOp::create(b, loc, next);
               });
           scf::YieldOp::create(b, loc, merge.getResults().drop_front(2));
         });
-    return SmallVector<Value>(runs.getResults().begin(), runs.getResults().end());
+    return SmallVector<Value>(runs.getResults().begin(),
+                              runs.getResults().end());
   };
 
   scf::LoopNest nest = scf::buildLoopNest(
@@ -667,7 +662,8 @@ LogicalResult lowerSort(Operation *op) {
               yield.append(tmp);
               scf::YieldOp::create(b, loc, yield);
             });
-        return scf::ValueVector(passes.getResults().begin(), passes.getResults().end());
+        return scf::ValueVector(passes.getResults().begin(),
+                                passes.getResults().end());
       });
   for (unsigned t = 0; t < k; ++t)
     op->getResult(t).replaceAllUsesWith(nest.results[t]);

@@ -51,8 +51,7 @@ void carryReductionAccumulators(RewriterBase &rewriter, linalg::LinalgOp op,
   if (loops.size() != iterators.size() || loops.empty())
     return;
   size_t first = loops.size();
-  while (first > 0 &&
-         iterators[first - 1] == utils::IteratorType::reduction)
+  while (first > 0 && iterators[first - 1] == utils::IteratorType::reduction)
     --first;
   if (first == loops.size())
     return;
@@ -137,9 +136,8 @@ void carryReductionAccumulators(RewriterBase &rewriter, linalg::LinalgOp op,
   // then yields the new values); the outermost by one load each.
   SmallVector<Value> carried;
   for (memref::LoadOp load : loads)
-    carried.push_back(memref::LoadOp::create(rewriter, load.getLoc(),
-                                             load.getMemRef(),
-                                             load.getIndices()));
+    carried.push_back(memref::LoadOp::create(
+        rewriter, load.getLoc(), load.getMemRef(), load.getIndices()));
   SmallVector<scf::ForOp> rebuilt;
   for (scf::ForOp loop : nest) {
     FailureOr<LoopLikeOpInterface> grown = loop.replaceWithAdditionalYields(
@@ -158,8 +156,8 @@ void carryReductionAccumulators(RewriterBase &rewriter, linalg::LinalgOp op,
       unsigned base = yield.getNumOperands() - loads.size();
       for (auto [i, result] :
            llvm::enumerate(forOp.getResults().take_back(loads.size())))
-        rewriter.modifyOpInPlace(
-            yield, [&] { yield->setOperand(base + i, result); });
+        rewriter.modifyOpInPlace(yield,
+                                 [&] { yield->setOperand(base + i, result); });
     }
     rebuilt.push_back(forOp);
   }
@@ -209,13 +207,13 @@ struct LowerToLoopsPass
         // Not the expected nest: sequential, which is correct.
         return;
       }
-      points = arith::MulIOp::create(rewriter, loc, points,
-                                     forOp.getUpperBound());
+      points =
+          arith::MulIOp::create(rewriter, loc, points, forOp.getUpperBound());
     }
     Value threshold =
         arith::ConstantIndexOp::create(rewriter, loc, parallelThreshold);
-    Value large = arith::CmpIOp::create(rewriter, loc, arith::CmpIPredicate::sge,
-                                        points, threshold);
+    Value large = arith::CmpIOp::create(
+        rewriter, loc, arith::CmpIPredicate::sge, points, threshold);
     auto branch = scf::IfOp::create(rewriter, loc, large, /*withElse=*/true);
     rewriter.moveOpBefore(outer, branch.elseBlock()->getTerminator());
     rewriter.setInsertionPoint(branch.thenBlock()->getTerminator());
@@ -245,7 +243,7 @@ struct LowerToLoopsPass
       bool guarded = !allParallel && !large && parallelThreshold > 0 &&
                      op.hasDynamicShape() &&
                      isa<FunctionOpInterface>(op->getParentOp());
-      unsigned depth = allParallel ? lazymlir::disjointParallelDepth(op)
+      unsigned depth = allParallel        ? lazymlir::disjointParallelDepth(op)
                        : large || guarded ? lazymlir::kernelParallelDepth(op)
                                           : 0;
       FailureOr<linalg::LinalgLoops> loops =

@@ -28,20 +28,20 @@ constexpr StringLiteral kPlaceholder = "__lazymlir_kernel";
 constexpr StringLiteral kPrefix = "__lazymlir_k_";
 
 bool holdsLoop(Operation *op) {
-  return op->walk([](Operation *nested) {
-           return isa<scf::ForOp, scf::ParallelOp, scf::WhileOp,
-                      scf::ForallOp>(nested)
-                      ? WalkResult::interrupt()
-                      : WalkResult::advance();
-         })
+  return op
+      ->walk([](Operation *nested) {
+        return isa<scf::ForOp, scf::ParallelOp, scf::WhileOp, scf::ForallOp>(
+                   nested)
+                   ? WalkResult::interrupt()
+                   : WalkResult::advance();
+      })
       .wasInterrupted();
 }
 
 /// The first 32 hex digits of the SHA-256 of `text`.
 std::string contentHash(StringRef text) {
-  std::array<uint8_t, 32> digest = llvm::SHA256::hash(
-      ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(text.data()),
-                        text.size()));
+  std::array<uint8_t, 32> digest = llvm::SHA256::hash(ArrayRef<uint8_t>(
+      reinterpret_cast<const uint8_t *>(text.data()), text.size()));
   std::string hex;
   llvm::raw_string_ostream os(hex);
   for (size_t i = 0; i < 16; ++i)

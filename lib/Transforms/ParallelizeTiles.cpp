@@ -129,9 +129,9 @@ struct ParallelizeTilesPass
           sizes = stack.getDynamicSizes();
           symbols = stack.getSymbolOperands();
         }
-        auto alloc = memref::AllocOp::create(
-            rewriter, shared->getLoc(), cast<MemRefType>(buffer.getType()),
-            sizes, symbols, alignment);
+        auto alloc = memref::AllocOp::create(rewriter, shared->getLoc(),
+                                             cast<MemRefType>(buffer.getType()),
+                                             sizes, symbols, alignment);
         rewriter.setInsertionPoint(parallel.getBody()->getTerminator());
         memref::DeallocOp::create(rewriter, shared->getLoc(), alloc);
         rewriter.replaceOp(shared, alloc);

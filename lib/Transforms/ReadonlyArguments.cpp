@@ -26,7 +26,8 @@ struct ReadonlyArgumentsPass
     OpBuilder b(func);
     for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
       if (isa<TensorType>(func.getArgument(i).getType()))
-        func.setArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName,
+        func.setArgAttr(i,
+                        bufferization::BufferizationDialect::kWritableAttrName,
                         b.getBoolAttr(false));
   }
 };

@@ -16,8 +16,7 @@ using namespace mlir;
 namespace {
 
 struct ReassociateReductionsPass
-    : lazymlir::impl::ReassociateReductionsPassBase<
-          ReassociateReductionsPass> {
+    : lazymlir::impl::ReassociateReductionsPassBase<ReassociateReductionsPass> {
   void runOnOperation() override {
     getOperation().walk([](linalg::GenericOp op) {
       if (op.getNumReductionLoops() == 0)
@@ -37,8 +36,9 @@ struct ReassociateReductionsPass
           continue;
         auto fastmath = cast<arith::ArithFastMathInterface>(combiner);
         auto flags = fastmath.getFastMathFlagsAttr().getValue() | flag;
-        combiner->setAttr(fastmath.getFastMathAttrName(),
-                          arith::FastMathFlagsAttr::get(op.getContext(), flags));
+        combiner->setAttr(
+            fastmath.getFastMathAttrName(),
+            arith::FastMathFlagsAttr::get(op.getContext(), flags));
       }
     });
   }

@@ -60,8 +60,7 @@ struct StreamingStoresPass
   int64_t streamingWidth(linalg::LinalgOp op) const {
     auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
     if (minBytes <= 0 || !generic || op.getNumDpsInits() != 1 ||
-        op.getNumLoops() == 0 ||
-        op.getNumParallelLoops() != op.getNumLoops())
+        op.getNumLoops() == 0 || op.getNumParallelLoops() != op.getNumLoops())
       return 0;
     // Whether the output is large enough is known at run time only.
     if (op.hasDynamicShape()) {
@@ -150,13 +149,13 @@ struct StreamingStoresPass
     if (!outType.getLayout().isIdentity()) { // a tile: where it starts
       auto metadata =
           memref::ExtractStridedMetadataOp::create(rewriter, loc, out);
-      Value offsetBytes = arith::MulIOp::create(
-          rewriter, loc, metadata.getOffset(),
-          index(outType.getElementTypeBitWidth() / 8));
+      Value offsetBytes =
+          arith::MulIOp::create(rewriter, loc, metadata.getOffset(),
+                                index(outType.getElementTypeBitWidth() / 8));
       address = arith::AddIOp::create(rewriter, loc, address, offsetBytes);
     }
-    Value misalignment = arith::RemUIOp::create(rewriter, loc, address,
-                                                index(kStreamBytes));
+    Value misalignment =
+        arith::RemUIOp::create(rewriter, loc, address, index(kStreamBytes));
     Value aligned = arith::CmpIOp::create(
         rewriter, loc, arith::CmpIPredicate::eq, misalignment, index(0));
     auto branch = scf::IfOp::create(rewriter, loc, aligned,
@@ -234,9 +233,10 @@ struct StreamingStoresPass
         rewriter.clone(bodyOp, mapping);
         continue;
       }
-      SmallVector<Value> operands = llvm::map_to_vector(
-          bodyOp.getOperands(),
-          [&](Value operand) { return widen(mapping.lookupOrDefault(operand)); });
+      SmallVector<Value> operands =
+          llvm::map_to_vector(bodyOp.getOperands(), [&](Value operand) {
+            return widen(mapping.lookupOrDefault(operand));
+          });
       SmallVector<Type> types =
           llvm::map_to_vector(bodyOp.getResultTypes(), vectorType);
       Operation *wide;
@@ -247,9 +247,9 @@ struct StreamingStoresPass
             rewriter, bodyOp.getLoc(), types.front(),
             rewriter.getStringAttr("llvm.ldexp"), operands);
       } else {
-        wide = rewriter.create(bodyOp.getLoc(),
-                               bodyOp.getName().getIdentifier(), operands,
-                               types, bodyOp.getAttrs());
+        wide =
+            rewriter.create(bodyOp.getLoc(), bodyOp.getName().getIdentifier(),
+                            operands, types, bodyOp.getAttrs());
       }
       for (auto [result, wideResult] :
            llvm::zip(bodyOp.getResults(), wide->getResults())) {
@@ -257,8 +257,8 @@ struct StreamingStoresPass
         vectors.insert(wideResult);
       }
     }
-    Value result = widen(mapping.lookupOrDefault(
-        op.getBody()->getTerminator()->getOperand(0)));
+    Value result = widen(
+        mapping.lookupOrDefault(op.getBody()->getTerminator()->getOperand(0)));
     vector::StoreOp::create(rewriter, loc, result, out, ivs,
                             /*nontemporal=*/true,
                             llvm::MaybeAlign(kStreamBytes));

@@ -240,8 +240,8 @@ struct TileContractionsPass
     op.getReductionDims(reduction);
     SmallVector<int64_t> tiles(op.getNumLoops(), 0);
     for (auto [i, loop] : llvm::enumerate(reduction))
-      tiles[loop] = i + 1 == reduction.size() ? pickTile(bounds[loop], tileK)
-                                              : 1;
+      tiles[loop] =
+          i + 1 == reduction.size() ? pickTile(bounds[loop], tileK) : 1;
     return tiles;
   }
 
@@ -384,8 +384,8 @@ struct TileContractionsPass
       if (scf::ForOp kLoop = loopOf(reduction.back())) {
         scf::ForOp partial;
         rewriter.setInsertionPoint(kLoop);
-        if (succeeded(scf::peelForLoopAndSimplifyBounds(rewriter, kLoop,
-                                                        partial)) &&
+        if (succeeded(
+                scf::peelForLoopAndSimplifyBounds(rewriter, kLoop, partial)) &&
             partial) {
           peeledTiles = true;
           linalg::LinalgOp rest;
@@ -405,8 +405,8 @@ struct TileContractionsPass
       if (scf::ForOp nLoop = loopOf(*vectorDim)) {
         scf::ForOp partial;
         rewriter.setInsertionPoint(nLoop);
-        if (succeeded(scf::peelForLoopAndSimplifyBounds(rewriter, nLoop,
-                                                        partial))) {
+        if (succeeded(
+                scf::peelForLoopAndSimplifyBounds(rewriter, nLoop, partial))) {
           peeledTiles = true;
           // The last fewer than kRemainderLanes columns: vectorized with
           // masks (vectors of kRemainderLanes).
@@ -487,15 +487,16 @@ struct TileContractionsPass
              llvm::zip(conv.getStaticLoopRanges(), kinds)) {
           bool reduced = kind == utils::IteratorType::reduction;
           tiles.push_back(!ShapedType::isDynamic(range) ? 0
-                          : chunks && reduced          ? int64_t(tileK)
-                                                       : 1);
+                          : chunks && reduced           ? int64_t(tileK)
+                                                        : 1);
         }
         // Only parallel loops dynamic, and an elementwise epilogue (bias,
         // ReLU): tile the epilogue and fuse the convolution into it, so that
         // each sample's tiles below compute, finish and write their output
         // once, as a static convolution's do.
         bool reducedDynamic = llvm::any_of(llvm::enumerate(tiles), [&](auto t) {
-          return t.value() && kinds[t.index()] == utils::IteratorType::reduction;
+          return t.value() &&
+                 kinds[t.index()] == utils::IteratorType::reduction;
         });
         linalg::GenericOp epilogue =
             fuseEpilogue && !reducedDynamic ? findEpilogue(conv) : nullptr;
@@ -516,10 +517,12 @@ struct TileContractionsPass
             // The tile loop's bound reads the old result's size: read it
             // from the accumulator (a destination has its result's shape).
             Value result = conv->getResult(0);
-            for (Operation *user : llvm::make_early_inc_range(result.getUsers()))
+            for (Operation *user :
+                 llvm::make_early_inc_range(result.getUsers()))
               if (auto dim = dyn_cast<tensor::DimOp>(user))
                 rewriter.modifyOpInPlace(dim, [&] {
-                  dim.getSourceMutable().assign(conv.getDpsInitOperand(0)->get());
+                  dim.getSourceMutable().assign(
+                      conv.getDpsInitOperand(0)->get());
                 });
             if (conv->use_empty())
               rewriter.eraseOp(conv);
@@ -538,8 +541,9 @@ struct TileContractionsPass
           if (loop == loops.end())
             break;
           if (kinds[dim] == utils::IteratorType::parallel)
-            (*loop)->setAttr(lazymlir::kParallelTilesAttr,
-                             rewriter.getI64IntegerAttr(lazymlir::kUnknownPoints));
+            (*loop)->setAttr(
+                lazymlir::kParallelTilesAttr,
+                rewriter.getI64IntegerAttr(lazymlir::kUnknownPoints));
           else if (size > 1) // full chunks of static shape, then the rest
             peeled |= lazymlir::peelPartialTile(rewriter, *loop);
           ++loop;
@@ -579,8 +583,8 @@ struct TileContractionsPass
       linalg::ControlFusionFn control = [&](OpOperand *operand) {
         if (auto expand = operand->get().getDefiningOp<tensor::ExpandShapeOp>())
           return isContraction(expand.getSrc().getDefiningOp());
-        if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(
-                operand->getOwner()))
+        if (auto collapse =
+                dyn_cast<tensor::CollapseShapeOp>(operand->getOwner()))
           return llvm::any_of(collapse->getUsers(), isContraction);
         return false;
       };

@@ -1,4 +1,5 @@
-//===- VectorAccumulators.h - accumulator tiles kept in registers -*- C++ -*-===//
+//===- VectorAccumulators.h - accumulator tiles kept in registers -*- C++
+//-*-===//
 //
 // Shared by lazymlir-tile-contractions and
 // lazymlir-vectorize-column-reductions, which both leave vectorized tiles

@@ -150,8 +150,9 @@ struct VectorizeColumnReductionsPass
       auto rowLoop = dyn_cast<scf::ForOp>(result->loops.back().getOperation());
       scf::ForOp partial;
       rewriter.setInsertionPoint(rowLoop);
-      if (!rowLoop || failed(scf::peelForLoopAndSimplifyBounds(
-                          rewriter, rowLoop, partial)) ||
+      if (!rowLoop ||
+          failed(
+              scf::peelForLoopAndSimplifyBounds(rewriter, rowLoop, partial)) ||
           !partial)
         continue;
       peeled = true;

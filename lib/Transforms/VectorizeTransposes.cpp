@@ -47,8 +47,7 @@ constexpr int64_t kBlock = 16;
 /// loop.
 std::optional<unsigned> transposedLoop(linalg::GenericOp op) {
   if (op.getNumDpsInits() != 1 || !op.hasPureTensorSemantics() ||
-      op.getNumReductionLoops() != 0 ||
-      op.getNumLoops() < 2)
+      op.getNumReductionLoops() != 0 || op.getNumLoops() < 2)
     return std::nullopt;
   for (Operation &inner : op.getBody()->without_terminator())
     if (!isa<arith::ArithDialect, math::MathDialect>(inner.getDialect()))
@@ -103,8 +102,8 @@ struct TransposeBelowLeadingUnitBroadcast
     auto source = dyn_cast<VectorType>(broadcast.getSourceType());
     if (!source)
       return failure();
-    int64_t added = broadcast.getResultVectorType().getRank() -
-                    source.getRank();
+    int64_t added =
+        broadcast.getResultVectorType().getRank() - source.getRank();
     ArrayRef<int64_t> perm = op.getPermutation();
     for (int64_t i = 0; i < added; ++i)
       if (perm[i] != i || broadcast.getResultVectorType().getDimSize(i) != 1)
@@ -114,8 +113,8 @@ struct TransposeBelowLeadingUnitBroadcast
       inner.push_back(p - added);
     Value transposed = vector::TransposeOp::create(
         rewriter, op.getLoc(), broadcast.getSource(), inner);
-    rewriter.replaceOpWithNewOp<vector::BroadcastOp>(op, op.getResultVectorType(),
-                                                     transposed);
+    rewriter.replaceOpWithNewOp<vector::BroadcastOp>(
+        op, op.getResultVectorType(), transposed);
     return success();
   }
 };
@@ -133,8 +132,8 @@ struct TransposedRowBroadcast : public OpRewritePattern<vector::TransposeOp> {
     auto source = dyn_cast<VectorType>(broadcast.getSourceType());
     if (!source || source.getRank() != 1)
       return failure();
-    auto column = VectorType::get({source.getDimSize(0), 1},
-                                  source.getElementType());
+    auto column =
+        VectorType::get({source.getDimSize(0), 1}, source.getElementType());
     Value shaped = vector::ShapeCastOp::create(rewriter, op.getLoc(), column,
                                                broadcast.getSource());
     rewriter.replaceOpWithNewOp<vector::BroadcastOp>(
@@ -167,10 +166,8 @@ struct VectorizeTransposesPass
       SmallVector<int64_t> sizes(op.getNumLoops(), 1);
       sizes[loop] = sizes.back() = kBlock;
       scf::SCFTileAndFuseOptions options;
-      options.tilingOptions.setTileSizes(
-          getAsIndexOpFoldResult(ctx, sizes));
-      options.tilingOptions.setLoopType(
-          scf::SCFTilingOptions::LoopType::ForOp);
+      options.tilingOptions.setTileSizes(getAsIndexOpFoldResult(ctx, sizes));
+      options.tilingOptions.setLoopType(scf::SCFTilingOptions::LoopType::ForOp);
       options.setFusionControlFn(
           [](tensor::ExtractSliceOp, OpResult, bool)
               -> std::optional<scf::SCFTileAndFuseOptions::ControlFnResult> {

@@ -48,8 +48,7 @@ bool isTorchDialectType(Type type) {
 }
 
 struct VerifyBackendContractPass
-    : lazymlir::impl::VerifyBackendContractPassBase<
-          VerifyBackendContractPass> {
+    : lazymlir::impl::VerifyBackendContractPassBase<VerifyBackendContractPass> {
   using Base::Base;
 
   void runOnOperation() override {
@@ -95,8 +94,8 @@ struct VerifyBackendContractPass
     FunctionType fnType = func.getFunctionType();
     for (auto [index, type] : llvm::enumerate(fnType.getInputs())) {
       if (auto problem = boundaryProblem(type)) {
-        func.emitError() << "argument #" << index << " of type " << type
-                         << " " << *problem;
+        func.emitError() << "argument #" << index << " of type " << type << " "
+                         << *problem;
         failed = true;
       }
     }

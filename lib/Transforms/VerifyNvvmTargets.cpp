@@ -15,9 +15,7 @@ namespace lazymlir {
 
 using namespace mlir;
 
-namespace {
-
-} // namespace
+namespace {} // namespace
 
 // Chips outside sm_75..sm_120 get 0: CUDA 13's ptxas assembles nothing older
 // than sm_75.
@@ -72,8 +70,8 @@ struct VerifyNvvmTargetsPass
           continue;
         auto fail = [&]() {
           failed = true;
-          return module.emitError() << "lazymlir: NVVM target " << target
-                                    << ": ";
+          return module.emitError()
+                 << "lazymlir: NVVM target " << target << ": ";
         };
         int minimum = lazymlir::minimumPtxVersion(target.getChip());
         if (!minimum) {

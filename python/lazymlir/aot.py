@@ -62,8 +62,7 @@ def trace_step(step: Callable, *args, steps: int = 1) -> Dict[str, TracedGraph]:
     return recorded
 
 
-def compile_graphs(recorded: Dict[str, TracedGraph], chip: str = "sm_90",
-                   libdevice: str = "") -> Dict[str, dict]:
+def compile_graphs(recorded: Dict[str, TracedGraph], chip: str = "sm_90", libdevice: str = "") -> Dict[str, dict]:
     """Every graph of :func:`trace_step` compiled for ``chip``: a dict of
     graph name -> launch plan (plus ``"inputs"``: the number of its buffers
     that are inputs). A graph the GPU compiler rejects raises its
@@ -80,13 +79,16 @@ def compile_graphs(recorded: Dict[str, TracedGraph], chip: str = "sm_90",
         graphs[name] = plan
     if errors:
         name, error = errors[0]
-        raise compiler.CompileError(f"lazymlir: graph {name} does not compile for {chip} "
-                                    f"({len(errors)} of {len(recorded)} graphs fail): {error}")
+        raise compiler.CompileError(
+            f"lazymlir: graph {name} does not compile for {chip} "
+            f"({len(errors)} of {len(recorded)} graphs fail): {error}"
+        )
     return graphs
 
 
-def compile_step(step: Callable, *args, chip: str = "sm_90", path: str = None, steps: int = 1,
-                 libdevice: str = "") -> Dict[str, dict]:
+def compile_step(
+    step: Callable, *args, chip: str = "sm_90", path: str = None, steps: int = 1, libdevice: str = ""
+) -> Dict[str, dict]:
     """:func:`trace_step` then :func:`compile_graphs`: the step's graphs'
     launch plans for ``chip``, also saved as a bundle at ``path`` when
     given."""
@@ -101,8 +103,12 @@ def main(argv=None) -> int:
     parser.add_argument("factory", help="MODULE:FUNCTION returning (step, args); the args are moved to 'lazy'")
     parser.add_argument("--chip", default="sm_90", help="NVIDIA architecture (sm_80, sm_90, ...)")
     parser.add_argument("-o", "--output", required=True, help="the bundle to write")
-    parser.add_argument("--steps", type=int, default=1, help="steps to trace (a second one records the graphs "
-                                                               "of a step after the first optimizer update)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=1,
+        help="steps to trace (a second one records the graphs of a step after the first optimizer update)",
+    )
     options = parser.parse_args(argv)
     module_name, _, function_name = options.factory.partition(":")
     if not function_name:

@@ -91,8 +91,9 @@ def lazymlir(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with sdpa_kernel([SDPBackend.MATH]):
-        return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
-                            keep_inference_input_mutations=False)(gm, example_inputs)
+        return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, keep_inference_input_mutations=False)(
+            gm, example_inputs
+        )
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs) -> Callable:
@@ -247,12 +248,15 @@ def _support(graph: torch.fx.Graph) -> Set[torch.fx.Node]:
 
     inside = set()
     for node in graph.nodes:
-        if node.op == "call_function" and not _is_sym(_val(node)) and _compiles(node) \
-                and not any(uses_free_size(a) for a in node.all_input_nodes):
+        if (
+            node.op == "call_function"
+            and not _is_sym(_val(node))
+            and _compiles(node)
+            and not any(uses_free_size(a) for a in node.all_input_nodes)
+        ):
             inside.add(node)
     for node in reversed(list(graph.nodes)):
-        if node.op == "call_function" and _is_sym(_val(node)) and node.users \
-                and all(u in inside for u in node.users):
+        if node.op == "call_function" and _is_sym(_val(node)) and node.users and all(u in inside for u in node.users):
             inside.add(node)
     return inside
 
@@ -344,8 +348,11 @@ def _find_unsupported(gm: torch.fx.GraphModule) -> Set[tuple]:
         return False
 
     def key(node):
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) \
-                or not isinstance(_val(node), (torch.Tensor, tuple, list)):
+        if (
+            node.op != "call_function"
+            or not isinstance(node.target, torch._ops.OpOverload)
+            or not isinstance(_val(node), (torch.Tensor, tuple, list))
+        ):
             return None
         return _op_key(node)
 
@@ -367,12 +374,23 @@ def _build(gm: torch.fx.GraphModule, last_try: bool = False) -> torch.fx.GraphMo
     _views_as_reshapes(graph)
     top = torch.fx.GraphModule(gm, graph)
     inside = _support(graph)
-    partitioner = CapabilityBasedPartitioner(top, create_op_support(lambda _, n: n in inside),
-                                             allows_single_node_partition=True)
-    partitions = [p for p in partitioner.propose_partitions()
-                  if any(not _is_sym(_val(n)) and n.target is not operator.getitem for n in p.nodes)]
-    eager_ops = sum(1 for n in graph.nodes if n.op == "call_function" and not _is_sym(_val(n))
-                    and not _is_view(n) and n.target is not operator.getitem and n not in inside)
+    partitioner = CapabilityBasedPartitioner(
+        top, create_op_support(lambda _, n: n in inside), allows_single_node_partition=True
+    )
+    partitions = [
+        p
+        for p in partitioner.propose_partitions()
+        if any(not _is_sym(_val(n)) and n.target is not operator.getitem for n in p.nodes)
+    ]
+    eager_ops = sum(
+        1
+        for n in graph.nodes
+        if n.op == "call_function"
+        and not _is_sym(_val(n))
+        and not _is_view(n)
+        and n.target is not operator.getitem
+        and n not in inside
+    )
     if eager_ops:
         metrics.counter("DynamoEagerOp", eager_ops)
     top = _fused(top, [p.nodes for p in partitions], last_try)
@@ -396,8 +414,11 @@ def _fused(top: torch.fx.GraphModule, partitions, last_try: bool) -> torch.fx.Gr
 
 
 def _compute_ops(gm: torch.fx.GraphModule) -> List[torch.fx.Node]:
-    return [n for n in gm.graph.nodes if n.op == "call_function" and not _is_sym(_val(n))
-            and n.target is not operator.getitem]
+    return [
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_function" and not _is_sym(_val(n)) and n.target is not operator.getitem
+    ]
 
 
 def _compile_region(gm: torch.fx.GraphModule, last_try: bool) -> Callable:
@@ -413,10 +434,16 @@ def _compile_region(gm: torch.fx.GraphModule, last_try: bool) -> Callable:
     ops = _compute_ops(gm)
     if len(ops) >= 2:
         if config.verbose:
-            print(f"lazymlir: torch.compile region {region.name} ({len(ops)} ops) compiles in two halves: {error[:300]}")
+            print(
+                f"lazymlir: torch.compile region {region.name} ({len(ops)} ops) compiles in two halves: {error[:300]}"
+            )
         return _halves(gm, last_try)
-    warnings.warn(f"lazymlir: {ops[0].target if ops else 'a region'} in a torch.compile graph failed to compile "
-                  f"and runs eagerly: {error[:2000]}", RuntimeWarning, stacklevel=2)
+    warnings.warn(
+        f"lazymlir: {ops[0].target if ops else 'a region'} in a torch.compile graph failed to compile "
+        f"and runs eagerly: {error[:2000]}",
+        RuntimeWarning,
+        stacklevel=2,
+    )
     metrics.counter("CompileFallback")
     return region.run
 
@@ -430,7 +457,7 @@ def _halves(gm: torch.fx.GraphModule, last_try: bool) -> Callable:
     top = torch.fx.GraphModule(gm, graph)
     nodes = [n for n in graph.nodes if n.op == "call_function"]
     compute = _compute_ops(top)
-    first = set(compute[:len(compute) // 2])
+    first = set(compute[: len(compute) // 2])
     side = {}
     for n in nodes:
         if n.target is operator.getitem and not _is_sym(_val(n)):
@@ -506,9 +533,14 @@ class _Region:
     # -- compiling --
 
     def _key(self, examples, dynamic) -> tuple:
-        return ("dynamo", self.gm.code, tuple((tuple(t.shape), t.dtype) for t in examples),
-                tuple(tuple(sorted(d)) for d in dynamic) if dynamic else None,
-                tuple(sorted(compilation._options().items())), config.profile)
+        return (
+            "dynamo",
+            self.gm.code,
+            tuple((tuple(t.shape), t.dtype) for t in examples),
+            tuple(tuple(sorted(d)) for d in dynamic) if dynamic else None,
+            tuple(sorted(compilation._options().items())),
+            config.profile,
+        )
 
     def _compile_static(self, examples, last_try: bool):
         key = self._key(examples, None)
@@ -529,8 +561,9 @@ class _Region:
         entry, (guards, sizes, symbols) = found
         self.guards, self.symbols = guards, symbols
         names = sorted(symbols)
-        body = ", ".join("(" + "".join(f"{s if type(s) is int else 'int(' + s + ')'}, " for s in shape) + ")"
-                         for shape in sizes)
+        body = ", ".join(
+            "(" + "".join(f"{s if type(s) is int else 'int(' + s + ')'}, " for s in shape) + ")" for shape in sizes
+        )
         from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
         self.sizes_of = eval(f"lambda {', '.join(names) or '_'}: ({body},)", dict(SYMPY_INTERP))
@@ -572,8 +605,9 @@ class _Region:
                     if dynamic is None:
                         _check_outputs(executable, [o.shape for o in _fake_run(self.gm, examples)])
                     if record is not None:
-                        native.disk_cache_write(record, json.dumps({"graph": executable.cache_key,
-                                                                    "info": info}).encode())
+                        native.disk_cache_write(
+                            record, json.dumps({"graph": executable.cache_key, "info": info}).encode()
+                        )
                 compilation._note_compile(executable.compile_stats, disk)
                 metrics.sample("KernelCount", executable.kernel_count)
                 metrics.counter("UncachedCompile")
@@ -596,15 +630,19 @@ class _Region:
                         warnings.warn(
                             "lazymlir: a torch.compile graph holds ops that do not compile; they run eagerly, "
                             "the rest compiles: " + ", ".join(sorted(f"{op} on {list(dt)}" for op, dt in culprits)),
-                            RuntimeWarning, stacklevel=2)
+                            RuntimeWarning,
+                            stacklevel=2,
+                        )
                         raise _Unsupported() from None
                 # The caller cuts the region in two and compiles each half.
                 entry = _Failed(name, self.gm, "CompileFallback", None)  # the region's runs allocate
                 entry.error = f"{type(e).__name__}: {e}"
         cache.insert(key, entry if dynamic is None else (entry, info), time.perf_counter() - t0)
         if config.verbose:
-            print(f"lazymlir: torch.compile region {name}: {len(self.gm.graph.nodes)} nodes, "
-                  f"{type(entry).__name__}, {(time.perf_counter() - t0) * 1e3:.1f} ms")
+            print(
+                f"lazymlir: torch.compile region {name}: {len(self.gm.graph.nodes)} nodes, "
+                f"{type(entry).__name__}, {(time.perf_counter() - t0) * 1e3:.1f} ms"
+            )
         return entry, info
 
     @staticmethod
@@ -678,8 +716,10 @@ class _Region:
             if len(self.instances) >= 64:
                 self.instances.clear()
             examples = [torch.empty(s, dtype=t.dtype) for s, t in zip(sizes, inputs)]
-            found = self.instances[sizes] = (self._compile_static(examples, True),
-                                             [tuple(v.shape) for v in _fake_run(self.gm, inputs)])
+            found = self.instances[sizes] = (
+                self._compile_static(examples, True),
+                [tuple(v.shape) for v in _fake_run(self.gm, inputs)],
+            )
         entry, shapes = found
         outs = [runtime._empty(shape, dtype) for shape, dtype in zip(shapes, self.out_dtypes)]
         self._execute(entry, inputs, outs)

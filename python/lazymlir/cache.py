@@ -125,12 +125,14 @@ def wait_background_compiles() -> None:
 # ----------------------------------------------------------------------------
 # Records: trace -> compiled graph, on disk.
 
+
 class _Unstable(Exception):
     pass
 
 
-_EXACT_REPR = frozenset({int, float, str, bool, type(None), torch.dtype, torch.device, torch.layout,
-                         torch.memory_format})
+_EXACT_REPR = frozenset(
+    {int, float, str, bool, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format}
+)
 
 
 def _stable_repr(key: tuple) -> Optional[str]:

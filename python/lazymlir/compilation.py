@@ -149,9 +149,11 @@ class _Compiled:
         if self.template is not None:
             self.template.failed = True
         metrics.counter("DynamicValidationMismatch")
-        warnings.warn(f"lazymlir: dynamic graph {self.name} computed output(s) {bad} unlike eager on its first "
-                      f"run (#{bad[0]}: {detail}): it runs eagerly from now on, and later sizes compile static",
-                      RuntimeWarning)
+        warnings.warn(
+            f"lazymlir: dynamic graph {self.name} computed output(s) {bad} unlike eager on its first "
+            f"run (#{bad[0]}: {detail}): it runs eagerly from now on, and later sizes compile static",
+            RuntimeWarning,
+        )
         for out, ref in zip(outs, expected):
             out.copy_(ref)
 
@@ -195,8 +197,10 @@ def _difference(out: torch.Tensor, ref: torch.Tensor) -> str:
     if not (ref.dtype.is_floating_point or ref.is_complex()):
         return f"{ref.dtype} {tuple(ref.shape)}, {int((out != ref).sum())} elements differ"
     d = (out.double() - ref.double()).abs().nan_to_num(float("inf"))
-    return f"{ref.dtype} {tuple(ref.shape)}, largest difference {d.max().item():.3g} where eager has " \
-           f"{ref.flatten()[d.flatten().argmax()].item():.3g}, largest eager value {ref.abs().max().item():.3g}"
+    return (
+        f"{ref.dtype} {tuple(ref.shape)}, largest difference {d.max().item():.3g} where eager has "
+        f"{ref.flatten()[d.flatten().argmax()].item():.3g}, largest eager value {ref.abs().max().item():.3g}"
+    )
 
 
 def _close(out: torch.Tensor, ref: torch.Tensor) -> bool:
@@ -281,8 +285,16 @@ def _note_shapes(graph: trace.Graph, name: str) -> None:
     if seen:
         metrics.counter("RecompileShapeChange")
         last = seen[-1]
-        changed = [f"input {i} dim {d}: {a} -> {b}" for i, (old, new) in enumerate(zip(last, shapes))
-                   for d, (a, b) in enumerate(zip(old, new)) if a != b] if len(last) == len(shapes) else []
+        changed = (
+            [
+                f"input {i} dim {d}: {a} -> {b}"
+                for i, (old, new) in enumerate(zip(last, shapes))
+                for d, (a, b) in enumerate(zip(old, new))
+                if a != b
+            ]
+            if len(last) == len(shapes)
+            else []
+        )
         if config.verbose:
             print(f"lazymlir: recompiling graph {name}: {', '.join(changed) or 'constants changed'}")
         if len(seen) + 1 == config.recompile_warning_at:
@@ -343,8 +355,15 @@ def _schedule_static(graph: trace.Graph) -> None:
         _static_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lazymlir-static")
     # What the compile needs, taken now: the trace's nodes are released once
     # it has run. The inputs are only looked at for their metadata.
-    job = (graph.key, trace.graph_hash(graph.key), trace.to_fx(graph), graph.input_values(), graph.output_specs(),
-           _options(), _static_generation)
+    job = (
+        graph.key,
+        trace.graph_hash(graph.key),
+        trace.to_fx(graph),
+        graph.input_values(),
+        graph.output_specs(),
+        _options(),
+        _static_generation,
+    )
     _static_jobs.append(_static_pool.submit(_compile_static, *job))
     del _static_jobs[:-64]
 
@@ -372,8 +391,10 @@ def _compile_static(key, name, gm, inputs, specs, options, generation) -> None:
     cache.insert(key, _Compiled(name, executable, specs, gm), time.perf_counter() - t0)
     metrics.counter("StaticTierUp")
     if config.verbose:
-        print(f"lazymlir: static graph {name} replaces the dynamic graph at its sizes "
-              f"({(time.perf_counter() - t0) * 1e3:.0f} ms, in the background)")
+        print(
+            f"lazymlir: static graph {name} replaces the dynamic graph at its sizes "
+            f"({(time.perf_counter() - t0) * 1e3:.0f} ms, in the background)"
+        )
 
 
 def wait_static_compiles() -> None:
@@ -483,8 +504,7 @@ def _disk_templates(native, name: str, options: dict):
 def _dynamic_name(graph: trace.Graph, template) -> str:
     """A dynamic graph's name (dumps, profiles): of the trace's structure and
     its symbols, not of its sizes."""
-    return trace.graph_hash((dynamic.decompose(graph.key)[0], sorted(template.symbols),
-                             sorted(template.exprs.items())))
+    return trace.graph_hash((dynamic.decompose(graph.key)[0], sorted(template.symbols), sorted(template.exprs.items())))
 
 
 _TENSOR_CAST = re.compile(r"tensor\.cast [^:]*: tensor<([^>]*)> to tensor<([^>]*)>")
@@ -523,8 +543,9 @@ def _compile_dynamic(graph: trace.Graph, template, native, name: str, options: d
         if refined:
             raise lowering.LoweringError(f"torch-mlir assumed a ? size static: {refined}")
         t1 = time.perf_counter()
-        executable = native.compile_linalg(lowered.linalg, keep_llvm_dialect=bool(config.dump_dir),
-                                           profile=config.profile, **options)
+        executable = native.compile_linalg(
+            lowered.linalg, keep_llvm_dialect=bool(config.dump_dir), profile=config.profile, **options
+        )
         metrics.timing("CompileTime", time.perf_counter() - t1)
     except Exception as e:
         template.failed = True
@@ -563,8 +584,11 @@ _INTEGER_DIVISIONS = ("div", "floor_divide", "fmod", "remainder")
 def _divides_integers(graph: trace.Graph) -> bool:
     for n in graph.nodes:
         name = n.sig[0] if isinstance(n.sig[0], str) else ""
-        if any(d in name for d in _INTEGER_DIVISIONS) and isinstance(n.meta, torch.Tensor) \
-                and not (n.meta.dtype.is_floating_point or n.meta.dtype.is_complex):
+        if (
+            any(d in name for d in _INTEGER_DIVISIONS)
+            and isinstance(n.meta, torch.Tensor)
+            and not (n.meta.dtype.is_floating_point or n.meta.dtype.is_complex)
+        ):
             return True
     return False
 
@@ -611,9 +635,15 @@ def _configure_disk_cache(native) -> bool:
 
 def _options() -> dict:
     """The native compiler's options for a graph compiled now."""
-    return dict(fusion=config.fusion, channels_last=config.channels_last, threads=config.threads,
-                parallel_threshold=config.parallel_threshold, streaming_store_bytes=config.streaming_store_bytes,
-                tiered=config.tiered, tier_up_runs=config.tier_up_runs)
+    return dict(
+        fusion=config.fusion,
+        channels_last=config.channels_last,
+        threads=config.threads,
+        parallel_threshold=config.parallel_threshold,
+        streaming_store_bytes=config.streaming_store_bytes,
+        tiered=config.tiered,
+        tier_up_runs=config.tier_up_runs,
+    )
 
 
 # torch-mlir and the native compiler work for one graph at a time: the
@@ -680,8 +710,9 @@ def _compile_locked(graph: trace.Graph):
                 for listener in lowered_graph_listeners:
                     listener(name, graph, lowered.linalg)
                 try:
-                    executable = native.compile_linalg(lowered.linalg, keep_llvm_dialect=bool(config.dump_dir),
-                                                       profile=config.profile, **options)
+                    executable = native.compile_linalg(
+                        lowered.linalg, keep_llvm_dialect=bool(config.dump_dir), profile=config.profile, **options
+                    )
                 except Exception:
                     # The IR that failed, for the bug report.
                     debug.dump(name, "torch", lowered.torch_mlir)
@@ -719,8 +750,7 @@ def _compile_locked(graph: trace.Graph):
                     )
                     return _Split(culprits)
             warnings.warn(
-                f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile and runs eagerly: "
-                f"{str(e)[:2000]}",
+                f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile and runs eagerly: {str(e)[:2000]}",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -734,13 +764,19 @@ def _compile_locked(graph: trace.Graph):
             if st["from_disk"]:
                 detail = f" [from the disk cache: {st['distinct_kernels']} kernels, link {st['link'] * 1e3:.0f} ms]"
             else:
-                phases = ", ".join(f"{name[len('Compile'):-len('Time')]} {st[k] * 1e3:.0f}"
-                                   for k, name in metrics.COMPILE_PHASES.items())
-                detail = (f" [{st['input_ops']} linalg ops, {st['loop_nests']} loop nests, {st['distinct_kernels']} "
-                          f"distinct kernels: {st['kernels_compiled']} compiled, {st['kernels_reused']} reused, "
-                          f"{st['kernels_from_disk']} from disk; {st['llvm_instructions']} LLVM instructions, "
-                          f"{st['object_bytes']} object bytes; ms: {phases}]")
-        print(f"lazymlir: compiled graph {name}: {len(graph.nodes)} ops, {len(graph.inputs)} inputs, "
-              f"{type(entry).__name__}{kernels}, {seconds * 1e3:.1f} ms{detail}")
+                phases = ", ".join(
+                    f"{name[len('Compile') : -len('Time')]} {st[k] * 1e3:.0f}"
+                    for k, name in metrics.COMPILE_PHASES.items()
+                )
+                detail = (
+                    f" [{st['input_ops']} linalg ops, {st['loop_nests']} loop nests, {st['distinct_kernels']} "
+                    f"distinct kernels: {st['kernels_compiled']} compiled, {st['kernels_reused']} reused, "
+                    f"{st['kernels_from_disk']} from disk; {st['llvm_instructions']} LLVM instructions, "
+                    f"{st['object_bytes']} object bytes; ms: {phases}]"
+                )
+        print(
+            f"lazymlir: compiled graph {name}: {len(graph.nodes)} ops, {len(graph.inputs)} inputs, "
+            f"{type(entry).__name__}{kernels}, {seconds * 1e3:.1f} ms{detail}"
+        )
     cache.insert(graph.key, entry, seconds)
     return entry

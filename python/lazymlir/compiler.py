@@ -49,8 +49,15 @@ CompileError = _native.CompileError
 #: trapped on nothing, but its outputs are garbage. A subclass of RuntimeError.
 CheckFailed = _native.CheckFailed
 
-def run_allocated(executable, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], *,
-                  background: bool = False, dynamic: bool = False) -> None:
+
+def run_allocated(
+    executable,
+    inputs: Sequence[torch.Tensor],
+    outputs: Sequence[torch.Tensor],
+    *,
+    background: bool = False,
+    dynamic: bool = False,
+) -> None:
     """``executable.run`` for a caller that made every buffer contiguous with
     its signature's dtype and shape (the lazy runtime, whose cache key fixes
     them): only counts and byte sizes are checked, which skips DLPack's few
@@ -58,8 +65,14 @@ def run_allocated(executable, inputs: Sequence[torch.Tensor], outputs: Sequence[
     dimensions, and each buffer's sizes go with it (checked against the
     signature). Raises :data:`CheckFailed` like ``run``."""
     shapes = [t.shape for t in inputs] + [t.shape for t in outputs] if dynamic else None
-    executable.run_raw([t.data_ptr() for t in inputs], [t.nbytes for t in inputs],
-                       [t.data_ptr() for t in outputs], [t.nbytes for t in outputs], background, shapes)
+    executable.run_raw(
+        [t.data_ptr() for t in inputs],
+        [t.nbytes for t in inputs],
+        [t.data_ptr() for t in outputs],
+        [t.nbytes for t in outputs],
+        background,
+        shapes,
+    )
 
 
 def pooled_tensor(shape, dtype_code: int, bits: int) -> torch.Tensor:
@@ -204,12 +217,22 @@ def cuda_toolkit() -> str:
     for root in tried:
         if os.path.exists(os.path.join(root, "nvvm", "libdevice", "libdevice.10.bc")):
             return root
-    raise FileNotFoundError("lazymlir: no libdevice.10.bc under " + ", ".join(tried) +
-                            " (pip install nvidia-nvvm nvidia-cuda-nvcc, or set LAZYMLIR_CUDA_PATH)")
+    raise FileNotFoundError(
+        "lazymlir: no libdevice.10.bc under "
+        + ", ".join(tried)
+        + " (pip install nvidia-nvvm nvidia-cuda-nvcc, or set LAZYMLIR_CUDA_PATH)"
+    )
 
 
-def compile_gpu(linalg_text: str, chip: str = "sm_90", *, libdevice: str = "", features: str = "",
-                block_size: int = 256, fusion: bool = True) -> dict:
+def compile_gpu(
+    linalg_text: str,
+    chip: str = "sm_90",
+    *,
+    libdevice: str = "",
+    features: str = "",
+    block_size: int = 256,
+    fusion: bool = True,
+) -> dict:
     """Compile linalg-on-tensors text for an NVIDIA GPU (``chip``: sm_80,
     sm_90, ...) on any machine: the launch plan (a dict; see
     lazymlir.gpu_runtime, which runs it with torch and the CUDA driver) with

@@ -33,8 +33,9 @@ DEVICES = ("cpu",)
 
 def _check_device(value: str) -> str:
     if value not in DEVICES:
-        raise ValueError(f"lazymlir: LAZYMLIR_DEVICE={value!r} is not a target lazymlir has; "
-                         f"choose one of {', '.join(DEVICES)}")
+        raise ValueError(
+            f"lazymlir: LAZYMLIR_DEVICE={value!r} is not a target lazymlir has; choose one of {', '.join(DEVICES)}"
+        )
     return value
 
 
@@ -84,6 +85,7 @@ async_execution: bool = _env_bool("LAZYMLIR_ASYNC", True)
 # hundred training steps); 2, like torch_xla, lets step k+1 be traced while
 # step k runs.
 max_in_flight: int = max(1, int(_env_str("LAZYMLIR_MAX_IN_FLIGHT", "2")))
+
 
 def _default_cache_dir() -> Optional[str]:
     value = os.environ.get("LAZYMLIR_CACHE_DIR")
@@ -149,10 +151,30 @@ profile: bool = _env_bool("LAZYMLIR_PROFILE", False)
 # Print one line per compilation (graph hash, node count, why it was new).
 verbose: bool = _env_bool("LAZYMLIR_VERBOSE", False)
 
-_NAMES = ("dump_dir", "cache_dir", "cache_max_bytes", "tiered", "tier_up_runs", "device", "fusion", "channels_last",
-          "threads", "parallel_threshold", "streaming_store_bytes",
-          "force_eager", "force_fallback", "async_execution", "max_in_flight", "recompile_warning_at", "profile",
-          "verbose", "dynamic", "static_tier_up_runs", "eager_read_ops", "eager_read_elements")
+_NAMES = (
+    "dump_dir",
+    "cache_dir",
+    "cache_max_bytes",
+    "tiered",
+    "tier_up_runs",
+    "device",
+    "fusion",
+    "channels_last",
+    "threads",
+    "parallel_threshold",
+    "streaming_store_bytes",
+    "force_eager",
+    "force_fallback",
+    "async_execution",
+    "max_in_flight",
+    "recompile_warning_at",
+    "profile",
+    "verbose",
+    "dynamic",
+    "static_tier_up_runs",
+    "eager_read_ops",
+    "eager_read_elements",
+)
 
 
 def options_key() -> tuple:

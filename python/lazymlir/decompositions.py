@@ -11,8 +11,6 @@ class LoweringError(Exception):
     """The graph cannot be lowered (torch-mlir failed, or an op is refused)."""
 
 
-
-
 _decompositions = None
 
 
@@ -32,20 +30,35 @@ def decomposition_table():
         # cf.assert (reciprocal of 0 or NaN aborts the process), or with wrong
         # constants (gelu's tanh form).
         aten = torch.ops.aten
-        table.update({
-            aten.clamp.default: _clamp, aten.clamp.Tensor: _clamp,
-            aten.clamp_min.default: _clamp_min, aten.clamp_min.Tensor: _clamp_min,
-            aten.clamp_max.default: _clamp_max, aten.clamp_max.Tensor: _clamp_max,
-            aten.hardtanh.default: _hardtanh, aten.relu6.default: _relu6, aten.relu.default: _relu,
-            aten.maximum.default: _maximum, aten.minimum.default: _minimum,
-            aten.fmax.default: _fmax, aten.fmin.default: _fmin,
-            aten.eq.Tensor: _eq, aten.reciprocal.default: _reciprocal,
-            aten.fmod.Tensor: _fmod, aten.fmod.Scalar: _fmod,
-            aten.argmax.default: _argmax, aten.argmin.default: _argmin,
-            aten.max.dim: _max_dim, aten.min.dim: _min_dim,
-            aten.trunc.default: _trunc, aten.elu.default: _elu,
-            aten.pow.Tensor_Scalar: _pow_tensor_scalar, aten.gelu.default: _gelu,
-        })
+        table.update(
+            {
+                aten.clamp.default: _clamp,
+                aten.clamp.Tensor: _clamp,
+                aten.clamp_min.default: _clamp_min,
+                aten.clamp_min.Tensor: _clamp_min,
+                aten.clamp_max.default: _clamp_max,
+                aten.clamp_max.Tensor: _clamp_max,
+                aten.hardtanh.default: _hardtanh,
+                aten.relu6.default: _relu6,
+                aten.relu.default: _relu,
+                aten.maximum.default: _maximum,
+                aten.minimum.default: _minimum,
+                aten.fmax.default: _fmax,
+                aten.fmin.default: _fmin,
+                aten.eq.Tensor: _eq,
+                aten.reciprocal.default: _reciprocal,
+                aten.fmod.Tensor: _fmod,
+                aten.fmod.Scalar: _fmod,
+                aten.argmax.default: _argmax,
+                aten.argmin.default: _argmin,
+                aten.max.dim: _max_dim,
+                aten.min.dim: _min_dim,
+                aten.trunc.default: _trunc,
+                aten.elu.default: _elu,
+                aten.pow.Tensor_Scalar: _pow_tensor_scalar,
+                aten.gelu.default: _gelu,
+            }
+        )
         # A comparison of a tensor with a Python scalar of another kind (a float
         # tensor with an int, an int tensor with a float, a bool tensor with an
         # int), or of booleans: torch-mlir's folders read a constant tensor's
@@ -83,7 +96,8 @@ def decomposition_table():
         # in half-width vectors: 1.4x eager's time at 4096x1024); eager's CPU
         # kernel accumulates in float32 too.
         table[torch.ops.aten.native_layer_norm.default] = _layer_norm_f32(
-            table.get(torch.ops.aten.native_layer_norm.default))
+            table.get(torch.ops.aten.native_layer_norm.default)
+        )
         assert torch.ops.aten.sort.default not in table
         table[torch.ops.aten.sort.default] = _sort_bool
         _decompositions = table
@@ -241,6 +255,7 @@ def _compare_scalar(op):
             dtype = torch.int32
         value = bool(other) if dtype == torch.bool else float(other) if dtype.is_floating_point else int(other)
         return op(self.to(dtype), value)
+
     return compare
 
 
@@ -380,9 +395,15 @@ def _layer_norm_f32(decomposed):
     return decomposition
 
 
-_SCATTERS = (torch.ops.aten.scatter.src, torch.ops.aten.scatter.value, torch.ops.aten.scatter.reduce,
-             torch.ops.aten.scatter.value_reduce, torch.ops.aten.scatter_add.default,
-             torch.ops.aten.scatter_reduce.two, torch.ops.aten.index_add.default)
+_SCATTERS = (
+    torch.ops.aten.scatter.src,
+    torch.ops.aten.scatter.value,
+    torch.ops.aten.scatter.reduce,
+    torch.ops.aten.scatter.value_reduce,
+    torch.ops.aten.scatter_add.default,
+    torch.ops.aten.scatter_reduce.two,
+    torch.ops.aten.index_add.default,
+)
 
 
 def _scatter_like(op, decomposed):
@@ -440,8 +461,9 @@ def _index_put_wrapped(self, indices, values, accumulate):
     _wrapping_index_put = True
     try:
         if bools:
-            return torch.ops.aten.index_put.default(self.to(torch.int32), wrapped, values.to(torch.int32),
-                                                    accumulate).to(torch.bool)
+            return torch.ops.aten.index_put.default(
+                self.to(torch.int32), wrapped, values.to(torch.int32), accumulate
+            ).to(torch.bool)
         return torch.ops.aten.index_put.default(self, wrapped, values, accumulate)
     finally:
         _wrapping_index_put = False
@@ -473,8 +495,7 @@ def _as_strided_scatter(self, src, size, stride, storage_offset=None):
         shape = [1] * len(size)
         shape[d] = n
         flat = flat + (torch.arange(n, device=self.device) * st).reshape(shape)
-    out = torch.ops.aten.index_put.default(self.reshape(-1), [flat.reshape(-1)],
-                                           src.to(self.dtype).reshape(-1), False)
+    out = torch.ops.aten.index_put.default(self.reshape(-1), [flat.reshape(-1)], src.to(self.dtype).reshape(-1), False)
     return out.reshape(self.shape)
 
 
@@ -515,7 +536,7 @@ def _index_put(self, indices, values, accumulate=False):
     t = len(trailing)
     values = values.to(self.dtype)
     full_mask = mask.reshape(list(mask.shape) + [1] * t)
-    row_shape = list(values.shape[max(values.dim() - t, 0):])
+    row_shape = list(values.shape[max(values.dim() - t, 0) :])
     if values.dim() <= t or values.shape[values.dim() - t - 1] == 1:
         # One value (or row) for every masked element.
         picked = values.reshape(row_shape).expand(self.shape)
@@ -529,8 +550,6 @@ def _index_put(self, indices, values, accumulate=False):
     if accumulate:
         return self + torch.where(full_mask, picked, torch.zeros((), dtype=self.dtype, device=self.device))
     return torch.where(full_mask, picked, self)
-
-
 
 
 def _max_unpool(self, indices, output_size, dims):
@@ -592,7 +611,7 @@ def _max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilati
         g = torch.where(hit, grad_output.reshape(lead + [OH, 1, OW, 1]), zero)
         g = g.reshape(lead + [OH * kh, OW * kw])
         if OH * kh > H or OW * kw > W:  # ceil_mode's last windows end past the input: crop (no negative pad,
-            g = g[..., :H, :W]          # which torch-mlir lowered to an out-of-bounds slice)
+            g = g[..., :H, :W]  # which torch-mlir lowered to an out-of-bounds slice)
         return torch.nn.functional.pad(g, [0, W - g.shape[-1], 0, H - g.shape[-2]])
     grad_input = torch.zeros(self.shape, dtype=grad_output.dtype, device=dev)
     for i in range(kh):

@@ -99,8 +99,19 @@ class Template:
     """A dynamic graph: which numbers are symbols (input dimensions), which
     are functions of them, and the compiled entry."""
 
-    __slots__ = ("base", "symbols", "exprs", "leaf_of", "free", "entry", "guards", "failed", "graph_key",
-                 "output_sizes", "size_symbols")
+    __slots__ = (
+        "base",
+        "symbols",
+        "exprs",
+        "leaf_of",
+        "free",
+        "entry",
+        "guards",
+        "failed",
+        "graph_key",
+        "output_sizes",
+        "size_symbols",
+    )
 
     def __init__(self, base, symbols, exprs, leaf_of):
         self.base = base  # the numbers of the trace it was made from
@@ -186,17 +197,25 @@ class Template:
         return True
 
     def to_json(self) -> dict:
-        return {"base": list(self.base), "symbols": sorted(self.symbols),
-                "exprs": [[i, a, list(syms), b] for i, (a, syms, b) in sorted(self.exprs.items())],
-                "leaf_of": [[s, i, d] for s, (i, d) in sorted(self.leaf_of.items())],
-                "guards": self.guards, "graph": self.entry.executable.cache_key,
-                "output_sizes": self.output_sizes, "size_symbols": {k: list(v) for k, v in self.size_symbols.items()}}
+        return {
+            "base": list(self.base),
+            "symbols": sorted(self.symbols),
+            "exprs": [[i, a, list(syms), b] for i, (a, syms, b) in sorted(self.exprs.items())],
+            "leaf_of": [[s, i, d] for s, (i, d) in sorted(self.leaf_of.items())],
+            "guards": self.guards,
+            "graph": self.entry.executable.cache_key,
+            "output_sizes": self.output_sizes,
+            "size_symbols": {k: list(v) for k, v in self.size_symbols.items()},
+        }
 
     @staticmethod
     def from_json(d: dict) -> "Template":
-        t = Template(tuple(d["base"]), frozenset(d["symbols"]),
-                     {i: (a, tuple(syms), b) for i, a, syms, b in d["exprs"]},
-                     {s: (i, d_) for s, i, d_ in d["leaf_of"]})
+        t = Template(
+            tuple(d["base"]),
+            frozenset(d["symbols"]),
+            {i: (a, tuple(syms), b) for i, a, syms, b in d["exprs"]},
+            {s: (i, d_) for s, i, d_ in d["leaf_of"]},
+        )
         t.guards = d["guards"]
         t.graph_key = str(d["graph"])
         t.output_sizes = d["output_sizes"]
@@ -216,8 +235,10 @@ class Template:
         return [_phantom(numbers[s]) for s in self.free]
 
     def describe(self) -> str:
-        return ", ".join(f"input {i} dim {d}" if i >= 0 else f"integer #{s}"
-                         for s, (i, d) in sorted(self.leaf_of.items(), key=lambda x: x[1]))
+        return ", ".join(
+            f"input {i} dim {d}" if i >= 0 else f"integer #{s}"
+            for s, (i, d) in sorted(self.leaf_of.items(), key=lambda x: x[1])
+        )
 
 
 _phantoms: Dict[int, torch.Tensor] = {}
@@ -392,7 +413,7 @@ def _schema_kinds(op):
         schema = getattr(op, "_schema", None)
         if schema is not None:
             text = str(schema)
-            inner = text[text.index("(") + 1:text.rindex(") ->")]
+            inner = text[text.index("(") + 1 : text.rindex(") ->")]
             parts, depth, cur = [], 0, ""
             for ch in inner:
                 if ch in "[(":
@@ -544,8 +565,9 @@ def _generalize(graph, family, numbers, leaf_starts) -> Optional[Template]:
         base = numbers
     t = Template(tuple(base), frozenset(symbols), exprs, {s: where[s] for s in symbols})
     for old in family.templates:
-        if not old.failed and any(old.base[i] != c for i, c in enumerate(numbers)
-                                  if i not in old.symbols and i not in old.exprs):
+        if not old.failed and any(
+            old.base[i] != c for i, c in enumerate(numbers) if i not in old.symbols and i not in old.exprs
+        ):
             # The old one is for other constants (another batch size: a
             # generate with batch 1, then one with batch 4): not a fit that
             # failed for this trace.
@@ -619,8 +641,9 @@ def fx_rewriter(template: Template, graph):
                 i = counter[0]
                 counter[0] += 1
                 if i >= end or numbers[i] != v:
-                    raise Misaligned(f"{n.op}: integer {v} where its signature has "
-                                     f"{numbers[i] if i < end else 'nothing'}")
+                    raise Misaligned(
+                        f"{n.op}: integer {v} where its signature has {numbers[i] if i < end else 'nothing'}"
+                    )
                 seen[0] += 1
                 if i in free:
                     replaced.add(i)

@@ -29,9 +29,17 @@ import torch
 PLAN_FORMAT, PLAN_VERSION = "lazymlir-gpu-plan", 1
 BUNDLE_FORMAT, BUNDLE_VERSION = "lazymlir-gpu-bundle", 1
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-           "bfloat16": torch.bfloat16, "bool": torch.bool, "int8": torch.int8, "int16": torch.int16,
-           "int32": torch.int32, "int64": torch.int64}
+_DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bool": torch.bool,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+}
 _STEPS = {"alloc", "view", "copy", "constant", "dealloc", "launch"}
 
 
@@ -70,8 +78,10 @@ def check_chips(chips: List[str], device_chip: str) -> None:
     a less telling error)."""
     for chip in chips:
         if not can_run(chip, device_chip):
-            raise BundleError(f"lazymlir: the graph was compiled for {chip}; this device is {device_chip}, which "
-                              "cannot run it: compile it for this device's chip")
+            raise BundleError(
+                f"lazymlir: the graph was compiled for {chip}; this device is {device_chip}, which "
+                "cannot run it: compile it for this device's chip"
+            )
 
 
 class GpuExecutable:
@@ -87,8 +97,11 @@ class GpuExecutable:
         self._loaded = {}  # device index -> {module name: (CUmodule, {kernel: CUfunction})}
         self._constants = {}  # (device index, buffer id) -> tensor
         # The launched modules with a runtime-check flag: read after a run.
-        self.checked_modules = frozenset(step["module"] for step in plan["steps"] if step["op"] == "launch"
-                                         and plan["modules"][step["module"]]["check_flag"])
+        self.checked_modules = frozenset(
+            step["module"]
+            for step in plan["steps"]
+            if step["op"] == "launch" and plan["modules"][step["module"]]["check_flag"]
+        )
 
     @classmethod
     def from_json(cls, text: str) -> "GpuExecutable":
@@ -109,11 +122,17 @@ class GpuExecutable:
             raise ValueError(f"lazymlir: the graph takes {len(self.arguments)} buffers, got {len(args)}")
         device = args[0].device if args else torch.device("cuda", torch.cuda.current_device())
         for i, (t, layout) in enumerate(zip(args, self.arguments)):
-            if t.device != device or t.dtype != _DTYPES[layout["dtype"]] or list(t.shape) != layout["shape"] \
-                    or list(t.stride()) != layout["strides"]:
-                raise ValueError(f"lazymlir: buffer {i} must be a {layout['dtype']} tensor of shape {layout['shape']} "
-                                 f"and strides {layout['strides']} on {device}, got {t.dtype} {list(t.shape)} "
-                                 f"{list(t.stride())} on {t.device}")
+            if (
+                t.device != device
+                or t.dtype != _DTYPES[layout["dtype"]]
+                or list(t.shape) != layout["shape"]
+                or list(t.stride()) != layout["strides"]
+            ):
+                raise ValueError(
+                    f"lazymlir: buffer {i} must be a {layout['dtype']} tensor of shape {layout['shape']} "
+                    f"and strides {layout['strides']} on {device}, got {t.dtype} {list(t.shape)} "
+                    f"{list(t.stride())} on {t.device}"
+                )
         check_chips(self.chips, chip_of_capability(*torch.cuda.get_device_capability(device)))
         driver = _driver()
         with torch.cuda.device(device):
@@ -125,14 +144,16 @@ class GpuExecutable:
                 op = step["op"]
                 if op == "alloc":
                     layout = step["layout"]
-                    buffers[step["buffer"]] = torch.empty_strided(layout["shape"], layout["strides"],
-                                                                  dtype=_DTYPES[layout["dtype"]], device=device)
+                    buffers[step["buffer"]] = torch.empty_strided(
+                        layout["shape"], layout["strides"], dtype=_DTYPES[layout["dtype"]], device=device
+                    )
                     roots[step["buffer"]] = step["buffer"]
                 elif op == "view":
                     layout, root = step["layout"], roots[step["source"]]
                     base = buffers[root]
-                    buffers[step["buffer"]] = base.as_strided(layout["shape"], layout["strides"],
-                                                              base.storage_offset() + layout["offset"])
+                    buffers[step["buffer"]] = base.as_strided(
+                        layout["shape"], layout["strides"], base.storage_offset() + layout["offset"]
+                    )
                     roots[step["buffer"]] = root
                 elif op == "copy":
                     buffers[step["target"]].copy_(buffers[step["source"]])
@@ -144,12 +165,26 @@ class GpuExecutable:
                 elif op == "launch":
                     module, functions = modules[step["module"]]
                     params = [self._param(a, buffers, roots) for a in step["args"]]
-                    pointers = (ctypes.c_void_p * len(params))(*[ctypes.cast(ctypes.pointer(p), ctypes.c_void_p)
-                                                                 for p in params])
+                    pointers = (ctypes.c_void_p * len(params))(
+                        *[ctypes.cast(ctypes.pointer(p), ctypes.c_void_p) for p in params]
+                    )
                     grid, block = step["grid"], step["block"]
-                    _check(driver.cuLaunchKernel(functions[step["kernel"]], grid[0], grid[1], grid[2],
-                                                 block[0], block[1], block[2], 0, ctypes.c_void_p(stream),
-                                                 pointers, None), "cuLaunchKernel")
+                    _check(
+                        driver.cuLaunchKernel(
+                            functions[step["kernel"]],
+                            grid[0],
+                            grid[1],
+                            grid[2],
+                            block[0],
+                            block[1],
+                            block[2],
+                            0,
+                            ctypes.c_void_p(stream),
+                            pointers,
+                            None,
+                        ),
+                        "cuLaunchKernel",
+                    )
             if self.checked_modules and check:
                 self._read_check_flags(driver, modules, self.checked_modules, stream)
 
@@ -207,8 +242,10 @@ class GpuExecutable:
                 functions = {}
                 for kernel in kernels.get(name, ()):
                     function = ctypes.c_void_p()
-                    _check(driver.cuModuleGetFunction(ctypes.byref(function), handle, kernel.encode()),
-                           f"cuModuleGetFunction ({name}.{kernel})")
+                    _check(
+                        driver.cuModuleGetFunction(ctypes.byref(function), handle, kernel.encode()),
+                        f"cuModuleGetFunction ({name}.{kernel})",
+                    )
                     functions[kernel] = function
                 loaded[name] = (handle, functions)
             self._loaded[index] = loaded
@@ -218,8 +255,12 @@ class GpuExecutable:
         failed = []
         for name in sorted(flagged):
             pointer, size = ctypes.c_uint64(), ctypes.c_size_t()
-            _check(driver.cuModuleGetGlobal_v2(ctypes.byref(pointer), ctypes.byref(size), modules[name][0],
-                                               b"__lazymlir_check_failed"), "cuModuleGetGlobal")
+            _check(
+                driver.cuModuleGetGlobal_v2(
+                    ctypes.byref(pointer), ctypes.byref(size), modules[name][0], b"__lazymlir_check_failed"
+                ),
+                "cuModuleGetGlobal",
+            )
             value = ctypes.c_int32()
             _check(driver.cuStreamSynchronize(ctypes.c_void_p(stream)), "cuStreamSynchronize")
             _check(driver.cuMemcpyDtoH_v2(ctypes.byref(value), pointer, 4), "cuMemcpyDtoH")
@@ -227,8 +268,10 @@ class GpuExecutable:
                 _check(driver.cuMemsetD32_v2(pointer, 0, 1), "cuMemsetD32")
                 failed.append(name)
         if failed:
-            raise CheckFailed(f"lazymlir: a runtime check failed in kernel module(s) {', '.join(failed)} "
-                              "(an index out of range or an integer division by zero)")
+            raise CheckFailed(
+                f"lazymlir: a runtime check failed in kernel module(s) {', '.join(failed)} "
+                "(an index out of range or an integer division by zero)"
+            )
 
 
 class CapturedRun:
@@ -258,8 +301,10 @@ def _validate_plan(plan) -> None:
     if not isinstance(plan, dict) or plan.get("format") != PLAN_FORMAT:
         raise BundleError(f"lazymlir: not a {PLAN_FORMAT} launch plan")
     if plan.get("version") != PLAN_VERSION:
-        raise BundleError(f"lazymlir: launch plan version {plan.get('version')}, this runtime reads version "
-                          f"{PLAN_VERSION}: recompile the graph with this lazymlir")
+        raise BundleError(
+            f"lazymlir: launch plan version {plan.get('version')}, this runtime reads version "
+            f"{PLAN_VERSION}: recompile the graph with this lazymlir"
+        )
     for layout in plan.get("arguments", []):
         if layout.get("dtype") not in _DTYPES:
             raise BundleError(f"lazymlir: a buffer of dtype {layout.get('dtype')} the runtime does not know")
@@ -281,11 +326,20 @@ def _driver():
             _DRIVER = ctypes.CDLL("libcuda.so.1")
         except OSError as e:
             raise RuntimeError(f"lazymlir: the CUDA driver (libcuda.so.1) cannot be loaded: {e}") from None
-        for name in ("cuModuleLoadData", "cuModuleGetFunction", "cuLaunchKernel", "cuModuleGetGlobal_v2",
-                     "cuMemcpyDtoH_v2", "cuMemsetD32_v2", "cuStreamSynchronize", "cuGetErrorString"):
+        for name in (
+            "cuModuleLoadData",
+            "cuModuleGetFunction",
+            "cuLaunchKernel",
+            "cuModuleGetGlobal_v2",
+            "cuMemcpyDtoH_v2",
+            "cuMemsetD32_v2",
+            "cuStreamSynchronize",
+            "cuGetErrorString",
+        ):
             getattr(_DRIVER, name).restype = ctypes.c_int
-        _DRIVER.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [
-            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        _DRIVER.cuLaunchKernel.argtypes = (
+            [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        )
         _DRIVER.cuModuleGetFunction.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p]
         _DRIVER.cuModuleGetGlobal_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p]
         _DRIVER.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
@@ -313,8 +367,14 @@ def save_bundle(path: str, graphs: Dict[str, dict], chip: str, producer: str = "
         chips = {m["chip"] for m in plan["modules"].values()}
         if chips - {chip}:
             raise BundleError(f"lazymlir: graph {name} was compiled for {sorted(chips)}, the bundle is for {chip}")
-    bundle = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "chip": chip, "producer": producer,
-              "graphs": graphs, "checksum": _checksum(graphs)}
+    bundle = {
+        "format": BUNDLE_FORMAT,
+        "version": BUNDLE_VERSION,
+        "chip": chip,
+        "producer": producer,
+        "graphs": graphs,
+        "checksum": _checksum(graphs),
+    }
     with open(path, "w") as f:
         json.dump(bundle, f, sort_keys=True, separators=(",", ":"))
 
@@ -332,8 +392,10 @@ def load_bundle(path: str, device_chip: Optional[str] = None) -> Dict[str, GpuEx
     if not isinstance(bundle, dict) or bundle.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"lazymlir: {path} is not a {BUNDLE_FORMAT} file")
     if bundle.get("version") != BUNDLE_VERSION:
-        raise BundleError(f"lazymlir: {path} is bundle version {bundle.get('version')}; this lazymlir reads "
-                          f"version {BUNDLE_VERSION}: compile the bundle again")
+        raise BundleError(
+            f"lazymlir: {path} is bundle version {bundle.get('version')}; this lazymlir reads "
+            f"version {BUNDLE_VERSION}: compile the bundle again"
+        )
     graphs = bundle.get("graphs")
     if not isinstance(graphs, dict) or bundle.get("checksum") != _checksum(graphs):
         raise BundleError(f"lazymlir: {path} is corrupted (its checksum does not match its graphs)")
@@ -341,6 +403,8 @@ def load_bundle(path: str, device_chip: Optional[str] = None) -> Dict[str, GpuEx
     if device_chip is None and torch.cuda.is_available():
         device_chip = chip_of_capability(*torch.cuda.get_device_capability())
     if device_chip is not None and not can_run(chip, device_chip):
-        raise BundleError(f"lazymlir: {path} was compiled for {chip}; this device is {device_chip}, which cannot "
-                          "run it: compile the bundle for this device's chip")
+        raise BundleError(
+            f"lazymlir: {path} was compiled for {chip}; this device is {device_chip}, which cannot "
+            "run it: compile the bundle for this device's chip"
+        )
     return {name: GpuExecutable(plan) for name, plan in graphs.items()}

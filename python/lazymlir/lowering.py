@@ -49,8 +49,9 @@ def private_fx_tracing():
             if inner.__globals__ is not symbolic_trace.__dict__:  # an unknown wrapper: trace as usual
                 shadow = original
             else:
-                shadow = types.FunctionType(inner.__code__, dict(symbolic_trace.__dict__), inner.__name__,
-                                            inner.__defaults__, inner.__closure__)
+                shadow = types.FunctionType(
+                    inner.__code__, dict(symbolic_trace.__dict__), inner.__name__, inner.__defaults__, inner.__closure__
+                )
                 shadow.__kwdefaults__ = inner.__kwdefaults__
 
             def trace(self, *args, **kwargs):
@@ -107,8 +108,12 @@ def _symbolic_inputs(example_inputs: List[torch.Tensor], dynamic: Sequence[Set[i
     return fakes, mode, env
 
 
-def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], origins: bool = False,
-              dynamic: Optional[Sequence[Set[int]]] = None):
+def decompose(
+    gm: torch.fx.GraphModule,
+    example_inputs: List[torch.Tensor],
+    origins: bool = False,
+    dynamic: Optional[Sequence[Set[int]]] = None,
+):
     """The graph in the ops torch-mlir lowers.  ``origins``: each node of the
     result carries, as its stack trace, the op of ``gm`` it came from, which
     torch-mlir's importer turns into the location ``"op:aten.<op>":<index>:0`` of
@@ -133,7 +138,8 @@ def decompose(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], orig
     if dynamic is None:
         with context:
             return make_fx(traced, decomposition_table=decomposition_table(), tracing_mode="fake")(
-                *_distinct(example_inputs))
+                *_distinct(example_inputs)
+            )
     fakes, mode, env = _symbolic_inputs(_distinct(example_inputs), dynamic)
     with context, mode, _conv_layouts_unguarded():
         out = make_fx(traced, decomposition_table=decomposition_table(), tracing_mode="symbolic")(*fakes)
@@ -156,14 +162,32 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 _aten = torch.ops.aten
 # Ops that move or convert values: exact in any precision, or their dtype is
 # the point (casts).
-_NO_OPMATH = frozenset({
-    _aten._to_copy.default, _aten.clone.default, _aten.cat.default, _aten.stack.default,
-    _aten.index.Tensor, _aten.index_select.default, _aten.gather.default, _aten.constant_pad_nd.default,
-    _aten.slice_scatter.default, _aten.select_scatter.default, _aten.diagonal_scatter.default,
-    _aten.as_strided_scatter.default, _aten.zeros.default, _aten.ones.default, _aten.full.default,
-    _aten.zeros_like.default, _aten.ones_like.default, _aten.full_like.default, _aten.empty_like.default,
-    _aten.scalar_tensor.default, _aten.lift_fresh_copy.default, _aten.alias.default,
-})
+_NO_OPMATH = frozenset(
+    {
+        _aten._to_copy.default,
+        _aten.clone.default,
+        _aten.cat.default,
+        _aten.stack.default,
+        _aten.index.Tensor,
+        _aten.index_select.default,
+        _aten.gather.default,
+        _aten.constant_pad_nd.default,
+        _aten.slice_scatter.default,
+        _aten.select_scatter.default,
+        _aten.diagonal_scatter.default,
+        _aten.as_strided_scatter.default,
+        _aten.zeros.default,
+        _aten.ones.default,
+        _aten.full.default,
+        _aten.zeros_like.default,
+        _aten.ones_like.default,
+        _aten.full_like.default,
+        _aten.empty_like.default,
+        _aten.scalar_tensor.default,
+        _aten.lift_fresh_copy.default,
+        _aten.alias.default,
+    }
+)
 
 
 def _uses_low_precision(gm: torch.fx.GraphModule, example_inputs) -> bool:
@@ -220,15 +244,21 @@ class _OpMathInterpreter(torch.fx.Interpreter):
             return super().call_function(target, args, kwargs)
 
         def up(a):
-            return _aten._to_copy.default(a, dtype=torch.float32) if isinstance(a, torch.Tensor) and a.dtype == low else a
+            return (
+                _aten._to_copy.default(a, dtype=torch.float32) if isinstance(a, torch.Tensor) and a.dtype == low else a
+            )
 
         args, kwargs = torch.utils._pytree.tree_map(up, (args, kwargs))
         result = target(*args, **kwargs)
         results = result if isinstance(result, (tuple, list)) else (result,)
         if len(results) != len(dtypes):
             raise LoweringError(f"{target}: {len(results)} results, the trace recorded {len(dtypes)}")
-        rounded = [_aten._to_copy.default(r, dtype=dt) if isinstance(r, torch.Tensor) and dt is not None and r.dtype != dt
-                   else r for r, dt in zip(results, dtypes)]
+        rounded = [
+            _aten._to_copy.default(r, dtype=dt)
+            if isinstance(r, torch.Tensor) and dt is not None and r.dtype != dt
+            else r
+            for r, dt in zip(results, dtypes)
+        ]
         return type(result)(rounded) if isinstance(result, (tuple, list)) else rounded[0]
 
 
@@ -245,8 +275,12 @@ def _conv_layouts_unguarded():
     from torch.fx.experimental import symbolic_shapes
 
     aten, table = torch.ops.aten, fake_impls.op_implementations_dict
-    convolutions = (aten.convolution.default, aten._convolution.default, aten._convolution.deprecated,
-                    aten.convolution_backward.default)
+    convolutions = (
+        aten.convolution.default,
+        aten._convolution.default,
+        aten._convolution.deprecated,
+        aten.convolution_backward.default,
+    )
     originals = {op: table[op] for op in convolutions if op in table}
 
     def unguarded(impl):
@@ -257,6 +291,7 @@ def _conv_layouts_unguarded():
                 return impl(*args, **kwargs)
             finally:
                 symbolic_shapes.has_guarding_hint = hinted
+
         return run
 
     table.update({op: unguarded(impl) for op, impl in originals.items()})
@@ -399,8 +434,13 @@ def _flatten_index_put_indices(gm: torch.fx.GraphModule) -> None:
         if node.op != "call_function" or node.target not in (aten.index_put.default, aten._unsafe_index_put.default):
             continue
         self_, indices, values = node.args[:3]
-        if not (isinstance(indices, (list, tuple)) and len(indices) == 1 and isinstance(indices[0], torch.fx.Node)
-                and isinstance(values, torch.fx.Node) and isinstance(self_, torch.fx.Node)):
+        if not (
+            isinstance(indices, (list, tuple))
+            and len(indices) == 1
+            and isinstance(indices[0], torch.fx.Node)
+            and isinstance(values, torch.fx.Node)
+            and isinstance(self_, torch.fx.Node)
+        ):
             continue
         index, x, v = indices[0].meta.get("val"), self_.meta.get("val"), values.meta.get("val")
         if not all(isinstance(t, torch.Tensor) for t in (index, x, v)) or index.dim() < 2 or index.dtype == torch.bool:
@@ -410,8 +450,10 @@ def _flatten_index_put_indices(gm: torch.fx.GraphModule) -> None:
         k = index.dim()
         # Values exactly index's shape then x's trailing ones (no broadcast).
         if v.dim() != k + x.dim() - 1 or any(
-                not _equal(_size_expr(a), _size_expr(b)) for a, b in zip(v.shape, tuple(index.shape) + tuple(x.shape[1:]))):
+            not _equal(_size_expr(a), _size_expr(b)) for a, b in zip(v.shape, tuple(index.shape) + tuple(x.shape[1:]))
+        ):
             continue
+
         def call(target, *args):
             n = gm.graph.call_function(target, args)
             _copy_origin(node, n)
@@ -452,7 +494,7 @@ def _equal(a, b) -> bool:
 def _op_name(target) -> str:
     """aten.mm.default -> aten.mm; aten.add.Tensor stays."""
     name = str(target)
-    return name[:-len(".default")] if name.endswith(".default") else name
+    return name[: -len(".default")] if name.endswith(".default") else name
 
 
 def _distinct(example_inputs: List[torch.Tensor]) -> List[torch.Tensor]:
@@ -472,8 +514,12 @@ def _distinct(example_inputs: List[torch.Tensor]) -> List[torch.Tensor]:
     return out
 
 
-def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], origins: bool = False,
-          dynamic: Optional[Sequence[Set[int]]] = None) -> Lowered:
+def lower(
+    gm: torch.fx.GraphModule,
+    example_inputs: List[torch.Tensor],
+    origins: bool = False,
+    dynamic: Optional[Sequence[Set[int]]] = None,
+) -> Lowered:
     """Raises LoweringError (with torch-mlir's diagnostics) on any failure.
     ``origins``: the linalg text keeps locations naming the op of ``gm`` each
     op came from (see :func:`decompose`).  ``dynamic``: for each input, the
@@ -496,9 +542,11 @@ def lower(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor], origins:
             if unsupported:
                 # A LoweringError (not a native compile error): the runtime then
                 # finds the op and runs only it eagerly from then on.
-                raise LoweringError("the lowering uses torch-mlir's TMTensor op(s) "
-                                    + ", ".join(sorted("tm_tensor." + n for n in unsupported))
-                                    + ", which the native compiler does not take")
+                raise LoweringError(
+                    "the lowering uses torch-mlir's TMTensor op(s) "
+                    + ", ".join(sorted("tm_tensor." + n for n in unsupported))
+                    + ", which the native compiler does not take"
+                )
             # torch-mlir's own dialect for scatter/scan/sort, which MLIR 22 does
             # not know: in the generic op form the native compiler parses these
             # ops as unregistered ones, and its first pass
@@ -556,8 +604,20 @@ def draws_random(name: str) -> bool:
     return any(r in name for r in _RNG_NAMES) and "backward" not in name
 
 
-_RNG_NAMES = ("rand", "normal", "bernoulli", "uniform", "dropout", "multinomial", "exponential",
-              "geometric", "cauchy", "log_normal", "random", "poisson")
+_RNG_NAMES = (
+    "rand",
+    "normal",
+    "bernoulli",
+    "uniform",
+    "dropout",
+    "multinomial",
+    "exponential",
+    "geometric",
+    "cauchy",
+    "log_normal",
+    "random",
+    "poisson",
+)
 
 
 def distinct_failures(items, key, fails, limit: int = 64) -> Set:
@@ -591,9 +651,14 @@ def find_unsupported(graph, limit: int = 64) -> Set:
             if i not in leaves:
                 leaves[i] = Node.leaf(torch.zeros(i.meta.shape, dtype=i.meta.dtype))
 
-        alone = Node(n.op, map_nodes(n.args, leaves.__getitem__),
-                     {k: map_nodes(v, leaves.__getitem__) for k, v in n.kwargs.items()},
-                     tuple(leaves[i] for i in n.inputs), n.sig, n.meta)
+        alone = Node(
+            n.op,
+            map_nodes(n.args, leaves.__getitem__),
+            {k: map_nodes(v, leaves.__getitem__) for k, v in n.kwargs.items()},
+            tuple(leaves[i] for i in n.inputs),
+            n.sig,
+            n.meta,
+        )
         outputs = [alone]
         if not isinstance(n.meta, torch.Tensor):  # multi-output: return its first tensor
             outputs = [Node(operator.getitem, (alone, 0), {}, (alone,), (operator.getitem, 0), n.meta[0])]
@@ -605,5 +670,6 @@ def find_unsupported(graph, limit: int = 64) -> Set:
             return True
         return False
 
-    return distinct_failures(graph.nodes, lambda n: unsupported_key(n) if isinstance(n.op, torch._ops.OpOverload)
-                             else None, fails, limit)
+    return distinct_failures(
+        graph.nodes, lambda n: unsupported_key(n) if isinstance(n.op, torch._ops.OpOverload) else None, fails, limit
+    )

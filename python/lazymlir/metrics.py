@@ -111,16 +111,28 @@ def _total(series_map, name) -> float:
 
 
 # The native compile's phases (compile_stats key -> timing recorded per graph).
-COMPILE_PHASES = {"parse": "CompileParseTime", "tensor_stage": "CompileTensorStageTime",
-                  "bufferize_stage": "CompileBufferizeStageTime", "llvm_stage": "CompileLLVMStageTime",
-                  "translate": "CompileTranslateTime", "optimize": "CompileOptimizeTime",
-                  "codegen": "CompileCodegenTime", "link": "CompileLinkTime"}
+COMPILE_PHASES = {
+    "parse": "CompileParseTime",
+    "tensor_stage": "CompileTensorStageTime",
+    "bufferize_stage": "CompileBufferizeStageTime",
+    "llvm_stage": "CompileLLVMStageTime",
+    "translate": "CompileTranslateTime",
+    "optimize": "CompileOptimizeTime",
+    "codegen": "CompileCodegenTime",
+    "link": "CompileLinkTime",
+}
 
 # Sizes of each native compile (compile_stats key -> sample recorded per graph).
-COMPILE_SIZES = {"input_ops": "LinalgOpsPerGraph", "loop_nests": "LoopNestsPerGraph",
-                 "distinct_kernels": "DistinctKernelsPerGraph", "kernels_compiled": "KernelsCompiled",
-                 "kernels_reused": "KernelsReused", "kernels_from_disk": "KernelsFromDisk",
-                 "llvm_instructions": "LLVMInstructionsPerGraph", "object_bytes": "ObjectBytesPerGraph"}
+COMPILE_SIZES = {
+    "input_ops": "LinalgOpsPerGraph",
+    "loop_nests": "LoopNestsPerGraph",
+    "distinct_kernels": "DistinctKernelsPerGraph",
+    "kernels_compiled": "KernelsCompiled",
+    "kernels_reused": "KernelsReused",
+    "kernels_from_disk": "KernelsFromDisk",
+    "llvm_instructions": "LLVMInstructionsPerGraph",
+    "object_bytes": "ObjectBytesPerGraph",
+}
 
 
 def compile_report() -> dict:
@@ -164,8 +176,10 @@ def metrics_report() -> str:
             if not series.count:
                 continue
             values = sorted(series.values)
-            text = (f"Metric: {name}\n  TotalSamples: {series.count}\n  Accumulator: {fmt(series.total)}\n"
-                    f"  Median: {fmt(values[len(values) // 2])}")
+            text = (
+                f"Metric: {name}\n  TotalSamples: {series.count}\n  Accumulator: {fmt(series.total)}\n"
+                f"  Median: {fmt(values[len(values) // 2])}"
+            )
             if table is _samples:
                 text += f"\n  Max: {fmt(values[-1])}"
             lines.append(text)

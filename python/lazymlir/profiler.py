@@ -90,21 +90,32 @@ class Profile:
                 nodes = [n for n in entry.gm.graph.nodes if n.op == "call_function"]
                 self._eager_ops[entry.name] = (
                     _join(dict.fromkeys(str(n.target) for n in nodes)),
-                    _join(str(tuple(n.meta["val"].shape)) for n in entry.gm.graph.nodes
-                          if n.op == "placeholder" and hasattr(n.meta.get("val"), "shape")))
+                    _join(
+                        str(tuple(n.meta["val"].shape))
+                        for n in entry.gm.graph.nodes
+                        if n.op == "placeholder" and hasattr(n.meta.get("val"), "shape")
+                    ),
+                )
 
     def rows(self) -> List[KernelRow]:
         """Per kernel and call site, sorted by total time (longest first)."""
-        timed = [((site["kernel"], site["ops"], site["shapes"], site["bytes"], site["flops"]), e - s)
-                 for _, site, s, e, _ in self.kernel_calls]
-        timed += [(("(eager graph)", *self._eager_ops.get(name, ("", "")), 0, 0), e - s)
-                  for name, kind, s, e, _ in self.graph_runs if kind == "_Eager"]
+        timed = [
+            ((site["kernel"], site["ops"], site["shapes"], site["bytes"], site["flops"]), e - s)
+            for _, site, s, e, _ in self.kernel_calls
+        ]
+        timed += [
+            (("(eager graph)", *self._eager_ops.get(name, ("", "")), 0, 0), e - s)
+            for name, kind, s, e, _ in self.graph_runs
+            if kind == "_Eager"
+        ]
         totals = {}
         for key, ns in timed:
             calls, seconds = totals.get(key, (0, 0.0))
             totals[key] = (calls + 1, seconds + ns / 1e9)
-        rows = [KernelRow(k, ops, shapes, calls, seconds, nbytes, flops)
-                for (k, ops, shapes, nbytes, flops), (calls, seconds) in totals.items()]
+        rows = [
+            KernelRow(k, ops, shapes, calls, seconds, nbytes, flops)
+            for (k, ops, shapes, nbytes, flops), (calls, seconds) in totals.items()
+        ]
         return sorted(rows, key=lambda r: -r.seconds)
 
     def graph_seconds(self) -> float:
@@ -116,24 +127,36 @@ class Profile:
         all_rows = self.rows()
         kernel_total = sum(r.seconds for r in all_rows)
         graphs = self.graph_seconds()
-        head = (f"{'kernel':<16} {'ops':<36} {'shapes':<34} {'calls':>6} {'total ms':>9} {'%':>5} "
-                f"{'mean us':>9} {'GB/s':>7} {'GFLOP/s':>8}")
-        lines = [f"lazymlir profile: {len(self.graph_runs)} graph runs, {len(self.kernel_calls)} kernel calls, "
-                 f"graphs {graphs * 1e3:.3f} ms, kernels {kernel_total * 1e3:.3f} ms", head, "-" * len(head)]
+        head = (
+            f"{'kernel':<16} {'ops':<36} {'shapes':<34} {'calls':>6} {'total ms':>9} {'%':>5} "
+            f"{'mean us':>9} {'GB/s':>7} {'GFLOP/s':>8}"
+        )
+        lines = [
+            f"lazymlir profile: {len(self.graph_runs)} graph runs, {len(self.kernel_calls)} kernel calls, "
+            f"graphs {graphs * 1e3:.3f} ms, kernels {kernel_total * 1e3:.3f} ms",
+            head,
+            "-" * len(head),
+        ]
         for r in all_rows[:rows]:
             short = r.kernel.replace("__lazymlir_k_", "k_")[:16]
             share = 100 * r.seconds / kernel_total if kernel_total else 0.0
             gflops = f"{r.gflop_per_s:8.2f}" if r.flops else f"{'-':>8}"
             gbs = f"{r.gb_per_s:7.2f}" if r.bytes else f"{'-':>7}"
-            lines.append(f"{short:<16} {_cut(r.ops, 36):<36} {_cut(r.shapes, 34):<34} {r.calls:>6} "
-                         f"{r.seconds * 1e3:>9.3f} {share:>5.1f} {r.seconds / r.calls * 1e6:>9.1f} {gbs} {gflops}")
+            lines.append(
+                f"{short:<16} {_cut(r.ops, 36):<36} {_cut(r.shapes, 34):<34} {r.calls:>6} "
+                f"{r.seconds * 1e3:>9.3f} {share:>5.1f} {r.seconds / r.calls * 1e6:>9.1f} {gbs} {gflops}"
+            )
         rest = all_rows[rows:]
         if rest:
             seconds = sum(r.seconds for r in rest)
-            lines.append(f"{'(' + str(len(rest)) + ' more)':<16} {'':<36} {'':<34} {sum(r.calls for r in rest):>6} "
-                         f"{seconds * 1e3:>9.3f} {100 * seconds / kernel_total if kernel_total else 0:>5.1f}")
-        lines.append(f"graph runs outside kernels (entry code, argument passing, eager graphs count as kernels): "
-                     f"{max(0.0, graphs - kernel_total) * 1e3:.3f} ms")
+            lines.append(
+                f"{'(' + str(len(rest)) + ' more)':<16} {'':<36} {'':<34} {sum(r.calls for r in rest):>6} "
+                f"{seconds * 1e3:>9.3f} {100 * seconds / kernel_total if kernel_total else 0:>5.1f}"
+            )
+        lines.append(
+            f"graph runs outside kernels (entry code, argument passing, eager graphs count as kernels): "
+            f"{max(0.0, graphs - kernel_total) * 1e3:.3f} ms"
+        )
         return "\n".join(lines)
 
     def export_chrome_trace(self, path: str) -> None:
@@ -142,13 +165,37 @@ class Profile:
         pid = os.getpid()
         events = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": "lazymlir"}}]
         for name, kind, s, e, tid in self.graph_runs:
-            events.append({"ph": "X", "cat": "lazymlir.graph", "name": f"graph {name}", "pid": pid, "tid": tid,
-                           "ts": s / 1e3, "dur": (e - s) / 1e3, "args": {"kind": kind.strip("_")}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "lazymlir.graph",
+                    "name": f"graph {name}",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": s / 1e3,
+                    "dur": (e - s) / 1e3,
+                    "args": {"kind": kind.strip("_")},
+                }
+            )
         for graph, site, s, e, tid in self.kernel_calls:
-            events.append({"ph": "X", "cat": "lazymlir.kernel", "name": site["ops"] or site["kernel"], "pid": pid,
-                           "tid": tid, "ts": s / 1e3, "dur": (e - s) / 1e3,
-                           "args": {"kernel": site["kernel"], "graph": graph, "shapes": site["shapes"],
-                                    "bytes": site["bytes"], "flops": site["flops"]}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "lazymlir.kernel",
+                    "name": site["ops"] or site["kernel"],
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": s / 1e3,
+                    "dur": (e - s) / 1e3,
+                    "args": {
+                        "kernel": site["kernel"],
+                        "graph": graph,
+                        "shapes": site["shapes"],
+                        "bytes": site["bytes"],
+                        "flops": site["flops"],
+                    },
+                }
+            )
         with open(path, "w") as f:
             json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f)
 
@@ -158,7 +205,7 @@ def _join(items) -> str:
 
 
 def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @contextlib.contextmanager

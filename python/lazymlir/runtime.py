@@ -23,6 +23,7 @@ import torch
 
 from . import cache, compilation, config, dynamic, lowering, metrics, profiler, trace
 from . import dtypes as dtype_table
+
 # Re-exported: tests and tools reach the compiled-graph types and the native
 # compiler through the runtime.
 from .compilation import _Compiled, _compile, _Eager, _run_fx, _Split, native_compiler  # noqa: F401
@@ -181,8 +182,7 @@ def _run_in_place(graph: trace.Graph, ops) -> None:
         if n.op is operator.getitem:
             users.setdefault(n.args[0], []).append(n)
     for n in graph.nodes:
-        if n.data is not None or not isinstance(n.op, torch._ops.OpOverload) or \
-                lowering.unsupported_key(n) not in ops:
+        if n.data is not None or not isinstance(n.op, torch._ops.OpOverload) or lowering.unsupported_key(n) not in ops:
             continue
         result = eager_value(n)
         if isinstance(n.meta, torch.Tensor):
@@ -249,8 +249,6 @@ def _empty(shape, dtype: torch.dtype) -> torch.Tensor:
     if code is None:  # a dtype only eager graphs have: bytes, viewed
         return compilation._compiler.pooled_tensor((nbytes,), 1, 8).view(dtype).view(shape)
     return compilation._compiler.pooled_tensor(shape, *code)
-
-
 
 
 def empty_cache() -> int:
@@ -495,8 +493,9 @@ def _drop_frames(e: BaseException) -> None:
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if e.__traceback__ is not None:
-            e.add_note("lazymlir: raised while running a graph, at:\n"
-                       + "".join(traceback.format_tb(e.__traceback__)).rstrip())
+            e.add_note(
+                "lazymlir: raised while running a graph, at:\n" + "".join(traceback.format_tb(e.__traceback__)).rstrip()
+            )
             e.__traceback__ = None
         e = e.__cause__ or e.__context__
 
@@ -529,4 +528,3 @@ def wait_device_ops() -> None:
 
 
 profiler.wait_for_runs = wait_device_ops
-

@@ -129,10 +129,16 @@ def hf_model(kind, vocab=1000, hidden=128, layers=2, heads=4, intermediate=512, 
     import transformers
 
     if kind == "bert":
-        cfg = transformers.BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
-                                      num_attention_heads=heads, intermediate_size=intermediate,
-                                      max_position_embeddings=max(128, seq), hidden_dropout_prob=0.0,
-                                      attention_probs_dropout_prob=0.0)
+        cfg = transformers.BertConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=intermediate,
+            max_position_embeddings=max(128, seq),
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
         model = transformers.BertForSequenceClassification(cfg)
 
         def make_batch(device):
@@ -140,9 +146,17 @@ def hf_model(kind, vocab=1000, hidden=128, layers=2, heads=4, intermediate=512, 
 
         return model, make_batch, lambda m, b: m(input_ids=b[0], labels=b[1]).loss
     if kind == "gpt2":
-        cfg = transformers.GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads,
-                                      n_positions=max(128, seq), resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                      use_cache=False)
+        cfg = transformers.GPT2Config(
+            vocab_size=vocab,
+            n_embd=hidden,
+            n_layer=layers,
+            n_head=heads,
+            n_positions=max(128, seq),
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            use_cache=False,
+        )
         model = transformers.GPT2LMHeadModel(cfg)
 
         def make_batch(device):
@@ -151,9 +165,18 @@ def hf_model(kind, vocab=1000, hidden=128, layers=2, heads=4, intermediate=512, 
 
         return model, make_batch, lambda m, b: m(input_ids=b[0], labels=b[0]).loss
     if kind == "t5":
-        cfg = transformers.T5Config(vocab_size=vocab, d_model=hidden, d_kv=hidden // heads, d_ff=intermediate,
-                                    num_layers=layers, num_decoder_layers=layers, num_heads=heads, dropout_rate=0.0,
-                                    decoder_start_token_id=0, pad_token_id=0)
+        cfg = transformers.T5Config(
+            vocab_size=vocab,
+            d_model=hidden,
+            d_kv=hidden // heads,
+            d_ff=intermediate,
+            num_layers=layers,
+            num_decoder_layers=layers,
+            num_heads=heads,
+            dropout_rate=0.0,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+        )
         model = transformers.T5ForConditionalGeneration(cfg)
 
         def make_batch(device):
@@ -161,10 +184,18 @@ def hf_model(kind, vocab=1000, hidden=128, layers=2, heads=4, intermediate=512, 
 
         return model, make_batch, lambda m, b: m(input_ids=b[0], labels=b[1]).loss
     if kind == "vit":  # ``seq``: the image side (patches of 4x4 pixels, seq**2/16 tokens + CLS)
-        cfg = transformers.ViTConfig(image_size=seq, patch_size=4, num_channels=3, hidden_size=hidden,
-                                     num_hidden_layers=layers, num_attention_heads=heads,
-                                     intermediate_size=intermediate, num_labels=10, hidden_dropout_prob=0.0,
-                                     attention_probs_dropout_prob=0.0)
+        cfg = transformers.ViTConfig(
+            image_size=seq,
+            patch_size=4,
+            num_channels=3,
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=intermediate,
+            num_labels=10,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
         model = transformers.ViTForImageClassification(cfg)
 
         def make_batch(device):

@@ -27,8 +27,13 @@ _leaf_metas = {}
 # Quantized dtypes have no meta tensors: their metas are of the integer
 # representation.  Nothing with them is ever compiled (every op on them runs
 # eagerly on the device data, which is the quantized CPU tensor).
-QUANTIZED_REPR = {torch.quint8: torch.uint8, torch.qint8: torch.int8, torch.qint32: torch.int32,
-                  torch.quint4x2: torch.uint8, torch.quint2x4: torch.uint8}
+QUANTIZED_REPR = {
+    torch.quint8: torch.uint8,
+    torch.qint8: torch.int8,
+    torch.qint32: torch.int32,
+    torch.quint4x2: torch.uint8,
+    torch.quint2x4: torch.uint8,
+}
 
 
 def dense_perm(shape, stride):
@@ -52,8 +57,10 @@ def device_data(tensor: torch.Tensor) -> torch.Tensor:
     (channels_last storage stays NHWC), anything else is made contiguous.
     Only strided tensors can be device data."""
     if tensor.layout != torch.strided:
-        raise NotImplementedError(f"lazymlir: {tensor.layout} tensors cannot live on the lazy device; "
-                                  "keep them on the CPU (or convert with .to_dense())")
+        raise NotImplementedError(
+            f"lazymlir: {tensor.layout} tensors cannot live on the lazy device; "
+            "keep them on the CPU (or convert with .to_dense())"
+        )
     if tensor.is_contiguous() or dense_perm(tensor.shape, tensor.stride()) is not None:
         return tensor
     return tensor.contiguous()
@@ -103,8 +110,10 @@ class Node:
         if n.meta is None:
             dtype = QUANTIZED_REPR.get(tensor.dtype, tensor.dtype)
             n.meta = _leaf_metas[key] = (
-                torch.empty_strided(tensor.shape, tensor.stride(), dtype=dtype, device="meta") if strided
-                else torch.empty(tensor.shape, dtype=dtype, device="meta"))
+                torch.empty_strided(tensor.shape, tensor.stride(), dtype=dtype, device="meta")
+                if strided
+                else torch.empty(tensor.shape, dtype=dtype, device="meta")
+            )
         return n
 
     def set_data(self, tensor: torch.Tensor, job=None, kernels=None) -> None:
@@ -207,11 +216,16 @@ class Graph(NamedTuple):
 # float, as in torch._lazy: keeping 1.0 a constant would recompile when a decayed
 # learning rate leaves it.  Positions: argument indices or keyword names, per op.
 _LIFT = {
-    "aten.mul.Tensor": (1,), "aten.mul.Scalar": (1,),
-    "aten.div.Tensor": (1,), "aten.div.Scalar": (1,),
-    "aten.add.Tensor": (1, "alpha"), "aten.add.Scalar": (1, "alpha"),
-    "aten.sub.Tensor": (1, "alpha"), "aten.sub.Scalar": (1, "alpha"),
-    "aten.addcdiv.default": ("value",), "aten.addcmul.default": ("value",),
+    "aten.mul.Tensor": (1,),
+    "aten.mul.Scalar": (1,),
+    "aten.div.Tensor": (1,),
+    "aten.div.Scalar": (1,),
+    "aten.add.Tensor": (1, "alpha"),
+    "aten.add.Scalar": (1, "alpha"),
+    "aten.sub.Tensor": (1, "alpha"),
+    "aten.sub.Scalar": (1, "alpha"),
+    "aten.addcdiv.default": ("value",),
+    "aten.addcmul.default": ("value",),
     "aten.lerp.Scalar": (2,),
 }
 # Integers compared with int64 tensors: a decode loop's position checks
@@ -241,6 +255,8 @@ def _scalar_tensor(value: float, dtype: torch.dtype) -> torch.Tensor:
             _scalar_tensors.clear()
         t = _scalar_tensors[key] = torch.tensor(value, dtype=dtype)
     return t
+
+
 _FLOATS = (torch.float32, torch.float64)
 
 
@@ -358,7 +374,7 @@ def to_fx(graph: Graph, rewrite=None, phantoms: int = 0) -> torch.fx.GraphModule
         lifted = graph.lifted.get(n)
         if lifted is not None:  # its lifted numbers read from their placeholders (not the key's integers)
             first, positions = lifted
-            lifted = dict(zip(positions, scalars[first:first + len(positions)]))
+            lifted = dict(zip(positions, scalars[first : first + len(positions)]))
             args = tuple(lifted.get(i, a) for i, a in enumerate(args))
             kwargs = {k: lifted.get(k, v) for k, v in kwargs.items()}
         if rewrite is not None:

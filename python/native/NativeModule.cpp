@@ -30,17 +30,25 @@ ElementType toElementType(nb::dlpack::dtype dtype) {
   using Code = nb::dlpack::dtype_code;
   auto code = static_cast<Code>(dtype.code);
   if (dtype.lanes == 1) {
-    if (code == Code::Float && dtype.bits == 16) return ElementType::F16;
-    if (code == Code::Bfloat && dtype.bits == 16) return ElementType::BF16;
-    if (code == Code::Float && dtype.bits == 32) return ElementType::F32;
-    if (code == Code::Float && dtype.bits == 64) return ElementType::F64;
-    if (code == Code::Bool && dtype.bits == 8) return ElementType::I1;
+    if (code == Code::Float && dtype.bits == 16)
+      return ElementType::F16;
+    if (code == Code::Bfloat && dtype.bits == 16)
+      return ElementType::BF16;
+    if (code == Code::Float && dtype.bits == 32)
+      return ElementType::F32;
+    if (code == Code::Float && dtype.bits == 64)
+      return ElementType::F64;
+    if (code == Code::Bool && dtype.bits == 8)
+      return ElementType::I1;
     // MLIR integers are signless: torch's int8 and uint8 are both i8.
     if ((code == Code::Int || code == Code::UInt) && dtype.bits == 8)
       return ElementType::I8;
-    if (code == Code::Int && dtype.bits == 16) return ElementType::I16;
-    if (code == Code::Int && dtype.bits == 32) return ElementType::I32;
-    if (code == Code::Int && dtype.bits == 64) return ElementType::I64;
+    if (code == Code::Int && dtype.bits == 16)
+      return ElementType::I16;
+    if (code == Code::Int && dtype.bits == 32)
+      return ElementType::I32;
+    if (code == Code::Int && dtype.bits == 64)
+      return ElementType::I64;
   }
   throw std::invalid_argument("unsupported buffer dtype (DLPack code " +
                               std::to_string(dtype.code) + ", " +
@@ -82,9 +90,10 @@ NB_MODULE(_native, m) {
   nb::exception<CheckFailed>(m, "CheckFailed", PyExc_RuntimeError);
 
   nb::class_<CpuExecutable>(m, "CpuExecutable")
-      .def_prop_ro("inputs",
-                   [](const CpuExecutable &e) { return signatures(e.inputs()); },
-                   "[(element type, shape)] of the entry's arguments")
+      .def_prop_ro(
+          "inputs",
+          [](const CpuExecutable &e) { return signatures(e.inputs()); },
+          "[(element type, shape)] of the entry's arguments")
       .def_prop_ro(
           "outputs",
           [](const CpuExecutable &e) { return signatures(e.outputs()); },
@@ -172,7 +181,8 @@ NB_MODULE(_native, m) {
           nb::arg("inputs"), nb::arg("outputs"), nb::arg("background") = false,
           "Run on contiguous CPU buffers, writing the results into `outputs`. "
           "Raises CheckFailed (outputs then garbage) when a runtime check of "
-          "the compiled code failed. Releases the GIL. `background`: on a worker while the host thread "
+          "the compiled code failed. Releases the GIL. `background`: on a "
+          "worker while the host thread "
           "may be busy; parallel loops then leave it a core until it waits "
           "(host_wait_begin/host_wait_end).")
       .def(
@@ -205,7 +215,8 @@ NB_MODULE(_native, m) {
               return buffers;
             };
             std::vector<RawBuffer> in = raw(inputs, inputBytes, 0);
-            std::vector<RawBuffer> out = raw(outputs, outputBytes, inputs.size());
+            std::vector<RawBuffer> out =
+                raw(outputs, outputBytes, inputs.size());
             nb::gil_scoped_release release;
             e.run(in, out, background);
           },
@@ -315,9 +326,10 @@ NB_MODULE(_native, m) {
         return d;
       },
       "Kernels recompiled at full effort and graphs switched to them.");
-  m.def("code_identity", [] { return codeIdentity(); },
-        "What besides the IR changes compiled code: this build's digest, "
-        "LLVM's version, the host CPU and its features.");
+  m.def(
+      "code_identity", [] { return codeIdentity(); },
+      "What besides the IR changes compiled code: this build's digest, "
+      "LLVM's version, the host CPU and its features.");
   // CompileOptions with its pipeline settings flattened, for compile_cpu and
   // load_cpu; defaults are CompileOptions' own.
   using Settings = CpuPipelineSettings;
@@ -330,7 +342,7 @@ NB_MODULE(_native, m) {
 #define LAZYMLIR_SETTING(python, field)                                        \
   def_prop_rw(                                                                 \
       python, [](const CompileOptions &o) { return o.pipeline.field; },        \
-      [](CompileOptions &o, decltype(Settings::field) v) {                      \
+      [](CompileOptions &o, decltype(Settings::field) v) {                     \
         o.pipeline.field = v;                                                  \
       })
       .LAZYMLIR_SETTING("entry", entry)

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -22,8 +23,9 @@ def assemble_all(graphs, chip, tmp_path):
         for module, body in plan["modules"].items():
             path = tmp_path / f"{name}.{module}.ptx"
             path.write_text(body["ptx"])
-            done = subprocess.run([ptxas, f"-arch={chip}", str(path), "-o", str(path) + ".cubin"],
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [ptxas, f"-arch={chip}", str(path), "-o", str(path) + ".cubin"], capture_output=True, text=True
+            )
             assert done.returncode == 0, f"{path}: {done.stderr}"
             count += 1
     return count
@@ -45,7 +47,7 @@ def test_mnist_training_steps_to_a_bundle(native, tmp_path):
 
     path = str(tmp_path / "mnist.lzgpu")
     graphs = aot.compile_step(step, x, y, chip="sm_90", path=path, steps=2)
-    assert all(torch.isfinite(l.cpu()) for l in losses)  # the steps really ran (on this CPU)
+    assert all(torch.isfinite(loss.cpu()) for loss in losses)  # the steps really ran (on this CPU)
     loaded = load_bundle(path, device_chip="sm_90")
     assert set(loaded) == set(graphs) and len(graphs) >= 1
     for plan in graphs.values():
@@ -54,17 +56,21 @@ def test_mnist_training_steps_to_a_bundle(native, tmp_path):
 
 
 def test_command_line(native, tmp_path):
-    (tmp_path / "factory.py").write_text('''
+    (tmp_path / "factory.py").write_text("""
 import torch
 def make():
     def step(x, w):
         return torch.softmax(x @ w, -1).sum()
     return step, (torch.randn(64, 32), torch.randn(32, 16))
-''')
+""")
     out = tmp_path / "softmax.lzgpu"
     env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-m", "lazymlir.aot", "factory:make", "--chip", "sm_80", "-o", str(out)],
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "lazymlir.aot", "factory:make", "--chip", "sm_80", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "graphs" in done.stdout and "sm_80" in done.stdout
     graphs = load_bundle(str(out), device_chip="sm_86")  # sm_80 PTX runs on newer chips
@@ -79,6 +85,7 @@ def test_a_step_that_records_nothing_is_an_error(native):
     assert lazymlir.metrics.counter_value("EagerGraph") == 0
 
 
+@pytest.mark.slow
 def test_gpt2_training_step_to_a_bundle(native, tmp_path):
     # A Hugging Face decoder (random weights, no download): attention with
     # its causal mask, embeddings and their scatter-add backward, AdamW.

@@ -29,8 +29,11 @@ def test_lazy_is_privateuse1_with_a_device_module():
     assert x.device == torch.device("lazy", 0) and x.device.type == "lazy"
     with pytest.raises(ValueError, match="single lazy device"):
         mod.set_device(1)
-    for make in (lambda: torch.ones(2).to("lazy:1"), lambda: torch.zeros(2, device="lazy:1"),
-                 lambda: torch.arange(3, device="lazy:1")):
+    for make in (
+        lambda: torch.ones(2).to("lazy:1"),
+        lambda: torch.zeros(2, device="lazy:1"),
+        lambda: torch.arange(3, device="lazy:1"),
+    ):
         with pytest.raises(RuntimeError, match="single lazy device"):
             make()
     assert torch.Generator(device="lazy").manual_seed(1).initial_seed() == 1
@@ -65,8 +68,10 @@ def test_autocast_follows_cpu_autocast_lists():
     a, b = torch.randn(4, 8), torch.randn(8, 3)
     with torch.autocast("lazy", dtype=torch.bfloat16):
         mm = a.to("lazy") @ b.to("lazy")  # lower_precision_fp
-        loss = F.nll_loss(torch.randn(4, 3, device="lazy").log_softmax(1).to(torch.bfloat16),
-                          torch.tensor([0, 1, 2, 0], device="lazy"))  # fp32
+        loss = F.nll_loss(
+            torch.randn(4, 3, device="lazy").log_softmax(1).to(torch.bfloat16),
+            torch.tensor([0, 1, 2, 0], device="lazy"),
+        )  # fp32
         cat = torch.cat([mm, torch.ones(1, 3, device="lazy")])  # promote
         with torch.autocast("lazy", enabled=False):  # LLaMA's rotary embedding
             plain = a.to("lazy") @ b.to("lazy")
@@ -151,8 +156,11 @@ def _autocast_training(name, dtype, steps=3):
     return ref, lazy, losses
 
 
-@pytest.mark.parametrize("name,dtype", [("mnist", torch.bfloat16), ("lm", torch.bfloat16), ("mnist", torch.float16)],
-                         ids=["mnist-bf16", "lm-bf16", "mnist-f16"])
+@pytest.mark.parametrize(
+    "name,dtype",
+    [("mnist", torch.bfloat16), ("lm", torch.bfloat16), ("mnist", torch.float16)],
+    ids=["mnist-bf16", "lm-bf16", "mnist-f16"],
+)
 def test_mixed_precision_training_matches_eager_autocast(native, fresh_cache, name, dtype):
     ref, lazy, losses = _autocast_training(name, dtype)
     assert losses["lazy"] == pytest.approx(losses["cpu"], rel=4 * _ulps(dtype)), losses

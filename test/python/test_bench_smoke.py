@@ -8,20 +8,58 @@ import json
 import os
 import subprocess
 import sys
+import pytest
+
+# The slow tier (make test-slow, CI): bench/suite.py in child processes.
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUITE = os.path.join(ROOT, "bench", "suite.py")
 
-WORKLOADS = {"bert", "gpt2", "bert512", "gpt2_512", "vit512", "lm2", "bert_read1", "gpt2_read1", "lm2_read1",
-             "bert_read10", "gpt2_read10", "lm2_read10", "mnist", "mlp", "chain", "softmax", "layernorm", "matmul_512", "matmul_1024",
-             "matmul_2048", "resnet_block", "trace_overhead", "compile_cold_mnist", "compile_warm_mnist",
-             "compile_cold_lm2", "compile_warm_lm2", "generate", "generate_tc", "bert_tc", "gpt2_tc", "lm2_tc",
-             "tc_call_overhead"}
+WORKLOADS = {
+    "bert",
+    "gpt2",
+    "bert512",
+    "gpt2_512",
+    "vit512",
+    "lm2",
+    "bert_read1",
+    "gpt2_read1",
+    "lm2_read1",
+    "bert_read10",
+    "gpt2_read10",
+    "lm2_read10",
+    "mnist",
+    "mlp",
+    "chain",
+    "softmax",
+    "layernorm",
+    "matmul_512",
+    "matmul_1024",
+    "matmul_2048",
+    "resnet_block",
+    "trace_overhead",
+    "compile_cold_mnist",
+    "compile_warm_mnist",
+    "compile_cold_lm2",
+    "compile_warm_lm2",
+    "generate",
+    "generate_tc",
+    "bert_tc",
+    "gpt2_tc",
+    "lm2_tc",
+    "tc_call_overhead",
+}
 
 
 def test_bench_suite_smoke(native, tmp_path):
-    proc = subprocess.run([sys.executable, SUITE, "--smoke", "--out", str(tmp_path)], capture_output=True, text=True,
-                          env=dict(os.environ), timeout=600)
+    proc = subprocess.run(
+        [sys.executable, SUITE, "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "memory bandwidth:" in proc.stdout and "matmul peak:" in proc.stdout, proc.stdout
     result = json.loads((tmp_path / "latest.json").read_text())
@@ -52,8 +90,13 @@ def test_bench_suite_torch_lazy_child(native, tmp_path):
     its file without importing lazymlir (both use the lazy device): it finds
     it in this install (an editable one lists the native module's directory
     first) and matches eager."""
-    proc = subprocess.run([sys.executable, SUITE, "--smoke", "--ltc", "--only", "mlp", "--out", str(tmp_path)],
-                          capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    proc = subprocess.run(
+        [sys.executable, SUITE, "--smoke", "--ltc", "--only", "mlp", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     row = json.loads((tmp_path / "latest.json").read_text())["workloads"][0]
     r = row["peers"]["torch._lazy"]
@@ -65,8 +108,21 @@ def test_bench_dynamic_smoke(native, tmp_path):
     eager (the script exits non-zero otherwise), each sweep compiled one
     dynamic graph and fell back nowhere, and the timed size ran dynamic."""
     out = tmp_path / "dynamic.json"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_dynamic.py"), "--smoke", "--repeats", "3",
-                           "--json", str(out)], capture_output=True, text=True, env=dict(os.environ), timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "bench_dynamic.py"),
+            "--smoke",
+            "--repeats",
+            "3",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     for sweep in result["sweeps"]:

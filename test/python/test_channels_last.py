@@ -22,8 +22,6 @@ CL = torch.channels_last
 FORMATS = {"nchw": torch.contiguous_format, "channels_last": CL}
 
 
-
-
 def _model(name):
     torch.manual_seed(0)
     if name == "resnet_block":
@@ -141,9 +139,16 @@ def _after_layout_passes(path_text, tmp_path):
     src = tmp_path / "in.mlir"
     src.write_text(path_text)
     return subprocess.run(
-        [opt, str(src), "--mlir-print-local-scope",
-         "--pass-pipeline=builtin.module(func.func(lazymlir-channels-last,lazymlir-fuse-elementwise),canonicalize,cse)"],
-        check=True, capture_output=True, text=True).stdout
+        [
+            opt,
+            str(src),
+            "--mlir-print-local-scope",
+            "--pass-pipeline=builtin.module(func.func(lazymlir-channels-last,lazymlir-fuse-elementwise),canonicalize,cse)",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 def test_channels_last_storage_passed_as_is(native, fresh_cache, tmp_path):
@@ -183,8 +188,10 @@ def test_optimizer_steps_on_channels_last_gradients(native, optimizer):
     compile, with eager's parameters."""
     ref, _ = _model("resnet_block")
     lazy = copy.deepcopy(ref).to("lazy")
-    make = {"adamw": lambda ps: torch.optim.AdamW(ps, 1e-2),
-            "sgd_momentum": lambda ps: torch.optim.SGD(ps, 1e-2, momentum=0.9)}[optimizer]
+    make = {
+        "adamw": lambda ps: torch.optim.AdamW(ps, 1e-2),
+        "sgd_momentum": lambda ps: torch.optim.SGD(ps, 1e-2, momentum=0.9),
+    }[optimizer]
     opt_ref, opt_lazy = make(ref.parameters()), make(lazy.parameters())
     metrics.reset()
     torch.manual_seed(2)

@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import torch
 from conftest import assert_compiled
 
@@ -68,8 +70,9 @@ def _start(cache_dir, **env_changes):
     if cache_dir is not None:
         env["LAZYMLIR_CACHE_DIR"] = cache_dir
     env.update(env_changes)
-    return subprocess.Popen([sys.executable, "-c", _SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-c", _SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def _finish(proc):
@@ -100,6 +103,7 @@ def test_second_process_compiles_nothing(native, tmp_path):
     assert not second["warnings"], second
 
 
+@pytest.mark.slow
 def test_corrupt_entries_are_reported_and_rewritten(native, tmp_path):
     _run(str(tmp_path))
     entries = _entries(str(tmp_path))
@@ -121,6 +125,7 @@ def test_corrupt_entries_are_reported_and_rewritten(native, tmp_path):
     assert third["kernels_compiled"] == 0 and third["disk_misses"] == 0 and not third["warnings"], third
 
 
+@pytest.mark.slow
 def test_two_processes_fill_one_cache_at_once(native, tmp_path):
     procs = [_start(str(tmp_path)) for _ in range(2)]
     for proc in procs:
@@ -130,6 +135,7 @@ def test_two_processes_fill_one_cache_at_once(native, tmp_path):
     assert third["kernels_compiled"] == 0 and third["disk_misses"] == 0 and not third["warnings"], third
 
 
+@pytest.mark.slow
 def test_default_location_and_disabled(native, tmp_path):
     """By default the cache lives in $XDG_CACHE_HOME/lazymlir, else
     ~/.cache/lazymlir; LAZYMLIR_CACHE_DIR= (empty) keeps nothing anywhere."""
@@ -253,12 +259,12 @@ print(float(y.sum()))
 """
 
 
+@pytest.mark.slow
 def test_exit_while_background_compiling(native, tmp_path):
     """A process may exit while the background compiler recompiles a hot
     graph's kernels: it stops after the kernel at hand, and the exit is clean."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
     env["LAZYMLIR_CACHE_DIR"] = ""
     for _ in range(4):
-        out = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, env=env,
-                             timeout=300)
+        out = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
         assert out.returncode == 0, (out.returncode, out.stderr[-2000:])

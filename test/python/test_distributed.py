@@ -55,7 +55,7 @@ def _worker(rank, port, mode, results):
         metrics.reset()
         half = 8 // WORLD
         for x, y in _data():
-            x, y = x[rank * half:(rank + 1) * half], y[rank * half:(rank + 1) * half]
+            x, y = x[rank * half : (rank + 1) * half], y[rank * half : (rank + 1) * half]
             opt.zero_grad()
             loss = nn.functional.cross_entropy(model(x.to("lazy")), y.to("lazy"))
             loss.backward()

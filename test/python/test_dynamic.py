@@ -10,7 +10,6 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import lazymlir
 from lazymlir import compiler, config, metrics, testing
@@ -26,9 +25,17 @@ def fresh():
 
 
 def counts():
-    return {k: metrics.counter_value(k) for k in
-            ("UncachedCompile", "DynamicCompile", "DynamicGraphHit", "DynamicCompileFallback", "CompileFallback",
-             "DynamicValidationMismatch")}
+    return {
+        k: metrics.counter_value(k)
+        for k in (
+            "UncachedCompile",
+            "DynamicCompile",
+            "DynamicGraphHit",
+            "DynamicCompileFallback",
+            "CompileFallback",
+            "DynamicValidationMismatch",
+        )
+    }
 
 
 def mlp():
@@ -248,8 +255,13 @@ def _fresh_process(script: str, cache_dir, sizes) -> dict:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", script, json.dumps(sizes)], capture_output=True, text=True,
-                         env=dict(os.environ, LAZYMLIR_CACHE_DIR=str(cache_dir)), timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(sizes)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, LAZYMLIR_CACHE_DIR=str(cache_dir)),
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -272,9 +284,11 @@ print(json.dumps({k: metrics.counter_value(k) for k in
 """
 
 
+@pytest.mark.slow
 def test_disk_cache_keeps_dynamic_graphs(tmp_path):
     """A second process finds the first one's dynamic graph on disk: sizes it
     never saw run without any compile."""
+
     def run(sizes):
         return _fresh_process(_DISK_SCRIPT, tmp_path, sizes)
 
@@ -372,7 +386,7 @@ def test_integers_that_are_not_sizes():
     x = torch.rand(6) + 0.5
     xl = x.to("lazy")
     for k in [2, 3, -1, 4, 0, 5]:
-        torch.testing.assert_close((xl ** k).cpu(), x ** k)
+        torch.testing.assert_close((xl**k).cpu(), x**k)
     assert counts()["CompileFallback"] == 0
 
 
@@ -388,7 +402,7 @@ def test_a_specialized_symbol_is_guarded():
     dynamic._symbolic_capable = lambda graph: set(range(10_000))
     try:
         for k in [2, 3, 4, 5]:
-            torch.testing.assert_close((xl ** k).cpu(), x ** k)
+            torch.testing.assert_close((xl**k).cpu(), x**k)
     finally:
         dynamic._symbolic_capable = capable
     assert counts()["DynamicCompile"] == 1
@@ -423,6 +437,7 @@ def test_a_cast_of_a_dynamic_dimension_compiles_static():
     still gets torch-mlir's cast of a ``?`` size to a static one: such a
     graph is refused dynamic (DynamicCompileFallback) and compiles static,
     with the right values. Only T changing stays dynamic."""
+
     def f(x):
         return (x.reshape(-1, 32) * 2).sum(1)
 
@@ -498,9 +513,10 @@ def test_cnn_training_over_batch_sizes(native, channels_last):
     trained over ragged batches: one dynamic graph from batches 3 and 4 serves
     batches past 16 as well (FakeTensor's convolution guarded the batch to
     < 16 when choosing eager's layout), with eager's losses."""
-    for make in (lambda: testing.MnistNet().eval(),
-                 lambda: nn.Sequential(testing.BasicBlock(8), nn.Flatten(), nn.Linear(8 * 10 * 10, 10),
-                                       nn.LogSoftmax(1))):
+    for make in (
+        lambda: testing.MnistNet().eval(),
+        lambda: nn.Sequential(testing.BasicBlock(8), nn.Flatten(), nn.Linear(8 * 10 * 10, 10), nn.LogSoftmax(1)),
+    ):
         lazymlir.cache.clear()
         metrics.reset()
         torch.manual_seed(0)
@@ -537,12 +553,14 @@ print(json.dumps({k: metrics.counter_value(k) for k in
 """
 
 
+@pytest.mark.slow
 def test_a_later_process_runs_the_static_graph_of_a_size_seen_before(tmp_path):
     """`make demo` trains with a ragged last batch, so the disk cache holds a
     dynamic graph next to the static one of batch 64: a later process
     training at batch 64 runs the static graph (found first), the dynamic one
     only at sizes without a static graph of their own (it ran the dynamic
     graph at every size, its convolutions then 20x slower)."""
+
     def run(sizes):
         return _fresh_process(_RAGGED_SCRIPT, tmp_path, sizes)
 

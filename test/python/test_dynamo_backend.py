@@ -100,8 +100,13 @@ def _train_like_eager(model, optimizer, options, batch, loss_fn, steps=3):
 def test_mnist_cnn_trains_like_eager(native, fresh_cache):
     """Dropout included: random ops run eagerly, on eager's random stream."""
     model = MnistNet()
-    twin, compiled = _train_like_eager(model, torch.optim.Adadelta, dict(lr=1.0), lambda: (
-        torch.randn(4, 1, 28, 28), torch.randint(0, 10, (4,))), lambda m, b: F.nll_loss(m(b[0]), b[1]))
+    twin, compiled = _train_like_eager(
+        model,
+        torch.optim.Adadelta,
+        dict(lr=1.0),
+        lambda: (torch.randn(4, 1, 28, 28), torch.randint(0, 10, (4,))),
+        lambda m, b: F.nll_loss(m(b[0]), b[1]),
+    )
     with torch.no_grad():
         model.eval(), twin.eval()
         x = torch.randn(2, 1, 28, 28)
@@ -111,17 +116,41 @@ def test_mnist_cnn_trains_like_eager(native, fresh_cache):
 def _hf(name):
     transformers = pytest.importorskip("transformers")
     if name == "bert":
-        cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                      intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                                      attention_probs_dropout_prob=0.0)
-        return transformers.BertForSequenceClassification(cfg), lambda m, ids: m(input_ids=ids,
-                                                                                 labels=ids[:, 0] % 2).loss
+        cfg = transformers.BertConfig(
+            vocab_size=100,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=32,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
+        return transformers.BertForSequenceClassification(
+            cfg
+        ), lambda m, ids: m(input_ids=ids, labels=ids[:, 0] % 2).loss
     if name == "gpt2":
-        cfg = transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=32,
-                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+        cfg = transformers.GPT2Config(
+            vocab_size=100,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            n_positions=32,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            use_cache=False,
+        )
         return transformers.GPT2LMHeadModel(cfg), lambda m, ids: m(input_ids=ids, labels=ids).loss
-    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg = transformers.LlamaConfig(
+        vocab_size=100,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     return transformers.LlamaForCausalLM(cfg), lambda m, ids: m(input_ids=ids, labels=ids).loss
 
 
@@ -187,6 +216,7 @@ def test_profiled_runs_name_the_regions(native, fresh_cache):
     assert [run[0] for run in prof.graph_runs] and all(run[0].startswith("dynamo-") for run in prof.graph_runs)
 
 
+@pytest.mark.slow
 def test_a_second_process_loads_regions_from_disk(native, tmp_path):
     script = textwrap.dedent("""
         import torch, lazymlir

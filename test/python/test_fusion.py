@@ -86,8 +86,7 @@ def test_causal_attention_with_streaming_stores(native):
     # loops share one parallel loop (its bounds were once defined inside it,
     # and causal attention at sequence length 1024 fell back to eager).
     q, k, v = (torch.randn(1, 2, 256, 64) for _ in range(3))
-    run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v,
-        streaming_store_bytes=65536)
+    run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v, streaming_store_bytes=65536)
 
 
 def test_max_reductions_propagate_nan(native):

@@ -23,8 +23,12 @@ import gpu_check  # noqa: E402
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu-bundles")
-    done = subprocess.run([sys.executable, os.path.join(TOOLS, "gpu_bundles.py"), str(out), "--quick"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, os.path.join(TOOLS, "gpu_bundles.py"), str(out), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "assembled by ptxas" in done.stdout
     return out
@@ -44,17 +48,24 @@ def test_bundles_hold_every_case_for_both_chips(native, bundles):
 
 def test_the_check_needs_a_gpu_and_says_so(bundles):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, os.path.join(TOOLS, "gpu_check.py"), str(bundles)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, os.path.join(TOOLS, "gpu_check.py"), str(bundles)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "no CUDA device" in done.stderr and "verified (3 cases)" in done.stderr
 
 
 def test_the_check_imports_only_the_gpu_runtime():
     # What the GPU machine has: torch and this file, no lazymlir package.
-    code = ("import sys; sys.path.insert(0, %r); import gpu_check; rt = gpu_check.load_gpu_runtime(); "
-            "import torch, torch._dynamo; print(rt.BUNDLE_FORMAT, sorted(m for m, v in sys.modules.items() "
-            "if v is not None and m.startswith(('lazymlir', 'torch_mlir'))))" % TOOLS)
+    code = (
+        "import sys; sys.path.insert(0, %r); import gpu_check; rt = gpu_check.load_gpu_runtime(); "
+        "import torch, torch._dynamo; print(rt.BUNDLE_FORMAT, sorted(m for m, v in sys.modules.items() "
+        "if v is not None and m.startswith(('lazymlir', 'torch_mlir'))))" % TOOLS
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["lazymlir-gpu-bundle", "[]"]  # loaded from its file, nothing else
@@ -73,7 +84,7 @@ def test_references_round_trip_and_catch_wrong_values(native, bundles):
             assert all(v["ok"] for v in verdicts), (case["name"], [v["why"] for v in verdicts])
             floats = [i for i, o in enumerate(outs) if o.is_floating_point() and o.numel() > 1]
             wrong = outs[floats[0]].clone()
-            wrong.view(-1)[wrong.numel() // 2:] *= 1.01  # a 1% error in half the elements
+            wrong.view(-1)[wrong.numel() // 2 :] *= 1.01  # a 1% error in half the elements
             assert not gpu_check.compare(torch, wrong, graph["outputs"][floats[0]], data)["ok"]
 
 

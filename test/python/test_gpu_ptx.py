@@ -26,14 +26,16 @@ def cuda_root():
     from lazymlir import compiler
 
     root = compiler.cuda_toolkit()
-    assert os.access(os.path.join(root, "bin", "ptxas"), os.X_OK), \
+    assert os.access(os.path.join(root, "bin", "ptxas"), os.X_OK), (
         f"no ptxas in {root}/bin: `make test` installs nvidia-cuda-nvcc into .venv"
+    )
     return root
 
 
 def lazymlir_opt():
-    tool = shutil.which("lazymlir-opt", path=os.path.dirname(sys.executable)) or \
-        os.path.join(REPO, "build", "bin", "lazymlir-opt")
+    tool = shutil.which("lazymlir-opt", path=os.path.dirname(sys.executable)) or os.path.join(
+        REPO, "build", "bin", "lazymlir-opt"
+    )
     assert os.access(tool, os.X_OK), "lazymlir-opt is not built: run `make`"
     return tool
 
@@ -57,18 +59,28 @@ def ptx_kernels(fn, args, tmp_path, chip="sm_90"):
     texts = []
     for i, graph in enumerate(graphs):
         gpu = tmp_path / f"g{i}.gpu.mlir"
-        done = subprocess.run([lazymlir_opt(), graph, f"--lazymlir-gpu-pipeline=chip={chip} libdevice={libdevice}",
-                               "-o", str(gpu)], capture_output=True, text=True)
+        done = subprocess.run(
+            [lazymlir_opt(), graph, f"--lazymlir-gpu-pipeline=chip={chip} libdevice={libdevice}", "-o", str(gpu)],
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0, done.stderr[-4000:]
         host = [line for line in gpu.read_text().splitlines() if "gpu.binary" not in line]
         for op in ("memref.load", "memref.store", "scf.for", "scf.parallel", "cf.assert"):
             # The host only allocates, views, copies and launches.
             assert not any(op in line for line in host), f"{op} left on the host in {graph}"
-        listed = subprocess.run([sys.executable, PTX_OF, str(gpu), "--all", str(tmp_path / f"g{i}")],
-                                capture_output=True, text=True, check=True)
+        listed = subprocess.run(
+            [sys.executable, PTX_OF, str(gpu), "--all", str(tmp_path / f"g{i}")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         for ptx in listed.stdout.split():
-            assembled = subprocess.run([os.path.join(root, "bin", "ptxas"), f"-arch={chip}", ptx, "-o", ptx + ".cubin"],
-                                       capture_output=True, text=True)
+            assembled = subprocess.run(
+                [os.path.join(root, "bin", "ptxas"), f"-arch={chip}", ptx, "-o", ptx + ".cubin"],
+                capture_output=True,
+                text=True,
+            )
             assert assembled.returncode == 0, f"{ptx}: {assembled.stderr}"
             text = open(ptx).read()
             assert ".extern" not in text, ptx  # libdevice linked, nothing unresolved
@@ -134,11 +146,14 @@ func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {
   return %r : tensor<64xf32>
 }
 """)
-    for options, message in [("chip=sm_90 features=+ptx60", "PTX 6.0 does not support sm_90"),
-                             ("chip=sm_30", "unsupported chip 'sm_30'"),
-                             ("chip=sm_90", "no libdevice is linked")]:
-        done = subprocess.run([lazymlir_opt(), str(graph), f"--lazymlir-gpu-pipeline={options}"],
-                              capture_output=True, text=True)
+    for options, message in [
+        ("chip=sm_90 features=+ptx60", "PTX 6.0 does not support sm_90"),
+        ("chip=sm_30", "unsupported chip 'sm_30'"),
+        ("chip=sm_90", "no libdevice is linked"),
+    ]:
+        done = subprocess.run(
+            [lazymlir_opt(), str(graph), f"--lazymlir-gpu-pipeline={options}"], capture_output=True, text=True
+        )
         assert done.returncode == 1 and message in done.stderr, (options, done.returncode, done.stderr[-2000:])
 
 

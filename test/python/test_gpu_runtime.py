@@ -103,8 +103,15 @@ def test_plan_checks():
     with pytest.raises(BundleError, match="version 7"):
         GpuExecutable({"format": "lazymlir-gpu-plan", "version": 7})
     with pytest.raises(BundleError, match="module nope, which the plan lacks"):
-        GpuExecutable({"format": "lazymlir-gpu-plan", "version": 1, "arguments": [], "modules": {},
-                       "steps": [{"op": "launch", "module": "nope"}]})
+        GpuExecutable(
+            {
+                "format": "lazymlir-gpu-plan",
+                "version": 1,
+                "arguments": [],
+                "modules": {},
+                "steps": [{"op": "launch", "module": "nope"}],
+            }
+        )
     assert can_run("sm_80", "sm_90") and not can_run("sm_90", "sm_80")
     gpu_runtime.check_chips(["sm_80"], "sm_90")
     with pytest.raises(BundleError, match="compiled for sm_90; this device is sm_86"):

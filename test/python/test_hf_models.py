@@ -15,16 +15,32 @@ transformers = pytest.importorskip("transformers")
 
 
 def _bert():
-    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                                  attention_probs_dropout_prob=0.0)
+    cfg = transformers.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     model = transformers.BertForSequenceClassification(cfg)
     return model, lambda m, ids: m(input_ids=ids, labels=(ids[:, 0] % 2)).loss
 
 
 def _gpt2():
-    cfg = transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=32, resid_pdrop=0.0,
-                                  embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    cfg = transformers.GPT2Config(
+        vocab_size=100,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=32,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        use_cache=False,
+    )
     model = transformers.GPT2LMHeadModel(cfg)
     return model, lambda m, ids: m(input_ids=ids, labels=ids).loss
 
@@ -33,8 +49,15 @@ def _llama():
     # Grouped-query attention (4 heads, 2 key/value heads); its rotary
     # embedding opens torch.autocast(device_type="lazy", enabled=False), which
     # needs the lazy device to be a device autocast knows (PrivateUse1).
-    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg = transformers.LlamaConfig(
+        vocab_size=100,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     model = transformers.LlamaForCausalLM(cfg)
     return model, lambda m, ids: m(input_ids=ids, labels=ids).loss
 
@@ -77,8 +100,15 @@ def _gpt2_lm():
 
 
 def _llama_lm():
-    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg = transformers.LlamaConfig(
+        vocab_size=100,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     return transformers.LlamaForCausalLM(cfg).eval()
 
 

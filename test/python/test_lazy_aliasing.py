@@ -18,7 +18,11 @@ def _compare(ref, out):
     if isinstance(ref, torch.Tensor):
         assert out.device.type == "lazy", out.device
         assert (out.shape, out.stride(), out.storage_offset(), out.dtype) == (
-            ref.shape, ref.stride(), ref.storage_offset(), ref.dtype)
+            ref.shape,
+            ref.stride(),
+            ref.storage_offset(),
+            ref.dtype,
+        )
         torch.testing.assert_close(out.detach().cpu(), ref.detach(), rtol=1e-6, atol=1e-6)
     elif isinstance(ref, (list, tuple)):
         assert len(ref) == len(out)
@@ -58,7 +62,11 @@ CASES = {
     "split_chunk_writes": lambda x: (x.split(1)[1].mul_(0), x.chunk(2, 1)[1].add_(1), x)[2],
     "unbind_write": lambda x: (x.unbind(1)[3].fill_(-1), x)[1],
     "write_then_view_reads_new_value": lambda x: (lambda v: (x.add_(1), v * 1)[1])(x[1:, ::2]),
-    "inplace_dtype_cast": lambda x: (x.mul_(torch.tensor(2)), x.add_(torch.ones(4, dtype=torch.float64, device=x.device)), x)[2],
+    "inplace_dtype_cast": lambda x: (
+        x.mul_(torch.tensor(2)),
+        x.add_(torch.ones(4, dtype=torch.float64, device=x.device)),
+        x,
+    )[2],
 }
 
 
@@ -205,10 +213,15 @@ CL_CASES = {
     "reshape_copies": lambda x: (lambda r: (r.mul_(0), x, r)[1:])(x.reshape(2, -1)),
     "flatten_of_nhwc_view": lambda x: x.permute(0, 2, 3, 1).flatten(1) * 1,
     "to_contiguous_format_then_write": lambda x: (lambda c: (c[0].fill_(3.0), x, c)[1:])(
-        x.to(memory_format=torch.contiguous_format)),
+        x.to(memory_format=torch.contiguous_format)
+    ),
     "unbind_batch_write": lambda x: (x.unbind(0)[1].sub_(5), x)[1],
-    "outputs_keep_format": lambda x: (x.sin(), torch.nn.functional.max_pool2d(x, 2), x.sum(1, keepdim=True),
-                                      x.mean((2, 3))),
+    "outputs_keep_format": lambda x: (
+        x.sin(),
+        torch.nn.functional.max_pool2d(x, 2),
+        x.sum(1, keepdim=True),
+        x.mean((2, 3)),
+    ),
 }
 
 

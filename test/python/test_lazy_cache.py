@@ -49,14 +49,20 @@ def test_recompile_storm_warning(fresh_cache):
     import warnings
 
     w = torch.randn(4, 3).to("lazy")
-    with lazymlir.config.patch(force_eager=True, recompile_warning_at=3), warnings.catch_warnings(record=True) as caught:
+    with (
+        lazymlir.config.patch(force_eager=True, recompile_warning_at=3),
+        warnings.catch_warnings(record=True) as caught,
+    ):
         warnings.simplefilter("always")
         for rows in (1, 2, 3, 4):
             step(torch.randn(rows, 4).to("lazy"), w)
     storms = [str(c.message) for c in caught if "different input shapes" in str(c.message)]
     assert len(storms) == 1 and "compiled for 3 different input shapes" in storms[0], storms
     assert metrics.counter_value("RecompileShapeChange") == 3
-    with lazymlir.config.patch(force_eager=True, recompile_warning_at=0), warnings.catch_warnings(record=True) as caught:
+    with (
+        lazymlir.config.patch(force_eager=True, recompile_warning_at=0),
+        warnings.catch_warnings(record=True) as caught,
+    ):
         warnings.simplefilter("always")
         for rows in (5, 6, 7, 8, 9):
             step(torch.randn(rows, 4).to("lazy"), w)

@@ -66,7 +66,9 @@ def test_native_compile_error_runs_eagerly(monkeypatch, fresh_cache):
         raise CompileError("error: simulated native failure")
 
     real = runtime.native_compiler()
-    monkeypatch.setattr(lazymlir.compilation, "_compiler", types.SimpleNamespace(**{**vars(real), "compile_linalg": compile_linalg}))
+    monkeypatch.setattr(
+        lazymlir.compilation, "_compiler", types.SimpleNamespace(**{**vars(real), "compile_linalg": compile_linalg})
+    )
     monkeypatch.setattr(lazymlir.config, "cache_dir", None)  # a disk hit would compile nothing
     x = torch.randn(3, 3)
     with pytest.warns(RuntimeWarning, match="simulated native failure"):
@@ -186,8 +188,9 @@ def test_op_that_cannot_lower_for_one_dtype_still_compiles_for_others(monkeypatc
     real = lowering.lower
 
     def lower(gm, example_inputs, **kwargs):
-        if any(n.target is torch.ops.aten.neg.default for n in gm.graph.nodes) and \
-                any(t.dtype == torch.int64 for t in example_inputs):
+        if any(n.target is torch.ops.aten.neg.default for n in gm.graph.nodes) and any(
+            t.dtype == torch.int64 for t in example_inputs
+        ):
             raise lowering.LoweringError("simulated: integer neg does not lower")
         return real(gm, example_inputs, **kwargs)
 
@@ -230,8 +233,9 @@ def test_unknown_target_device_is_an_error():
             pass
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
     env["LAZYMLIR_DEVICE"] = "cuda"
-    out = subprocess.run([sys.executable, "-c", "import lazymlir"], capture_output=True, text=True, env=env,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", "import lazymlir"], capture_output=True, text=True, env=env, timeout=300
+    )
     assert out.returncode != 0 and "is not a target lazymlir has" in out.stderr, out.stderr[-2000:]
 
 

@@ -168,7 +168,8 @@ def test_arithmetic_floats_are_graph_inputs():
     assert _key(lambda x: x * 0.3) == _key(lambda x: x * 0.7)
     assert _key(lambda x: x.add(x, alpha=-0.01)) == _key(lambda x: x.add(x, alpha=-0.02))
     assert _key(lambda x: torch.addcdiv(x, x, x + 1, value=0.5)) == _key(
-        lambda x: torch.addcdiv(x, x, x + 1, value=-3.0))
+        lambda x: torch.addcdiv(x, x, x + 1, value=-3.0)
+    )
     assert _key(lambda x: x * 2) != _key(lambda x: x * 2.0)  # ints stay constants
     i = torch.arange(4).to("lazy")
     lazymlir.mark_step()
@@ -181,9 +182,17 @@ def test_lifted_floats_compute_as_eager(dtype):
     t1, t2 = torch.randn(5, dtype=dtype), torch.rand(5, dtype=dtype) + 0.5
 
     def f(x, t1, t2):
-        return (x * 0.1, x / 3.7, x.add(t1, alpha=-0.3), x.sub(0.25), torch.addcdiv(x, t1, t2, value=-0.01),
-                torch.addcmul(x, t1, t2, value=0.7), torch.lerp(x, t1, 0.9), torch.lerp(x, t1, 0.2),
-                x * 1e-300 if dtype == torch.float64 else x * 1e-30)
+        return (
+            x * 0.1,
+            x / 3.7,
+            x.add(t1, alpha=-0.3),
+            x.sub(0.25),
+            torch.addcdiv(x, t1, t2, value=-0.01),
+            torch.addcmul(x, t1, t2, value=0.7),
+            torch.lerp(x, t1, 0.9),
+            torch.lerp(x, t1, 0.2),
+            x * 1e-300 if dtype == torch.float64 else x * 1e-30,
+        )
 
     ref = f(x, t1, t2)
     out = f(x.to("lazy"), t1.to("lazy"), t2.to("lazy"))

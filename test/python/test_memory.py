@@ -11,6 +11,9 @@ import sys
 
 import pytest
 
+# The slow tier (make test-slow, CI): memory soaks, a fresh process each.
+pytestmark = pytest.mark.slow
+
 _SCRIPT = r"""
 import json, sys
 import torch, lazymlir
@@ -57,16 +60,25 @@ print(json.dumps({"step10": at[10], "step100": at[100], "end": rss(),
 
 def _train(dims, batch, opt, steps=300):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_") or k == "LAZYMLIR_CACHE_DIR"}
-    out = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps([dims, batch, opt, steps])],
-                         capture_output=True, text=True, env=env, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, json.dumps([dims, batch, opt, steps])],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("dims,batch,opt", [
-    ((1024, 2048, 10), 256, "adam"),  # compute outweighs tracing: the queue would grow
-    ((784, 512, 10), 64, "sgd"),  # small: Python-bound
-], ids=["compute-heavy-adam", "small-sgd"])
+@pytest.mark.parametrize(
+    "dims,batch,opt",
+    [
+        ((1024, 2048, 10), 256, "adam"),  # compute outweighs tracing: the queue would grow
+        ((784, 512, 10), 64, "sgd"),  # small: Python-bound
+    ],
+    ids=["compute-heavy-adam", "small-sgd"],
+)
 def test_training_memory_is_bounded(native, dims, batch, opt):
     r = _train(dims, batch, opt)
     assert r["compiled"] >= 290 and r["fallback"] == 0, r

@@ -13,8 +13,7 @@ fx = pytest.importorskip("torch_mlir.fx")
 
 
 def export(module: nn.Module, *args) -> str:
-    return str(fx.export_and_import(module.eval(), *args, output_type="linalg-on-tensors",
-                                    func_name="main"))
+    return str(fx.export_and_import(module.eval(), *args, output_type="linalg-on-tensors", func_name="main"))
 
 
 def compile_and_run(module: nn.Module, *args, fusion: bool = True):
@@ -60,19 +59,24 @@ FLOAT_CASES = {
     "softmax": (Fn(lambda m, x: torch.softmax(x, dim=-1)), (torch.randn(8, 100),)),
     "log_softmax_f64": (Fn(lambda m, x: F.log_softmax(x, dim=1)), (torch.randn(4, 10, dtype=torch.float64),)),
     "conv2d_relu_pool": (SmallConv(), (torch.randn(2, 3, 16, 16),)),
-    "conv_bias_relu_residual": (Fn(lambda m, x, w, b, r: torch.relu(F.conv2d(x, w, b, padding=1)) + r),
-                                (torch.randn(2, 4, 8, 8), torch.randn(8, 4, 3, 3), torch.randn(8),
-                                 torch.randn(2, 8, 8, 8))),
+    "conv_bias_relu_residual": (
+        Fn(lambda m, x, w, b, r: torch.relu(F.conv2d(x, w, b, padding=1)) + r),
+        (torch.randn(2, 4, 8, 8), torch.randn(8, 4, 3, 3), torch.randn(8), torch.randn(2, 8, 8, 8)),
+    ),
     "strided_conv": (Fn(lambda m, x, w: F.conv2d(x, w, stride=2)), (torch.randn(1, 3, 9, 9), torch.randn(4, 3, 3, 3))),
     "layer_norm": (nn.LayerNorm(32), (torch.randn(4, 7, 32),)),
     "sum_mean_max": (Fn(lambda m, x: (x.sum(1), x.mean(0), x.amax(-1))), (torch.randn(5, 6),)),
     "broadcast": (Fn(lambda m, x, y, z: x * y + z), (torch.randn(4, 1, 8), torch.randn(3, 1), torch.randn(8))),
-    "transcendental": (Fn(lambda m, x: torch.tanh(x) + torch.erf(x) + torch.sigmoid(x) * torch.exp(-x * x)),
-                       (torch.randn(64),)),
+    "transcendental": (
+        Fn(lambda m, x: torch.tanh(x) + torch.erf(x) + torch.sigmoid(x) * torch.exp(-x * x)),
+        (torch.randn(64),),
+    ),
     # A bool mask read in a contraction's epilogue (dropout backward): bool
     # memory must not be read as packed bits by vectorized code.
-    "matmul_mask_epilogue": (Fn(lambda m, x, w, mask: torch.where(mask, x @ w, 0.0) * 2.0),
-                             (torch.randn(8, 16), torch.randn(16, 32), torch.rand(8, 32) > 0.5)),
+    "matmul_mask_epilogue": (
+        Fn(lambda m, x, w, mask: torch.where(mask, x @ w, 0.0) * 2.0),
+        (torch.randn(8, 16), torch.randn(16, 32), torch.rand(8, 32) > 0.5),
+    ),
     "gelu_scalar_out": (Fn(lambda m, x: F.gelu(x).sum()), (torch.randn(3, 5),)),
     # A pad's interior is a strided copy, large enough here to run as a
     # parallel loop nest (not the runtime's memrefCopy).
@@ -105,8 +109,26 @@ def test_exp_over_the_whole_f32_range():
     # (x in [-103.9, -87.4]) included, as eager gives them; elsewhere
     # (upstream's expansion, which clamps 2^n) within 8 ulp of normal
     # results (5.3 measured, near the ends of the range).
-    specials = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 88.72, 88.73,
-                             89.0, 1e4, -87.3, -103.27, -103.3, -104.0, -1e4, 1e-30, -1e-30])
+    specials = torch.tensor(
+        [
+            float("nan"),
+            float("inf"),
+            -float("inf"),
+            0.0,
+            -0.0,
+            88.72,
+            88.73,
+            89.0,
+            1e4,
+            -87.3,
+            -103.27,
+            -103.3,
+            -104.0,
+            -1e4,
+            1e-30,
+            -1e-30,
+        ]
+    )
     x = torch.cat([torch.linspace(-110.0, 95.0, 1 << 20), specials])
     exe, outputs, expected = compile_and_run(Fn(lambda m, x: torch.exp(x)), x)
     got, eager = outputs[0], expected[0]
@@ -116,9 +138,9 @@ def test_exp_over_the_whole_f32_range():
     finite = torch.isfinite(exact.float()) & (exact.float() != 0)
     bound = 1.5 if _host_has_avx512f() else 8.0
     assert ((got.double() - exact).abs() / ulp)[finite & (normal | _host_has_avx512f())].max() < bound
-    specials_out = got[-len(specials):]
+    specials_out = got[-len(specials) :]
     assert torch.equal(specials_out.isnan(), specials.isnan())
-    assert torch.equal(specials_out.isinf(), eager[-len(specials):].isinf())
+    assert torch.equal(specials_out.isinf(), eager[-len(specials) :].isinf())
     assert (specials_out[specials < -104] == 0).all()
     if _host_has_avx512f():
         denormal = (x > -103.9) & (x < -87.4)

@@ -42,8 +42,8 @@ def test_batch_norm_eval_returns_empty_saved_statistics(native):
         x = torch.randn(shape)
         eager = torch.native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)
         lazy = torch.native_batch_norm(*(t.to("lazy") for t in (x, w, b, rm, rv)), False, 0.1, 1e-5)
-        for l, e in zip(lazy, eager):
-            _same(l, e)
+        for got, e in zip(lazy, eager):
+            _same(got, e)
     m = torch.nn.BatchNorm1d(4).eval()
     x = torch.randn(8, 4)
     _same(m.to("lazy")(x.to("lazy")), m.cpu()(x))
@@ -65,8 +65,8 @@ def test_out_resizes_and_resize_(native):
         w = torch.arange(4.0, device=d)
         w.resize_(2, 3)
         results[d] = (x, y, i, z, w[:1, :3].reshape(-1)[:4], w.shape)
-    for l, e in zip(results["lazy"][:5], results["cpu"][:5]):
-        _same(l, e)
+    for got, e in zip(results["lazy"][:5], results["cpu"][:5]):
+        _same(got, e)
     assert results["lazy"][5] == results["cpu"][5]
 
 
@@ -81,14 +81,23 @@ def test_quantized_tensors_run_eagerly_on_device_data():
         out = {}
         for d in ("cpu", "lazy"):
             q = torch.quantize_per_tensor(x.to(d), 0.1, 10, torch.quint8)
-            qc = torch.quantize_per_channel(x.to(d), torch.tensor([0.1, 0.2, 0.3, 0.4]).to(d),
-                                            torch.tensor([0, 1, 2, 3]).to(d), 0, torch.qint8)
+            qc = torch.quantize_per_channel(
+                x.to(d), torch.tensor([0.1, 0.2, 0.3, 0.4]).to(d), torch.tensor([0, 1, 2, 3]).to(d), 0, torch.qint8
+            )
             qx = torch.quantize_per_tensor(x.to(d), 0.05, 64, torch.quint8)
-            out[d] = (q.dtype, q.q_scale(), q.dequantize().cpu(), q.int_repr().cpu(), q[1].dequantize().cpu(),
-                      qc.dequantize().cpu(), linear(qx).dequantize().cpu(), dynamic(x.to(d)).cpu())
+            out[d] = (
+                q.dtype,
+                q.q_scale(),
+                q.dequantize().cpu(),
+                q.int_repr().cpu(),
+                q[1].dequantize().cpu(),
+                qc.dequantize().cpu(),
+                linear(qx).dequantize().cpu(),
+                dynamic(x.to(d)).cpu(),
+            )
     assert out["lazy"][:2] == out["cpu"][:2]
-    for l, e in zip(out["lazy"][2:], out["cpu"][2:]):
-        torch.testing.assert_close(l, e)
+    for got, e in zip(out["lazy"][2:], out["cpu"][2:]):
+        torch.testing.assert_close(got, e)
 
 
 def test_conjugate_bit_reaches_eager_fallbacks():
@@ -121,8 +130,8 @@ def test_tensor_split_with_lazy_split_points(native):
     x = torch.arange(10.0)
     for points in [torch.tensor([2, 5]), torch.tensor(3)]:
         lazy = torch.tensor_split(x.to("lazy"), points.to("lazy"))
-        for l, e in zip(lazy, torch.tensor_split(x, points), strict=True):
-            _same(l, e)
+        for got, e in zip(lazy, torch.tensor_split(x, points), strict=True):
+            _same(got, e)
     xl = x.clone().to("lazy").requires_grad_()
     (torch.tensor_split(xl, torch.tensor([2, 5]).to("lazy"))[1] * 2).sum().backward()
     _same(xl.grad, torch.tensor([0.0, 0, 2, 2, 2, 0, 0, 0, 0, 0]))
@@ -134,7 +143,10 @@ def test_threshold_backward_mixed_dtypes(native):
     g, x = torch.randn(5), torch.tensor([1, -1, 2, 0, 3])
     _same(torch.ops.aten.threshold_backward(x.to("lazy"), g.to("lazy"), 0), torch.ops.aten.threshold_backward(x, g, 0))
     metrics.reset()
-    _same(torch.ops.aten.threshold_backward(g.to("lazy"), g.to("lazy") - 1, 0), torch.ops.aten.threshold_backward(g, g - 1, 0))
+    _same(
+        torch.ops.aten.threshold_backward(g.to("lazy"), g.to("lazy") - 1, 0),
+        torch.ops.aten.threshold_backward(g, g - 1, 0),
+    )
     assert_compiled()
 
 
@@ -201,8 +213,12 @@ def test_scatters_and_sorts_of_bools_and_negative_dims():
 
 
 def test_sparse_tensors_get_a_clear_error():
-    for make in (lambda: torch.eye(3).to_sparse().to("lazy"), lambda: torch.eye(3).to("lazy").to_sparse(),
-                 lambda: torch.eye(3).to_sparse_csr().to("lazy"), lambda: torch.eye(3).to_sparse_csc().to("lazy")):
+    for make in (
+        lambda: torch.eye(3).to_sparse().to("lazy"),
+        lambda: torch.eye(3).to("lazy").to_sparse(),
+        lambda: torch.eye(3).to_sparse_csr().to("lazy"),
+        lambda: torch.eye(3).to_sparse_csc().to("lazy"),
+    ):
         with pytest.raises(NotImplementedError, match="tensors cannot live on the lazy device"):
             make()
     # PyTorch's own copies of CSR tensors are untouched.
@@ -241,8 +257,17 @@ def test_integer_power_in_a_fused_training_graph(native):
     assert_compiled()
 
 
-@pytest.mark.parametrize("dtype, fill", [(torch.float32, 1.0), (torch.float32, 0.0), (torch.int64, 1),
-                                         (torch.int64, -2), (torch.bool, True), (torch.bool, False)])
+@pytest.mark.parametrize(
+    "dtype, fill",
+    [
+        (torch.float32, 1.0),
+        (torch.float32, 0.0),
+        (torch.int64, 1),
+        (torch.int64, -2),
+        (torch.bool, True),
+        (torch.bool, False),
+    ],
+)
 def test_comparisons_of_constant_tensors_with_scalars(native, dtype, fill):
     # A tensor the graph creates (a constant to torch-mlir) compared with a
     # Python scalar of another kind, or a bool tensor with any: torch-mlir's

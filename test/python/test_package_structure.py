@@ -59,7 +59,7 @@ def _cycle(graph):
         path.append(module)
         for target in sorted(graph.get(module, ())):
             if state.get(target) == 1:
-                return path[path.index(target):] + [target]
+                return path[path.index(target) :] + [target]
             if target not in state:
                 found = visit(target)
                 if found:

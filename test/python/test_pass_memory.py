@@ -51,14 +51,16 @@ def test_lit_passes_do_not_read_freed_memory():
     env = dict(os.environ, **POISON)
     runs, crashed = 0, []
     for path, args in _lit_invocations():
-        r = subprocess.run([tool, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           text=True, timeout=300)
+        r = subprocess.run(
+            [tool, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300
+        )
         runs += 1
         # A diagnostic is an exit status of 1; a crash is a signal.
         if r.returncode < 0 or r.returncode >= 128:
-            frames = [l.strip() for l in r.stderr.splitlines() if "lazymlir" in l and "#" in l][:4]
-            crashed.append(f"{os.path.relpath(path, REPO)} {' '.join(args)}: status {r.returncode}\n  "
-                           + "\n  ".join(frames))
+            frames = [line.strip() for line in r.stderr.splitlines() if "lazymlir" in line and "#" in line][:4]
+            crashed.append(
+                f"{os.path.relpath(path, REPO)} {' '.join(args)}: status {r.returncode}\n  " + "\n  ".join(frames)
+            )
     assert runs > 50, f"found only {runs} lazymlir-opt RUN lines"
     assert not crashed, "crashed with freed memory poisoned:\n" + "\n".join(crashed)
 
@@ -86,5 +88,4 @@ def test_column_reduction_compiles_with_freed_memory_poisoned():
     pytest.importorskip("torch_mlir.fx")
     env = dict(os.environ, **POISON, LAZYMLIR_CACHE_DIR="")
     r = subprocess.run([sys.executable, "-c", _COLUMN_SUMS], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), \
-        f"status {r.returncode}\n{r.stderr[-3000:]}"
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), f"status {r.returncode}\n{r.stderr[-3000:]}"

@@ -112,9 +112,7 @@ def test_graph_runs_are_torch_profiler_ranges(native, fresh_cache):
 
 
 def test_profile_env_prints_table_at_exit(native):
-    script = ("import torch, lazymlir\n"
-              "x = torch.randn(32, 32).to('lazy')\n"
-              "print(float((x @ x).relu().sum().item()))\n")
+    script = "import torch, lazymlir\nx = torch.randn(32, 32).to('lazy')\nprint(float((x @ x).relu().sum().item()))\n"
     env = dict(os.environ, LAZYMLIR_PROFILE="1")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -55,12 +55,19 @@ _INDEX_FAMILIES = {
     "index2d": (lambda i, w: w[i, i] + 2, lambda i: (torch.tensor(i), _w(3, 3))),
     "take": (lambda i, w: torch.take(w, i) + 1, lambda i: (torch.tensor(i), _w())),
     "index_put": (lambda i, w, s: w.index_put((i,), s), lambda i: (torch.tensor(i), _w(), torch.ones(len(i), 4))),
-    "index_put_accumulate": (lambda i, w, s: w.index_put((i,), s, accumulate=True),
-                             lambda i: (torch.tensor(i), _w(), torch.ones(len(i), 4))),
+    "index_put_accumulate": (
+        lambda i, w, s: w.index_put((i,), s, accumulate=True),
+        lambda i: (torch.tensor(i), _w(), torch.ones(len(i), 4)),
+    ),
     "setitem": (lambda i, w, s: _setitem(w, i, s), lambda i: (torch.tensor(i), _w(), torch.ones(len(i), 4))),
-    "scatter": (lambda i, w, s: w.scatter(0, i, s), lambda i: (torch.tensor([i] * 2).T.contiguous(), _w(), torch.ones(len(i), 2))),
-    "scatter_add": (lambda i, w, s: w.scatter_add(0, i, s),
-                    lambda i: (torch.tensor([i] * 2).T.contiguous(), _w(), torch.ones(len(i), 2))),
+    "scatter": (
+        lambda i, w, s: w.scatter(0, i, s),
+        lambda i: (torch.tensor([i] * 2).T.contiguous(), _w(), torch.ones(len(i), 2)),
+    ),
+    "scatter_add": (
+        lambda i, w, s: w.scatter_add(0, i, s),
+        lambda i: (torch.tensor([i] * 2).T.contiguous(), _w(), torch.ones(len(i), 2)),
+    ),
 }
 
 # index lists per kind; the tables have 3 rows (and 3 or 4 columns; take: 12
@@ -79,6 +86,7 @@ _TAKE_INDICES = {
     "past_end": [1, 12, 0],
     "far_past_end": [0, 1, 1 << 40],
 }
+
 
 def _division_case(op, dtype):
     a = torch.tensor([7, -7, 5, 3, 0, 9], dtype=dtype)
@@ -106,8 +114,10 @@ def _division_cases():
             suffix = "" if dtype == torch.int64 else "_i32"
             cases[f"{name}{suffix}/zero"] = _division_case(op, dtype)
             # the same graph without a zero divisor
-            cases[f"{name}{suffix}/nonzero"] = (op, tuple(torch.where(t == 0, 5, t) if k else t
-                                                           for k, t in enumerate(_division_case(op, dtype)[1])))
+            cases[f"{name}{suffix}/nonzero"] = (
+                op,
+                tuple(torch.where(t == 0, 5, t) if k else t for k, t in enumerate(_division_case(op, dtype)[1])),
+            )
     return cases
 
 
@@ -172,9 +182,12 @@ def _child_main(names):
         metrics.reset()
         expected, got = _run_case(*CASES[name])
         _settle()
-        results[name] = {"expected": expected, "got": got,
-                         "reruns": metrics.counter_value("RuntimeCheckEagerRerun"),
-                         "compiled": metrics.counter_value("UncachedCompile") + metrics.counter_value("CachedCompile")}
+        results[name] = {
+            "expected": expected,
+            "got": got,
+            "reruns": metrics.counter_value("RuntimeCheckEagerRerun"),
+            "compiled": metrics.counter_value("UncachedCompile") + metrics.counter_value("CachedCompile"),
+        }
     # A later graph runs; the failing graph's cache entry is reused (a hit)
     # with good indices, then with bad ones again (and still checks).
     _settle()
@@ -191,10 +204,16 @@ def _child_main(names):
         again = str(e)
     hits = metrics.counter_value("CachedCompile")
     misses = metrics.counter_value("UncachedCompile")
-    results["after"] = {"later": later, "later_expected": (w * 2).sum().item(),
-                        "good": good, "good_expected": embed(torch.tensor([2, 0, 1]), w).tolist(),
-                        "hits": hits, "misses": misses, "again": again,
-                        "reruns": metrics.counter_value("RuntimeCheckEagerRerun")}
+    results["after"] = {
+        "later": later,
+        "later_expected": (w * 2).sum().item(),
+        "good": good,
+        "good_expected": embed(torch.tensor([2, 0, 1]), w).tolist(),
+        "hits": hits,
+        "misses": misses,
+        "again": again,
+        "reruns": metrics.counter_value("RuntimeCheckEagerRerun"),
+    }
     # Other barriers: .item(), and mark_step() then a read (the error is the
     # job's, raised by the read that needs it).
     _settle()
@@ -229,15 +248,15 @@ def child_results():
     """Runs every case in one child process (same interpreter flags and
     lazymlir package as this one)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    code = ("import sys; sys.path.insert(0, %r); import test_runtime_checks as t; "
-            "t._child_main(sys.argv[1:])" % here)
+    code = "import sys; sys.path.insert(0, %r); import test_runtime_checks as t; t._child_main(sys.argv[1:])" % here
     command = [sys.executable] + (["-S"] if sys.flags.no_site else []) + ["-c", code] + list(CASES)
     env = dict(os.environ, LAZYMLIR_ASYNC="1")
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS ")]
-    info = (f"child exited with {proc.returncode}; stdout tail:\n{proc.stdout[-1500:]}\n"
-            f"stderr tail:\n{proc.stderr[-3000:]}")
-    return (json.loads(lines[-1][len("RESULTS "):]) if lines else None), info
+    info = (
+        f"child exited with {proc.returncode}; stdout tail:\n{proc.stdout[-1500:]}\nstderr tail:\n{proc.stderr[-3000:]}"
+    )
+    return (json.loads(lines[-1][len("RESULTS ") :]) if lines else None), info
 
 
 def _result(child_results, name):
@@ -288,8 +307,11 @@ def test_process_keeps_working_and_cache_entry_still_checks(native, child_result
 
 def test_error_at_item_and_at_read_after_mark_step(native, child_results):
     r = _result(child_results, "barriers")
-    assert r == {"item": "index out of range in self", "mark_step": "no error",
-                 "read_after_mark_step": ["RuntimeError", "index 4 is out of bounds for dimension 1 with size 4"]}
+    assert r == {
+        "item": "index out of range in self",
+        "mark_step": "no error",
+        "read_after_mark_step": ["RuntimeError", "index 4 is out of bounds for dimension 1 with size 4"],
+    }
 
 
 def test_int_min_by_minus_one_wraps(native, child_results):
@@ -338,6 +360,7 @@ func.func @main(%arg0: tensor<3x4xf32>, %arg1: tensor<2xi64>) -> tensor<2x4xf32>
                 run([w, torch.tensor(bad)], [out])
         run([w, torch.tensor([1, 1])], [out])  # reset: no stale failure
         torch.testing.assert_close(out, w[[1, 1]])
-    plain = compiler.compile_linalg(text.replace("%r = arith.index_cast %in : i64 to index",
-                                                 "%r = linalg.index 0 : index"))
+    plain = compiler.compile_linalg(
+        text.replace("%r = arith.index_cast %in : i64 to index", "%r = linalg.index 0 : index")
+    )
     assert not plain.has_runtime_checks

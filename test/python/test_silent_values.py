@@ -85,6 +85,7 @@ def test_max_pool2d_backward_of_the_forwards_indices_keeps_the_window_gather(nat
     # op (decompositions._max_pool2d_backward, no scatter), as in training.
     x = torch.randn(2, 3, 7, 6)
     for kernel, stride, padding in (([2, 2], [2, 2], [0, 0]), ([3, 3], [1, 2], [1, 1])):
+
         def f(x):
             out, indices = aten.max_pool2d_with_indices(x, kernel, stride, padding)
             return aten.max_pool2d_with_indices_backward(out * 2, x, kernel, stride, padding, [1, 1], False, indices)
@@ -115,8 +116,9 @@ def test_max_pool2d_backward_indices_changed_after_the_forward(native):
 
     def g(x):  # the forward's indices, the backward of another pooling
         out, indices = aten.max_pool2d_with_indices(x, [2, 2], [1, 1])
-        return aten.max_pool2d_with_indices_backward(out[..., ::2, ::2], x, [2, 2], [2, 2], [0, 0], [1, 1],
-                                                     False, indices[..., ::2, ::2])
+        return aten.max_pool2d_with_indices_backward(
+            out[..., ::2, ::2], x, [2, 2], [2, 2], [0, 0], [1, 1], False, indices[..., ::2, ::2]
+        )
 
     lazy = g(x.to("lazy"))
     assert state(lazy).value.op is not aten.max_pool2d_with_indices_backward.default
@@ -126,19 +128,37 @@ def test_max_pool2d_backward_indices_changed_after_the_forward(native):
 
 POOL_BACKWARDS = {
     "max_pool3d_with_indices_backward": (
-        lambda g, x, i: aten.max_pool3d_with_indices_backward(g, x, [2, 2, 2], [1, 1, 1], [0, 0, 0], [1, 1, 1],
-                                                              False, i),
-        (2, 3, 3, 3, 3), (2, 3, 4, 4, 4), 64),
+        lambda g, x, i: aten.max_pool3d_with_indices_backward(
+            g, x, [2, 2, 2], [1, 1, 1], [0, 0, 0], [1, 1, 1], False, i
+        ),
+        (2, 3, 3, 3, 3),
+        (2, 3, 4, 4, 4),
+        64,
+    ),
     "adaptive_max_pool2d_backward": (
-        lambda g, x, i: aten.adaptive_max_pool2d_backward(g, x, i), (2, 3, 3, 3), (2, 3, 6, 6), 36),
+        lambda g, x, i: aten.adaptive_max_pool2d_backward(g, x, i),
+        (2, 3, 3, 3),
+        (2, 3, 6, 6),
+        36,
+    ),
     "adaptive_max_pool3d_backward": (
-        lambda g, x, i: aten.adaptive_max_pool3d_backward(g, x, i), (2, 3, 2, 2, 2), (2, 3, 4, 4, 4), 64),
+        lambda g, x, i: aten.adaptive_max_pool3d_backward(g, x, i),
+        (2, 3, 2, 2, 2),
+        (2, 3, 4, 4, 4),
+        64,
+    ),
     "fractional_max_pool2d_backward": (
-        lambda g, x, i: aten.fractional_max_pool2d_backward(g, x, [2, 2], [3, 3], i), (2, 3, 3, 3), (2, 3, 6, 6),
-        36),
+        lambda g, x, i: aten.fractional_max_pool2d_backward(g, x, [2, 2], [3, 3], i),
+        (2, 3, 3, 3),
+        (2, 3, 6, 6),
+        36,
+    ),
     "fractional_max_pool3d_backward": (
-        lambda g, x, i: aten.fractional_max_pool3d_backward(g, x, [2, 2, 2], [2, 2, 2], i), (2, 3, 2, 2, 2),
-        (2, 3, 4, 4, 4), 64),
+        lambda g, x, i: aten.fractional_max_pool3d_backward(g, x, [2, 2, 2], [2, 2, 2], i),
+        (2, 3, 2, 2, 2),
+        (2, 3, 4, 4, 4),
+        64,
+    ),
 }
 
 
@@ -159,8 +179,10 @@ def test_max_unpool_honours_indices_and_rejects_others(native):
     _equal(aten.max_unpool2d(*_lazy(x, repeated), [6, 6]), aten.max_unpool2d(x, repeated, [6, 6]))
     x3 = torch.randn(2, 3, 2, 2, 2)
     i3 = torch.randint(0, 27, (2, 3, 2, 2, 2))
-    _equal(aten.max_unpool3d(*_lazy(x3, i3), [3, 3, 3], [1, 1, 1], [0, 0, 0]),
-           aten.max_unpool3d(x3, i3, [3, 3, 3], [1, 1, 1], [0, 0, 0]))
+    _equal(
+        aten.max_unpool3d(*_lazy(x3, i3), [3, 3, 3], [1, 1, 1], [0, 0, 0]),
+        aten.max_unpool3d(x3, i3, [3, 3, 3], [1, 1, 1], [0, 0, 0]),
+    )
     assert_compiled()
     # An index outside its (n, c) plane: eager raises; it landed in a
     # neighbouring plane (a value) before.
@@ -223,8 +245,7 @@ OUT_OPS = {
     "special_ndtr": lambda x, out: torch.special.ndtr(x, out=out),
     "diff": lambda x, out: torch.diff(x, out=out),
     "sort": lambda x, out: torch.sort(x.reshape(-1), out=(out, torch.zeros(12, dtype=torch.long, device=x.device))),
-    "linalg_inv": lambda x, out: torch.linalg.inv(x.reshape(3, 4)[:, :3] + 3 * torch.eye(3, device=x.device),
-                                                  out=out),
+    "linalg_inv": lambda x, out: torch.linalg.inv(x.reshape(3, 4)[:, :3] + 3 * torch.eye(3, device=x.device), out=out),
 }
 EAGER_OUT_OPS = {"sort": ["aten::sort"], "linalg_inv": ["aten::_linalg_check_errors", "aten::linalg_inv_ex"]}
 
@@ -237,8 +258,11 @@ def test_out_of_another_shape_is_resized_in_its_storage(native, name, layout):
     x = torch.randn(3, 4) if name != "diff" else torch.randn(3, 5)
     results = []
     for d in ("cpu", "lazy"):
-        out = {"flat": lambda: torch.zeros(12, device=d), "matrix": lambda: torch.zeros(2, 6, device=d),
-               "transposed": lambda: torch.zeros(6, 2, device=d).t()}[layout]()
+        out = {
+            "flat": lambda: torch.zeros(12, device=d),
+            "matrix": lambda: torch.zeros(2, 6, device=d),
+            "transposed": lambda: torch.zeros(6, 2, device=d).t(),
+        }[layout]()
         if name == "linalg_inv":
             out = out[:9] if layout == "flat" else out.reshape(-1)[:9] if layout == "matrix" else out[:, :3]
         alias = out.diagonal() if out.dim() == 2 else out[::2]
@@ -298,8 +322,9 @@ BASES = {
     "contiguous": lambda d: torch.arange(24.0, device=d).reshape(3, 2, 4),
     "offset": lambda d: torch.arange(30.0, device=d)[6:].reshape(3, 2, 4),
     "permuted": lambda d: torch.arange(24.0, device=d).reshape(4, 2, 3).permute(2, 1, 0),
-    "channels_last": lambda d: torch.arange(24.0, device=d).reshape(1, 3, 2, 4).contiguous(
-        memory_format=torch.channels_last).squeeze(0),
+    "channels_last": lambda d: (
+        torch.arange(24.0, device=d).reshape(1, 3, 2, 4).contiguous(memory_format=torch.channels_last).squeeze(0)
+    ),
 }
 STRIDED = [((2, 2), (8, 1), 0), ((2, 2), (3, 1), None), ((2, 3), (1, 4), 3), ((2, 2), (0, 1), 5)]
 

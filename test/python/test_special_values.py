@@ -30,8 +30,28 @@ inf, nan = math.inf, math.nan
 DTYPES = [torch.float32, torch.float64]
 # Special values, then ordinary ones.  1e-40 is an f32 denormal (1e-310 an f64
 # one: in f32 it is 0).
-SPECIAL = [nan, inf, -inf, -0.0, 0.0, 1e-40, -1e-40, 1e-310, -1e-310,
-           1.0, -1.0, 0.5, -2.5, 3.0, 100.0, -100.0, 89.5, -104.5, 1e30, -1e30]
+SPECIAL = [
+    nan,
+    inf,
+    -inf,
+    -0.0,
+    0.0,
+    1e-40,
+    -1e-40,
+    1e-310,
+    -1e-310,
+    1.0,
+    -1.0,
+    0.5,
+    -2.5,
+    3.0,
+    100.0,
+    -100.0,
+    89.5,
+    -104.5,
+    1e30,
+    -1e30,
+]
 DENORMAL_EXPONENTS = [-40, -42, -44]  # f32 denormals (f64: normal)
 
 
@@ -49,7 +69,7 @@ def assert_same(out, expected, rtol=None, atol=0.0):
         return
     if rtol is None:
         rtol = 1e-5 if expected.dtype == torch.float32 else 1e-12
-    atol += 4 * (2.0 ** -149 if expected.dtype == torch.float32 else 2.0 ** -1074)
+    atol += 4 * (2.0**-149 if expected.dtype == torch.float32 else 2.0**-1074)
     o, e = out.double(), expected.double()
     bad = o.isnan() != e.isnan()
     ordered = ~e.isnan() & ~o.isnan()
@@ -135,7 +155,9 @@ def test_maximum_minimum_propagate_nan(native, dtype):
     for fn in (torch.maximum, torch.minimum, torch.max, torch.min):
         run(fn, a, b)
         run(fn, b, a)
-    run(lambda t: torch.maximum(t, torch.zeros((), dtype=dtype, device=t.device)), big(SPECIAL[:3] + SPECIAL[5:], dtype))
+    run(
+        lambda t: torch.maximum(t, torch.zeros((), dtype=dtype, device=t.device)), big(SPECIAL[:3] + SPECIAL[5:], dtype)
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -155,8 +177,16 @@ def test_fmax_fmin(native, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_isfinite_isinf_isnan(native, dtype):
     # isfinite is x == x and |x| != inf; torch-mlir folded x == x to true.
-    for fn in (torch.isfinite, torch.isinf, torch.isnan, torch.isposinf, torch.isneginf,
-               lambda t: t == t, lambda t: t != t, lambda t: torch.eq(t, t)):
+    for fn in (
+        torch.isfinite,
+        torch.isinf,
+        torch.isnan,
+        torch.isposinf,
+        torch.isneginf,
+        lambda t: t == t,
+        lambda t: t != t,
+        lambda t: torch.eq(t, t),
+    ):
         run(fn, special(dtype))
     run(torch.isfinite, big(SPECIAL, dtype))
 
@@ -190,8 +220,13 @@ def rows(dtype, width):
 def test_softmax_logsumexp_special_rows(native, dtype, width):
     # eager: NaN for softmax of an all -inf row, -inf for its logsumexp.
     x = rows(dtype, width).repeat(64, 1)  # 384 rows: the fused row-tile kernel
-    for fn in (lambda t: t.softmax(-1), lambda t: t.log_softmax(-1), lambda t: t.logsumexp(-1),
-               lambda t: t.softmax(0), lambda t: t.logsumexp(0)):
+    for fn in (
+        lambda t: t.softmax(-1),
+        lambda t: t.log_softmax(-1),
+        lambda t: t.logsumexp(-1),
+        lambda t: t.softmax(0),
+        lambda t: t.logsumexp(0),
+    ):
         run(fn, x)
 
 
@@ -227,9 +262,17 @@ def reduction_input(dtype, width):
 @pytest.mark.parametrize("width", [16, 4096])
 def test_max_min_reductions(native, dtype, width):
     x = reduction_input(dtype, width)
-    for fn in (lambda t: t.amax(-1), lambda t: t.amin(-1), lambda t: t.amax(0), lambda t: t.amin(0),
-               lambda t: t.amax(), lambda t: t.amin(), lambda t: t.max(), lambda t: t.min(),
-               lambda t: t[2:5].amax(-1)):
+    for fn in (
+        lambda t: t.amax(-1),
+        lambda t: t.amin(-1),
+        lambda t: t.amax(0),
+        lambda t: t.amin(0),
+        lambda t: t.amax(),
+        lambda t: t.amin(),
+        lambda t: t.max(),
+        lambda t: t.min(),
+        lambda t: t[2:5].amax(-1),
+    ):
         run(fn, x)
 
 
@@ -239,9 +282,18 @@ def test_arg_reductions_nan(native, dtype, width):
     # eager: the index of the first NaN; torch-mlir's ogt/olt select never
     # picked a NaN.
     x = reduction_input(dtype, width)
-    for fn in (lambda t: t.argmax(-1), lambda t: t.argmin(-1), lambda t: t.argmax(0), lambda t: t.argmin(0),
-               lambda t: t.argmax(), lambda t: t.argmin(), lambda t: t.argmax(-1, keepdim=True),
-               lambda t: t.max(-1), lambda t: t.min(-1), lambda t: t.max(0, keepdim=True)):
+    for fn in (
+        lambda t: t.argmax(-1),
+        lambda t: t.argmin(-1),
+        lambda t: t.argmax(0),
+        lambda t: t.argmin(0),
+        lambda t: t.argmax(),
+        lambda t: t.argmin(),
+        lambda t: t.argmax(-1, keepdim=True),
+        lambda t: t.max(-1),
+        lambda t: t.min(-1),
+        lambda t: t.max(0, keepdim=True),
+    ):
         run(fn, x)
 
 
@@ -249,8 +301,15 @@ def test_arg_reductions_nan(native, dtype, width):
 @pytest.mark.parametrize("width", [16, 4096])
 def test_sum_mean_inf_nan(native, dtype, width):
     x = reduction_input(dtype, width)
-    for fn in (lambda t: t.sum(-1), lambda t: t.mean(-1), lambda t: t.sum(), lambda t: t.sum(0),
-               lambda t: t.nansum(-1), lambda t: t.prod(-1), lambda t: t.norm(dim=-1)):
+    for fn in (
+        lambda t: t.sum(-1),
+        lambda t: t.mean(-1),
+        lambda t: t.sum(),
+        lambda t: t.sum(0),
+        lambda t: t.nansum(-1),
+        lambda t: t.prod(-1),
+        lambda t: t.norm(dim=-1),
+    ):
         run(fn, x, rtol=1e-4 if dtype == torch.float32 else 1e-10)
 
 
@@ -262,8 +321,20 @@ def test_sign_abs_neg_rounding(native, dtype):
     # trunc was sign(x) * floor(|x|): +0.0 for -0.0 (and -0.5); fmod and frac
     # followed.
     x = special(dtype, SPECIAL + [-0.5, 0.5, -1.5, 2.5])
-    for fn in (torch.sign, torch.sgn, torch.abs, torch.neg, torch.trunc, torch.floor, torch.ceil,
-               torch.round, torch.frac, lambda t: t * 0.0, lambda t: t + -0.0, lambda t: t - t):
+    for fn in (
+        torch.sign,
+        torch.sgn,
+        torch.abs,
+        torch.neg,
+        torch.trunc,
+        torch.floor,
+        torch.ceil,
+        torch.round,
+        torch.frac,
+        lambda t: t * 0.0,
+        lambda t: t + -0.0,
+        lambda t: t - t,
+    ):
         run(fn, x)
 
 
@@ -271,9 +342,17 @@ def test_sign_abs_neg_rounding(native, dtype):
 
 
 ACTIVATIONS = {
-    "sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": F.silu, "elu": F.elu, "selu": F.selu,
-    "leaky_relu": F.leaky_relu, "softplus": F.softplus, "mish": F.mish, "logsigmoid": F.logsigmoid,
-    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "hardsigmoid": F.hardsigmoid,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "silu": F.silu,
+    "elu": F.elu,
+    "selu": F.selu,
+    "leaky_relu": F.leaky_relu,
+    "softplus": F.softplus,
+    "mish": F.mish,
+    "logsigmoid": F.logsigmoid,
+    "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+    "hardsigmoid": F.hardsigmoid,
 }
 
 
@@ -341,8 +420,18 @@ def test_fmod_remainder(native, dtype):
 def test_pow(native, dtype):
     # x ** 0.5 is sqrt(x) in eager: NaN for -inf, -0.0 for -0.0.
     x = special(dtype)
-    for fn in (lambda t: t ** 0.5, lambda t: t ** -0.5, lambda t: t ** 2, lambda t: t ** 3, lambda t: t ** -1,
-               lambda t: t ** -2, lambda t: t ** 0, lambda t: 2.0 ** t, lambda t: t ** 1.5, lambda t: t ** -1.5):
+    for fn in (
+        lambda t: t**0.5,
+        lambda t: t**-0.5,
+        lambda t: t**2,
+        lambda t: t**3,
+        lambda t: t**-1,
+        lambda t: t**-2,
+        lambda t: t**0,
+        lambda t: 2.0**t,
+        lambda t: t**1.5,
+        lambda t: t**-1.5,
+    ):
         run(fn, x)
     base = special(dtype, [-0.0, -0.0, 0.0, nan, 1.0, -1.0, -1.0, inf, -inf, -inf, 0.5, 2.0, -8.0])
     exponent = special(dtype, [-1.0, -2.0, -1.0, 0.0, nan, inf, -inf, -1.0, 3.0, -3.0, inf, -inf, 1 / 3])
@@ -352,8 +441,23 @@ def test_pow(native, dtype):
 # ------------------------------------------------------------ transcendentals
 
 
-UNARY = ["exp", "expm1", "exp2", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "tanh", "erf",
-         "sigmoid", "sin", "cos", "atan"]
+UNARY = [
+    "exp",
+    "expm1",
+    "exp2",
+    "log",
+    "log1p",
+    "log2",
+    "log10",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "erf",
+    "sigmoid",
+    "sin",
+    "cos",
+    "atan",
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -363,7 +467,7 @@ def test_unary_math(native, op, dtype):
     # -92.1); f32 erf(-0.0) was +0.0; f64 expm1/log1p were exp(x) - 1 and
     # log(1 + x): 0 for -0.0 and tiny inputs.
     fn = getattr(torch, op)
-    values = SPECIAL + [10.0 ** e for e in DENORMAL_EXPONENTS] + [1e-8, -1e-8, 1e-20]
+    values = SPECIAL + [10.0**e for e in DENORMAL_EXPONENTS] + [1e-8, -1e-8, 1e-20]
     run(fn, special(dtype, values))
     run(fn, big(values, dtype))
 

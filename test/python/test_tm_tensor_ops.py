@@ -231,8 +231,7 @@ def test_embedding_training_step_compiles(native):
     for step in range(3):
         tokens = torch.randint(0, 50, (4, 12))
         target = torch.randint(0, 50, (4, 12))
-        for m, o, t, y in ((model, opt, tokens, target),
-                           (lazy_model, lazy_opt, tokens.to("lazy"), target.to("lazy"))):
+        for m, o, t, y in ((model, opt, tokens, target), (lazy_model, lazy_opt, tokens.to("lazy"), target.to("lazy"))):
             o.zero_grad()
             loss = F.cross_entropy(m(t).reshape(-1, 50), y.reshape(-1))
             loss.backward()

@@ -20,9 +20,6 @@ from lazymlir.testing import MnistNet, train_step
 from lazymlir.tracer.tensor import state
 
 
-
-
-
 def mlp():
     return nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Dropout(0.2), nn.Linear(128, 10), nn.LogSoftmax(1))
 

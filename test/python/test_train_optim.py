@@ -27,7 +27,8 @@ class MLP(nn.Module):
 OPTIMIZERS = {
     "sgd": lambda params, foreach: torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=foreach),
     "sgd_nesterov_wd": lambda params, foreach: torch.optim.SGD(
-        params, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-2, foreach=foreach),
+        params, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-2, foreach=foreach
+    ),
     "adam": lambda params, foreach: torch.optim.Adam(params, lr=1e-2, foreach=foreach),
     "adam_amsgrad": lambda params, foreach: torch.optim.Adam(params, lr=1e-2, amsgrad=True, foreach=foreach),
     "adamw": lambda params, foreach: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=foreach),
@@ -210,8 +211,17 @@ FOREACH_CALLS = {
     "maximum_.List": lambda ts, us: torch._foreach_maximum_(ts, us),  # no maximum_: written back
     "norm.Scalar": lambda ts, us: torch._foreach_norm(ts, 2),
 }
-PLANNED = {"add_.Scalar", "add_.List", "mul_.ScalarList", "addcdiv_.ScalarList", "addcmul_.Scalar", "lerp_.Scalar",
-           "sqrt", "add.Tensor", "norm.Scalar"}
+PLANNED = {
+    "add_.Scalar",
+    "add_.List",
+    "mul_.ScalarList",
+    "addcdiv_.ScalarList",
+    "addcmul_.Scalar",
+    "lerp_.Scalar",
+    "sqrt",
+    "add.Tensor",
+    "norm.Scalar",
+}
 
 
 @pytest.mark.parametrize("name", sorted(FOREACH_CALLS))

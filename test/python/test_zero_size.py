@@ -25,8 +25,9 @@ _CASES = {
     "multi_dot": lambda d: torch.linalg.multi_dot([d(torch.randn(5, 0)), d(torch.randn(0, 4)), d(torch.randn(4, 3))]),
     "pinv": lambda d: torch.linalg.pinv(d(torch.randn(3, 0))),
     "unfold": lambda d: F.unfold(d(torch.randn(0, 1, 5, 5)), 2),
-    "bilinear": lambda d: F.bilinear(d(torch.randn(0, 3)), d(torch.randn(0, 4)), d(torch.randn(2, 3, 4)),
-                                     d(torch.randn(2))),
+    "bilinear": lambda d: F.bilinear(
+        d(torch.randn(0, 3)), d(torch.randn(0, 4)), d(torch.randn(2, 3, 4)), d(torch.randn(2))
+    ),
     "repeat": lambda d: d(torch.randn(0)).repeat(3),
     "repeat_to_empty": lambda d: d(torch.randn(3)).repeat(0),
     "pixel_shuffle": lambda d: F.pixel_shuffle(d(torch.randn(1, 0, 1, 1)), 1),
@@ -64,7 +65,9 @@ def _run(names):
             eager = _CASES[name](lambda t: t)
             torch.manual_seed(0)
             lazy = _CASES[name](lambda t: t.to("lazy")).cpu()
-            same = eager.shape == lazy.shape and eager.dtype == lazy.dtype and torch.allclose(eager, lazy, equal_nan=True)
+            same = (
+                eager.shape == lazy.shape and eager.dtype == lazy.dtype and torch.allclose(eager, lazy, equal_nan=True)
+            )
             results[name] = "ok" if same else f"mismatch: {eager} vs {lazy}"
         except Exception as e:  # reported, not raised: the parent compares
             results[name] = f"error: {type(e).__name__}: {e}"
@@ -72,12 +75,16 @@ def _run(names):
 
 
 def test_zero_size_ops_match_eager():
-    code = ("import sys, json; sys.path.insert(0, %r); import test_zero_size as t; "
-            "print('RESULT', json.dumps(t._run(list(t._CASES))))" % __file__.rsplit("/", 1)[0])
+    code = (
+        "import sys, json; sys.path.insert(0, %r); import test_zero_size as t; "
+        "print('RESULT', json.dumps(t._run(list(t._CASES))))" % __file__.rsplit("/", 1)[0]
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     lines = out.stdout.splitlines()
-    assert out.returncode == 0, f"crashed (exit {out.returncode}) in {lines[-1] if lines else '?'}: {out.stderr[-2000:]}"
-    results = json.loads(next(line for line in lines if line.startswith("RESULT "))[len("RESULT "):])
+    assert out.returncode == 0, (
+        f"crashed (exit {out.returncode}) in {lines[-1] if lines else '?'}: {out.stderr[-2000:]}"
+    )
+    results = json.loads(next(line for line in lines if line.startswith("RESULT "))[len("RESULT ") :])
     bad = {k: v for k, v in results.items() if v != "ok"}
     assert not bad, bad
 

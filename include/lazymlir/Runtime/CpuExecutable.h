@@ -124,8 +124,8 @@ struct CompileStats {
   /// Ops of the linalg input; loop nests the entry calls; distinct kernels
   /// among them; of those, compiled now, already in this process, read from
   /// the disk cache.
-  int64_t inputOps = 0, loopNests = 0, distinctKernels = 0,
-          kernelsCompiled = 0, kernelsReused = 0, kernelsFromDisk = 0;
+  int64_t inputOps = 0, loopNests = 0, distinctKernels = 0, kernelsCompiled = 0,
+          kernelsReused = 0, kernelsFromDisk = 0;
   /// LLVM IR instructions after optimization, and object code bytes, of what
   /// was compiled now.
   int64_t llvmInstructions = 0, objectBytes = 0;

@@ -20,7 +20,8 @@ def _claim_privateuse1() -> None:
     if current != "privateuseone":
         raise RuntimeError(
             f"lazymlir: PyTorch's PrivateUse1 device is already registered as {current!r} in this process; "
-            "lazymlir's lazy device needs it (import lazymlir in a process without that backend)")
+            "lazymlir's lazy device needs it (import lazymlir in a process without that backend)"
+        )
     torch.utils.rename_privateuse1_backend(NAME)
 
 

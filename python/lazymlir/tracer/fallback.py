@@ -1,7 +1,6 @@
 """Ops run eagerly on CPU: inputs materialized, results back on the lazy
 device as device data (``aten::<op>`` counters); zero-size tensors."""
 
-
 import torch
 
 from .. import metrics
@@ -11,6 +10,7 @@ from ..trace import Node
 
 aten = torch.ops.aten
 
+
 def _zero_size(func, args, kwargs, meta):
     """An op with a zero-size tensor among its inputs or outputs.  When every
     output is empty its value is known (there is none): empty tensors of the
@@ -19,8 +19,9 @@ def _zero_size(func, args, kwargs, meta):
     its empty inputs need no data, so nothing is synced for them."""
     metas = [meta] if isinstance(meta, torch.Tensor) else list(meta) if isinstance(meta, (list, tuple)) else None
     if metas is not None and all(m is None or (isinstance(m, torch.Tensor) and m.numel() == 0) for m in metas):
-        outs = [None if m is None else _from_cpu(torch.empty_strided(m.shape, m.stride(), dtype=m.dtype))
-                for m in metas]
+        outs = [
+            None if m is None else _from_cpu(torch.empty_strided(m.shape, m.stride(), dtype=m.dtype)) for m in metas
+        ]
         return outs[0] if isinstance(meta, torch.Tensor) else type(meta)(outs)
     return _eager(func, args, kwargs)
 

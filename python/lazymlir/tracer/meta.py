@@ -2,7 +2,6 @@
 trace nodes and meta tensors, the op's output metadata (cached per signature),
 eager CPU's memory formats where meta kernels differ."""
 
-
 import torch
 
 from ..dtypes import SUPPORTED as SUPPORTED_DTYPES

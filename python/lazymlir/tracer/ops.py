@@ -12,10 +12,34 @@ from .. import _device, compilation, config
 from ..dtypes import SUPPORTED as SUPPORTED_DTYPES
 from ..lowering import draws_random
 from .tensor import (
-    signature, ViewStep,
-    _CPU, _cpu_alias, _eager_dtypes, _fresh, _from_cpu, _handler_of, _intern, _intern_like, LAZY,
-    _META, _oid, _op_names, _op_node, forget_handler, _rebind, _resize_out, set_classifier, set_handler,
-    state, _state_value, _storage_view, _value, _view_node, _wrap, _write, _zeros_node,
+    signature,
+    ViewStep,
+    _CPU,
+    _cpu_alias,
+    _eager_dtypes,
+    _fresh,
+    _from_cpu,
+    _handler_of,
+    _intern,
+    _intern_like,
+    LAZY,
+    _META,
+    _oid,
+    _op_names,
+    _op_node,
+    forget_handler,
+    _rebind,
+    _resize_out,
+    set_classifier,
+    set_handler,
+    state,
+    _state_value,
+    _storage_view,
+    _value,
+    _view_node,
+    _wrap,
+    _write,
+    _zeros_node,
 )
 from .meta import _convert_all, _FAILED, _FLOAT, _infer, _meta_cache, _meta_sig
 from .fallback import _eager, _make_eager, _zero_size
@@ -142,9 +166,15 @@ def fast_meta(func, args, kwargs):
     meta_args, meta_kwargs, _, _, _, frozen, keys = _convert_all(args, kwargs)
     if _records_functional(handler):
         hit = _infer((_meta_sig((_oid(func),) + frozen), keys), func, meta_args, meta_kwargs)
-        ok = hit is not _FAILED and hit[1] and (
-            type(hit[0]) is torch.Tensor
-            or type(hit[0]) is tuple and all(m is None or type(m) is torch.Tensor for m in hit[0]))
+        ok = (
+            hit is not _FAILED
+            and hit[1]
+            and (
+                type(hit[0]) is torch.Tensor
+                or type(hit[0]) is tuple
+                and all(m is None or type(m) is torch.Tensor for m in hit[0])
+            )
+        )
     else:
         hit = _inplace_hit(handler.functional, state(args[0]).meta, frozen, keys, meta_args, meta_kwargs)
         ok = hit is not _FAILED and hit[1] and hit[0].dtype == args[0].dtype
@@ -263,8 +293,12 @@ def _split(func, args, kwargs):
 
 
 # split's overloads whose pieces the C++ fast path makes (csrc/FastPath.cpp, kSplit).
-_SLICED = (aten.split.Tensor, aten.split_with_sizes.default, aten.unsafe_split.Tensor,
-           aten.unsafe_split_with_sizes.default)
+_SLICED = (
+    aten.split.Tensor,
+    aten.split_with_sizes.default,
+    aten.unsafe_split.Tensor,
+    aten.unsafe_split_with_sizes.default,
+)
 
 
 def _slices(func, args, kwargs):
@@ -358,7 +392,7 @@ def _out_variant(func):
         args = f._schema.arguments
         if f._schema.is_mutable or [(a.name, str(a.type)) for a in args[: len(base)]] != base:
             continue
-        extra = args[len(base):]
+        extra = args[len(base) :]
         if all(a.kwarg_only and a.has_default_value() for a in extra):
             return f, {a.name for a in extra}
     return None
@@ -426,8 +460,11 @@ def _list_out(func, functional, args, kwargs, outs):
     if not outs or any(state(o) is None for o in outs):
         return _eager(func, args, kwargs)
     results = _call(functional, args, {k: v for k, v in kwargs.items() if k != "out"})
-    if type(results) not in (list, tuple) or len(results) != len(outs) or any(
-            state(r) is None or r.shape != o.shape for r, o in zip(results, outs)):
+    if (
+        type(results) not in (list, tuple)
+        or len(results) != len(outs)
+        or any(state(r) is None or r.shape != o.shape for r, o in zip(results, outs))
+    ):
         return _eager(func, args, kwargs)
     for r, o in zip(results, outs):
         _write_as(o, _value(r))
@@ -523,7 +560,7 @@ def _foreach(func):
     optimizer steps with foreach=True trace into the same graph as a for-loop.
     ``None`` when there is no per-tensor op to map to (the op then runs eagerly)."""
     schema = func._schema
-    name = schema.name.split("::")[1][len("_foreach_"):]
+    name = schema.name.split("::")[1][len("_foreach_") :]
     inplace = name.endswith("_")
     base = name[:-1] if inplace else name
     if base == "norm":
@@ -539,8 +576,11 @@ def _foreach(func):
     # its keyword-only ones (addcdiv's scalars -> value).
     per_schemas = [getattr(per, o)._schema for o in per.overloads()]
     n_pos = max(sum(not a.kwarg_only for a in s.arguments) for s in per_schemas)
-    kw_only = next([a.name for a in s.arguments if a.kwarg_only] for s in per_schemas
-                   if sum(not a.kwarg_only for a in s.arguments) == n_pos)
+    kw_only = next(
+        [a.name for a in s.arguments if a.kwarg_only]
+        for s in per_schemas
+        if sum(not a.kwarg_only for a in s.arguments) == n_pos
+    )
     names = {a.name: i for i, a in enumerate(schema.arguments)}
 
     def handler(_, args, kwargs):
@@ -620,8 +660,14 @@ def _pool2d_key(kernel_size, stride, padding, dilation, ceil_mode, input_shape):
         return tuple(int(x) for x in (v * 2 if len(v) == 1 else v))
 
     kernel = pair(kernel_size, [])
-    return (kernel, pair(stride, list(kernel)), pair(padding, [0]), pair(dilation, [1]), bool(ceil_mode),
-            tuple(input_shape[-2:]))
+    return (
+        kernel,
+        pair(stride, list(kernel)),
+        pair(padding, [0]),
+        pair(dilation, [1]),
+        bool(ceil_mode),
+        tuple(input_shape[-2:]),
+    )
 
 
 _POOL2D_NAMES = ("self", "kernel_size", "stride", "padding", "dilation", "ceil_mode")
@@ -633,8 +679,9 @@ def _max_pool2d_with_indices(func, args, kwargs):
         a = {"stride": [], "padding": 0, "dilation": 1, "ceil_mode": False}
         a.update(zip(_POOL2D_NAMES, args))
         a.update(kwargs)
-        _pool_indices[_value(outs[1])] = _pool2d_key(a["kernel_size"], a["stride"], a["padding"], a["dilation"],
-                                                    a["ceil_mode"], a["self"].shape)
+        _pool_indices[_value(outs[1])] = _pool2d_key(
+            a["kernel_size"], a["stride"], a["padding"], a["dilation"], a["ceil_mode"], a["self"].shape
+        )
     return outs
 
 
@@ -664,8 +711,13 @@ def _scatter_pool_backward(func, args, kwargs, grad, x, indices, spatial):
         expected = func(*meta_args, **{k: state(v).meta if state(v) is not None else v for k, v in kwargs.items()})
     except Exception:
         return _eager(func, args, kwargs)  # eager's error
-    if expected.numel() == 0 or grad.numel() == 0 or grad.shape != indices.shape \
-            or expected.dtype != grad.dtype or grad.dim() <= spatial:
+    if (
+        expected.numel() == 0
+        or grad.numel() == 0
+        or grad.shape != indices.shape
+        or expected.dtype != grad.dtype
+        or grad.dim() <= spatial
+    ):
         return _eager(func, args, kwargs)
     lead = list(grad.shape[:-spatial])
     plane = math.prod(x.shape[-spatial:])
@@ -755,7 +807,6 @@ _POOLING = {
     aten.max_pool2d_with_indices.default: _max_pool2d_with_indices,
     aten.max_pool2d_with_indices_backward.default: _max_pool2d_indices_backward,
 }
-
 
 
 def _tensor_dtypes(a, out: list) -> list:
@@ -854,7 +905,15 @@ def _classify(func):
     if schema.is_mutable:
         first = schema.arguments[0] if schema.arguments else None
         if name.endswith("_") and first is not None and first.alias_info is not None and first.alias_info.is_write:
-            if func.is_view or name in ("transpose_", "t_", "squeeze_", "unsqueeze_", "as_strided_", "swapdims_", "swapaxes_"):
+            if func.is_view or name in (
+                "transpose_",
+                "t_",
+                "squeeze_",
+                "unsqueeze_",
+                "as_strided_",
+                "swapdims_",
+                "swapaxes_",
+            ):
                 packet = getattr(aten, name[:-1], None)
                 view = getattr(packet, func._overloadname, None) if packet is not None else None
                 if view is None and name == "transpose_":
@@ -879,7 +938,9 @@ def _classify(func):
 
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     dtype = dtype or torch.get_default_dtype()
-    meta = _intern_like(torch.empty(size, dtype=dtype, device=_META, memory_format=memory_format or torch.contiguous_format))
+    meta = _intern_like(
+        torch.empty(size, dtype=dtype, device=_META, memory_format=memory_format or torch.contiguous_format)
+    )
     if meta.numel() == 0:  # no value to compute
         return _from_cpu(torch.empty_strided(meta.shape, meta.stride(), dtype=dtype))
     return _fresh(_zeros_node(size, dtype, meta), meta)

@@ -10,8 +10,19 @@ import torch
 from .. import _device
 from .. import trace
 from ..trace import BLANK, Node
-from .tensor import (dispatch, LazyTensor, State, state, _state_value, Storage, StorageHandle, _to_cpu,
-                     WRITE_BASE, _write_recipes, WRITE_SRC)
+from .tensor import (
+    dispatch,
+    LazyTensor,
+    State,
+    state,
+    _state_value,
+    Storage,
+    StorageHandle,
+    _to_cpu,
+    WRITE_BASE,
+    _write_recipes,
+    WRITE_SRC,
+)
 from .ops import _check_device, _copy_, _empty, _empty_strided, fast_info, fast_meta, _functional, _SPECIAL
 
 aten = torch.ops.aten
@@ -41,9 +52,18 @@ def _one_device(handler):
 
 # Recorded as nodes (device=cpu in the graph): arange's composite would
 # otherwise resize an empty out= tensor.
-_FACTORIES = [aten.arange.default, aten.arange.start, aten.arange.start_step, aten.linspace.default,
-              aten.eye.default, aten.eye.m, aten.full.default, aten.zeros.default, aten.ones.default,
-              aten.scalar_tensor.default]
+_FACTORIES = [
+    aten.arange.default,
+    aten.arange.start,
+    aten.arange.start_step,
+    aten.linspace.default,
+    aten.eye.default,
+    aten.eye.m,
+    aten.full.default,
+    aten.zeros.default,
+    aten.ones.default,
+    aten.scalar_tensor.default,
+]
 
 _SPECIAL[aten._copy_from.default] = _copy_from
 for _op in _FACTORIES:
@@ -55,8 +75,9 @@ _SPECIAL[aten.empty_strided.default] = _one_device(lambda func, args, kwargs: _e
 # ops whose output metadata it has seen are recorded there, the rest come to
 # tensor.dispatch.
 _device.install(dispatch, State.copy)
-_device.install_fast(Node, Storage, State, _state_value, fast_info, fast_meta, BLANK, _write_recipes, WRITE_BASE,
-                     WRITE_SRC)
+_device.install_fast(
+    Node, Storage, State, _state_value, fast_info, fast_meta, BLANK, _write_recipes, WRITE_BASE, WRITE_SRC
+)
 _device.install_collect(trace.Graph, trace.dense_perm, trace._lifting, trace._LIFT)
 
 _lib = torch.library.Library("aten", "IMPL")

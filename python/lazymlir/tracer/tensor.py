@@ -128,8 +128,10 @@ class StorageHandle:
         s = self._s
         full = _storage_bytes(s)
         if nbytes not in (0, full):
-            raise RuntimeError(f"lazymlir: a lazy tensor's storage can be resized to 0 bytes (freed) or back "
-                               f"to its size ({full} bytes), not to {nbytes}")
+            raise RuntimeError(
+                f"lazymlir: a lazy tensor's storage can be resized to 0 bytes (freed) or back "
+                f"to its size ({full} bytes), not to {nbytes}"
+            )
         if nbytes == 0 and s not in _freed:
             # Freed: the value is dropped, so that nothing keeps its data alive.
             s.base = _zeros_node(s.meta.shape, s.meta.dtype, s.meta)
@@ -343,9 +345,19 @@ def _eager_node(node: Node) -> Node:
 
 
 # What _scatter records.
-_SCATTER_OPS = frozenset((aten.reshape.default, aten.slice_scatter.default, aten.select_scatter.default,
-                          aten.diagonal_scatter.default, aten.transpose.int, aten.t.default, aten.permute.default,
-                          aten.as_strided_scatter.default, aten.view.dtype))
+_SCATTER_OPS = frozenset(
+    (
+        aten.reshape.default,
+        aten.slice_scatter.default,
+        aten.select_scatter.default,
+        aten.diagonal_scatter.default,
+        aten.transpose.int,
+        aten.t.default,
+        aten.permute.default,
+        aten.as_strided_scatter.default,
+        aten.view.dtype,
+    )
+)
 
 
 def _scatter(step, base: Node, src: Node) -> Node:
@@ -355,7 +367,7 @@ def _scatter(step, base: Node, src: Node) -> Node:
     if op in _RESHAPE_LIKE:
         return _op_node(aten.reshape.default, (src, list(base.meta.shape)), {}, out_meta)
     if op is aten.slice.Tensor:
-        dim, start, end, stp = (list(rest) + [0, None, None, 1][len(rest):])[:4]
+        dim, start, end, stp = (list(rest) + [0, None, None, 1][len(rest) :])[:4]
         return _op_node(aten.slice_scatter.default, (base, src, dim, start, end, stp), {}, out_meta)
     if op is aten.select.int:
         return _op_node(aten.select_scatter.default, (base, src) + rest, {}, out_meta)

@@ -11,8 +11,11 @@ BINARY = re.compile(r'gpu\.binary @(\w+)[^\n]*?assembly = "((?:[^"\\]|\\.)*)"')
 
 
 def unescape(text):
-    return re.sub(r'\\([0-9A-Fa-f]{2}|\\|")',
-                  lambda m: m.group(1) if m.group(1) in ("\\", '"') else chr(int(m.group(1), 16)), text)
+    return re.sub(
+        r'\\([0-9A-Fa-f]{2}|\\|")',
+        lambda m: m.group(1) if m.group(1) in ("\\", '"') else chr(int(m.group(1), 16)),
+        text,
+    )
 
 
 def main(argv):

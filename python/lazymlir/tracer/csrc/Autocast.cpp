@@ -14,9 +14,7 @@ using namespace at::autocast;
 
 #define LAZY_KERNEL(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__)
 
-TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFallthrough());
-}
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
 
 TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   // Run in the lower precision (CPU autocast's lower_precision_fp list).

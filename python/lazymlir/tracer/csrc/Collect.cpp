@@ -204,8 +204,7 @@ py::object collect(py::sequence outputs, py::object options, bool full) {
   };
   auto seen = gCanon.seen.find(words);
   if (seen != gCanon.seen.end() && !full)  // lifted None: collect(full=True) gives it
-    return graph(seen->second.key, py::none(), py::list(seen->second.inputPerms),
-                 py::list(seen->second.outputPerms));
+    return graph(seen->second.key, py::none(), py::list(seen->second.inputPerms), py::list(seen->second.outputPerms));
 
   // First time (or asked for in full): the key, entry by entry.
   py::list entries, inputPerms, outputPerms(outputs.size());
@@ -239,8 +238,7 @@ py::object collect(py::sequence outputs, py::object options, bool full) {
     gCanon.seen.emplace(std::move(words), std::move(entry));
   }
   py::dict lifted;
-  for (const Lifted& l : lifts)
-    lifted[py::handle(l.node)] = py::make_tuple(py::int_(l.first), py::handle(l.positions));
+  for (const Lifted& l : lifts) lifted[py::handle(l.node)] = py::make_tuple(py::int_(l.first), py::handle(l.positions));
   return graph(key, lifted, inputPerms, outputPerms);
 }
 

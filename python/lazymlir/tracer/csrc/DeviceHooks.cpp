@@ -35,21 +35,13 @@ struct LazyGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Device getDevice() const override { return lazyDevice(); }
   void setDevice(c10::Device d) const override { checkIndex(d.index()); }
   void uncheckedSetDevice(c10::Device) const noexcept override {}
-  c10::Stream getStream(c10::Device) const override {
-    return c10::Stream(c10::Stream::DEFAULT, lazyDevice());
-  }
-  c10::Stream getDefaultStream(c10::Device) const override {
-    return c10::Stream(c10::Stream::DEFAULT, lazyDevice());
-  }
-  c10::Stream getNewStream(c10::Device, int) const override {
-    return c10::Stream(c10::Stream::DEFAULT, lazyDevice());
-  }
+  c10::Stream getStream(c10::Device) const override { return c10::Stream(c10::Stream::DEFAULT, lazyDevice()); }
+  c10::Stream getDefaultStream(c10::Device) const override { return c10::Stream(c10::Stream::DEFAULT, lazyDevice()); }
+  c10::Stream getNewStream(c10::Device, int) const override { return c10::Stream(c10::Stream::DEFAULT, lazyDevice()); }
   c10::Stream getStreamFromGlobalPool(c10::Device, bool) const override {
     return c10::Stream(c10::Stream::DEFAULT, lazyDevice());
   }
-  c10::Stream exchangeStream(c10::Stream) const override {
-    return c10::Stream(c10::Stream::DEFAULT, lazyDevice());
-  }
+  c10::Stream exchangeStream(c10::Stream) const override { return c10::Stream(c10::Stream::DEFAULT, lazyDevice()); }
   c10::DeviceIndex deviceCount() const noexcept override { return 1; }
   void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
   void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}

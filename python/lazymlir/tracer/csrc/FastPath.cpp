@@ -28,10 +28,10 @@ namespace {
 
 struct FastOp {
   bool known = false;
-  int kind = -1;              // -1: never here
-  PyObject* name = nullptr;   // the recorded op's name in signatures
+  int kind = -1;                 // -1: never here
+  PyObject* name = nullptr;      // the recorded op's name in signatures
   PyObject* recorded = nullptr;  // the op the node records (in-place: its functional variant)
-  bool lifted = false;        // trace.LIFTED_OPS: floats are graph inputs, not in the metadata key
+  bool lifted = false;           // trace.LIFTED_OPS: floats are graph inputs, not in the metadata key
 };
 std::unordered_map<const c10::FunctionSchema*, FastOp> gOps;
 
@@ -105,11 +105,11 @@ bool isEnum(const c10::Argument& formal) {
 // scalar it stands for).
 struct Arg {
   const c10::Argument* formal = nullptr;
-  PyObject* state = nullptr;  // borrowed (the tensor on the stack holds it)
+  PyObject* state = nullptr;      // borrowed (the tensor on the stack holds it)
   std::vector<PyObject*> states;  // a list of lazy tensors (cat, stack): theirs
   bool list = false;
   c10::IValue value;
-  bool isEnum = false;  // value is a dtype, layout or memory format
+  bool isEnum = false;    // value is a dtype, layout or memory format
   bool isDevice = false;  // the lazy device (meta._convert records it as the CPU)
 };
 
@@ -160,10 +160,17 @@ bool keyOf(const c10::IValue& v, bool lifted, Arg& arg, std::vector<int64_t>& ke
     if (!t.defined()) return keyOf(c10::IValue(), lifted, arg, key);  // an optional tensor autograd left out
     if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
       switch (t.scalar_type()) {
-        case at::kDouble: arg.value = t.item<double>(); break;
-        case at::kLong: arg.value = t.item<int64_t>(); break;
-        case at::kBool: arg.value = t.item<bool>(); break;
-        default: return false;
+        case at::kDouble:
+          arg.value = t.item<double>();
+          break;
+        case at::kLong:
+          arg.value = t.item<int64_t>();
+          break;
+        case at::kBool:
+          arg.value = t.item<bool>();
+          break;
+        default:
+          return false;
       }
       return keyOf(arg.value, lifted, arg, key);
     }
@@ -271,11 +278,16 @@ py::object newSlotted(PyTypeObject* type, std::initializer_list<std::pair<Py_ssi
   return py::reinterpret_steal<py::object>(obj);
 }
 
-py::object newNode(PyObject* op, PyObject* args, PyObject* kwargs, PyObject* inputs, PyObject* sig,
-                   PyObject* meta) {
+py::object newNode(PyObject* op, PyObject* args, PyObject* kwargs, PyObject* inputs, PyObject* sig, PyObject* meta) {
   const auto& n = gPy.node;
-  return newSlotted(gPy.nodeType, {{n.op, op}, {n.args, args}, {n.kwargs, kwargs}, {n.inputs, inputs},
-                                   {n.sig, sig}, {n.meta, meta}, {n.data, Py_None}, {n.job, Py_None},
+  return newSlotted(gPy.nodeType, {{n.op, op},
+                                   {n.args, args},
+                                   {n.kwargs, kwargs},
+                                   {n.inputs, inputs},
+                                   {n.sig, sig},
+                                   {n.meta, meta},
+                                   {n.data, Py_None},
+                                   {n.job, Py_None},
                                    {n.kernels, Py_None}});
 }
 
@@ -301,8 +313,8 @@ bool returns(torch::jit::Stack* stack, size_t n, at::Tensor result) {
 // A lazy tensor holding a new State.
 at::Tensor newTensor(PyObject* meta, PyObject* storage, PyObject* chain, PyObject* value, PyObject* version) {
   const auto& s = gPy.state;
-  py::object state = newSlotted(gPy.stateType, {{s.meta, meta}, {s.storage, storage}, {s.chain, chain},
-                                                {s.value, value}, {s.version, version}});
+  py::object state = newSlotted(
+      gPy.stateType, {{s.meta, meta}, {s.storage, storage}, {s.chain, chain}, {s.value, value}, {s.version, version}});
   return make(THPVariable_Unpack(meta), std::move(state), std::nullopt);
 }
 
@@ -397,8 +409,8 @@ PyMethodDef gMethods[] = {
 // tensor._fresh: a new tensor owning a new Storage (version 0, pending).
 at::Tensor fresh(PyObject* node, PyObject* meta) {
   const auto& st = gPy.storage;
-  py::object storage = newSlotted(gPy.storageType, {{st.base, node}, {st.version, gPy.zero}, {st.meta, meta},
-                                                    {st.step, gPy.minusOne}});
+  py::object storage =
+      newSlotted(gPy.storageType, {{st.base, node}, {st.version, gPy.zero}, {st.meta, meta}, {st.step, gPy.minusOne}});
   registerPending(storage.ptr());
   return newTensor(meta, storage.ptr(), gPy.emptyTuple, node, gPy.zero);
 }
@@ -453,8 +465,7 @@ void writeValue(PyObject* self, PyObject* node, PyObject* recipes) {
     }
   }
   setSlot(storage, gPy.storage.base, base.ptr());
-  py::object version =
-      py::reinterpret_steal<py::object>(PyNumber_Add(slot(storage, gPy.storage.version), gPy.one));
+  py::object version = py::reinterpret_steal<py::object>(PyNumber_Add(slot(storage, gPy.storage.version), gPy.one));
   if (!version) throw py::error_already_set();
   setSlot(storage, gPy.storage.version, version.ptr());
   setSlot(self, gPy.state.value, node);
@@ -534,8 +545,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (found == gAnswers.end()) {
     // First time: ops.fast_meta infers (or finds) the output metadata.
     auto [pyArgs, pyKwargs] = toPythonCall(schema, arguments);
-    PyObject* answer =
-        PyObject_CallFunctionObjArgs(gPy.meta, opOverload(op), pyArgs.ptr(), pyKwargs.ptr(), nullptr);
+    PyObject* answer = PyObject_CallFunctionObjArgs(gPy.meta, opOverload(op), pyArgs.ptr(), pyKwargs.ptr(), nullptr);
     if (answer == nullptr) throw py::error_already_set();
     if (gAnswers.size() >= (1u << 16)) forget();  // constants that change every step (positions, lengths)
     found = gAnswers.emplace(std::move(key), Answer{answer}).first;
@@ -555,8 +565,9 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(chain); ++i)
       longer[i] = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(chain, i));
     longer[PyTuple_GET_SIZE(chain)] = py::reinterpret_borrow<py::object>(step);
-    return returns(stack, n, newTensor(PyTuple_GET_ITEM(step, gPy.step.meta), storage, hidden(longer).ptr(),
-                                       node.ptr(), slot(storage, gPy.storage.version)));
+    return returns(stack, n,
+                   newTensor(PyTuple_GET_ITEM(step, gPy.step.meta), storage, hidden(longer).ptr(), node.ptr(),
+                             slot(storage, gPy.storage.version)));
   }
 
   if (kind == kSplit) {
@@ -572,8 +583,7 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       PyObject* step = PyTuple_GET_ITEM(steps, i);
       py::object node = viewNode(PyTuple_GET_ITEM(step, 0), step, value);
       py::tuple longer(depth + 1);
-      for (Py_ssize_t j = 0; j < depth; ++j)
-        longer[j] = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(chain, j));
+      for (Py_ssize_t j = 0; j < depth; ++j) longer[j] = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(chain, j));
       longer[depth] = py::reinterpret_borrow<py::object>(step);
       pieces.push_back(newTensor(PyTuple_GET_ITEM(step, gPy.step.meta), storage, hidden(longer).ptr(), node.ptr(),
                                  slot(storage, gPy.storage.version)));
@@ -668,9 +678,9 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       continue;
     }
     py::object index = py::int_(i);
-    py::object item = newNode(gPy.getitem, hidden(py::make_tuple(node, index)).ptr(), gPy.emptyDict,
-                              hidden(py::make_tuple(node)).ptr(),
-                              hidden(py::make_tuple(py::handle(gPy.getitem), index)).ptr(), m);
+    py::object item =
+        newNode(gPy.getitem, hidden(py::make_tuple(node, index)).ptr(), gPy.emptyDict,
+                hidden(py::make_tuple(node)).ptr(), hidden(py::make_tuple(py::handle(gPy.getitem), index)).ptr(), m);
     torch::jit::push(stack, fresh(item.ptr(), m));
   }
   return true;
@@ -678,16 +688,15 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 namespace {
 
-void install(py::object nodeType, py::object storageType, py::object stateType, py::object stateValue,
-             py::object info, py::object meta, py::object blank, py::object writeRecipes, py::object writeBase,
-             py::object writeSrc) {
+void install(py::object nodeType, py::object storageType, py::object stateType, py::object stateValue, py::object info,
+             py::object meta, py::object blank, py::object writeRecipes, py::object writeBase, py::object writeSrc) {
   gPy.node = {slotOffset(nodeType, "op"),     slotOffset(nodeType, "args"), slotOffset(nodeType, "kwargs"),
               slotOffset(nodeType, "inputs"), slotOffset(nodeType, "sig"),  slotOffset(nodeType, "meta"),
               slotOffset(nodeType, "data"),   slotOffset(nodeType, "job"),  slotOffset(nodeType, "kernels")};
   gPy.state = {slotOffset(stateType, "meta"), slotOffset(stateType, "storage"), slotOffset(stateType, "chain"),
                slotOffset(stateType, "value"), slotOffset(stateType, "version")};
-  gPy.storage = {slotOffset(storageType, "base"), slotOffset(storageType, "version"),
-                 slotOffset(storageType, "meta"), slotOffset(storageType, "step")};
+  gPy.storage = {slotOffset(storageType, "base"), slotOffset(storageType, "version"), slotOffset(storageType, "meta"),
+                 slotOffset(storageType, "step")};
   gPy.nodeType = reinterpret_cast<PyTypeObject*>(nodeType.release().ptr());
   gPy.stateType = reinterpret_cast<PyTypeObject*>(stateType.release().ptr());
   gPy.storageType = reinterpret_cast<PyTypeObject*>(storageType.release().ptr());
@@ -713,8 +722,8 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
 
 void defineFastPath(py::module_& m) {
   m.def("install_fast", &install, py::arg("node_type"), py::arg("storage_type"), py::arg("state_type"),
-        py::arg("state_value"), py::arg("fast_info"), py::arg("fast_meta"), py::arg("blank"),
-        py::arg("write_recipes"), py::arg("write_base"), py::arg("write_src"));
+        py::arg("state_value"), py::arg("fast_info"), py::arg("fast_meta"), py::arg("blank"), py::arg("write_recipes"),
+        py::arg("write_base"), py::arg("write_src"));
   for (PyMethodDef* def = gMethods; def->ml_name != nullptr; ++def)
     m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(def, nullptr)));
   m.def("forget_fast", &forget, "The fast path asks Python again about every op (ops.forget_handler).");

@@ -75,7 +75,6 @@ namespace {
 
 PyObject* gDispatch = nullptr;  // tensor.dispatch(func, args, kwargs)
 
-
 LazyTensorImpl* lazyImpl(PyObject* obj) {
   if (!THPVariable_Check(obj)) return nullptr;
   const at::Tensor& t = THPVariable_Unpack(obj);
@@ -197,7 +196,6 @@ void pushResults(const c10::OperatorHandle& op, torch::jit::Stack* stack, const 
   }
 }
 
-
 void lazyKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   py::gil_scoped_acquire gil;
   TORCH_CHECK(gDispatch != nullptr, "lazymlir: the lazy device's tracer is not installed (import lazymlir)");
@@ -219,12 +217,18 @@ void lazyFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
 const char* layoutName(c10::Layout layout) {
   switch (layout) {
-    case c10::kSparse: return "torch.sparse_coo";
-    case c10::kSparseCsr: return "torch.sparse_csr";
-    case c10::kSparseCsc: return "torch.sparse_csc";
-    case c10::kSparseBsr: return "torch.sparse_bsr";
-    case c10::kSparseBsc: return "torch.sparse_bsc";
-    default: return "sparse";
+    case c10::kSparse:
+      return "torch.sparse_coo";
+    case c10::kSparseCsr:
+      return "torch.sparse_csr";
+    case c10::kSparseCsc:
+      return "torch.sparse_csc";
+    case c10::kSparseBsr:
+      return "torch.sparse_bsr";
+    case c10::kSparseBsc:
+      return "torch.sparse_bsc";
+    default:
+      return "sparse";
   }
 }
 
@@ -247,9 +251,9 @@ void sparseKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 // SparseCsrPrivateUse1 (BackendSelect adds the target device's key), where
 // PyTorch's composite kernel would build a lazy CSR tensor: refused there.
 at::Tensor compressedToCopy(const at::Tensor& self, std::optional<at::ScalarType>, std::optional<at::Layout>,
-                            std::optional<at::Device>, std::optional<bool>, bool,
-                            std::optional<at::MemoryFormat>) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "lazymlir: ", layoutName(self.layout()), " tensors cannot live on the lazy device; keep ",
+                            std::optional<at::Device>, std::optional<bool>, bool, std::optional<at::MemoryFormat>) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "lazymlir: ", layoutName(self.layout()),
+                              " tensors cannot live on the lazy device; keep ",
                               "them on the CPU (or convert with .to_dense())");
 }
 
@@ -291,16 +295,16 @@ size_t registerKernels() {
     if (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
     bool alias = name.overload_name.empty() &&
                  (name.name == "aten::detach" || name.name == "aten::alias" || name.name == "aten::lift_fresh");
-    gRegistrations.push_back(dispatcher.registerImpl(
-        name, c10::DispatchKey::PrivateUse1,
-        alias ? c10::KernelFunction::makeFromBoxedFunction<&aliasKernel>()
-              : c10::KernelFunction::makeFromBoxedFunction<&lazyFallback>(),
-        std::nullopt, nullptr, "lazymlir lazy device"));
+    gRegistrations.push_back(dispatcher.registerImpl(name, c10::DispatchKey::PrivateUse1,
+                                                     alias
+                                                         ? c10::KernelFunction::makeFromBoxedFunction<&aliasKernel>()
+                                                         : c10::KernelFunction::makeFromBoxedFunction<&lazyFallback>(),
+                                                     std::nullopt, nullptr, "lazymlir lazy device"));
     ++count;
   }
-  gRegistrations.push_back(dispatcher.registerFallback(
-      c10::DispatchKey::PrivateUse1, c10::KernelFunction::makeFromBoxedFunction<&lazyFallback>(),
-      "lazymlir lazy device"));
+  gRegistrations.push_back(dispatcher.registerFallback(c10::DispatchKey::PrivateUse1,
+                                                       c10::KernelFunction::makeFromBoxedFunction<&lazyFallback>(),
+                                                       "lazymlir lazy device"));
   for (auto key : {c10::DispatchKey::SparsePrivateUse1, c10::DispatchKey::SparseCsrPrivateUse1})
     gRegistrations.push_back(dispatcher.registerFallback(
         key, c10::KernelFunction::makeFromBoxedFunction<&sparseKernel>(), "lazymlir lazy device"));

@@ -76,7 +76,7 @@ struct LazyTensorImpl final : c10::TensorImpl {
     refresh_contiguous();
   }
 
- // A new tensor with this one's metadata and a copy of its state.
+  // A new tensor with this one's metadata and a copy of its state.
   c10::intrusive_ptr<c10::TensorImpl> copyWith(c10::VariableVersion&& version, bool allowMetadataChange) const {
     PyObject* state;
     {

@@ -46,22 +46,22 @@ struct Python {
   PyTypeObject* nodeType = nullptr;
   PyTypeObject* stateType = nullptr;
   PyTypeObject* storageType = nullptr;
-  PyObject* stateValue = nullptr;  // tensor._state_value(state)
-  PyObject* info = nullptr;        // ops.fast_info(func) -> (kind, name, lifted, recorded op) or None
-  PyObject* meta = nullptr;        // ops.fast_meta(func, args, kwargs) -> meta / ViewStep or None
-  PyObject* blank = nullptr;       // trace.BLANK
+  PyObject* stateValue = nullptr;    // tensor._state_value(state)
+  PyObject* info = nullptr;          // ops.fast_info(func) -> (kind, name, lifted, recorded op) or None
+  PyObject* meta = nullptr;          // ops.fast_meta(func, args, kwargs) -> meta / ViewStep or None
+  PyObject* blank = nullptr;         // trace.BLANK
   PyObject* writeRecipes = nullptr;  // tensor._write_recipes(chain, base meta)
   PyObject* writeBase = nullptr;     // its markers
   PyObject* writeSrc = nullptr;
-  PyObject* f = nullptr;           // "f", "b": trace.freeze()'s tags
+  PyObject* f = nullptr;  // "f", "b": trace.freeze()'s tags
   PyObject* b = nullptr;
   PyObject* zero = nullptr;
   PyObject* one = nullptr;
   PyObject* minusOne = nullptr;
   PyObject* emptyTuple = nullptr;
   PyObject* emptyDict = nullptr;
-  PyObject* cpu = nullptr;         // torch.device("cpu"): a node's device argument (meta._convert)
-  PyObject* getitem = nullptr;     // operator.getitem: a multi-output node's outputs
+  PyObject* cpu = nullptr;      // torch.device("cpu"): a node's device argument (meta._convert)
+  PyObject* getitem = nullptr;  // operator.getitem: a multi-output node's outputs
   struct {
     Py_ssize_t op, args, kwargs, inputs, sig, meta, data, job, kernels;
   } node{};
