@@ -58,3 +58,51 @@ def assert_compiled(*allowed_fallbacks):
     assert metrics.counter_value("CompileFallback") == 0, metrics.metrics_report()
     assert metrics.counter_value("EagerGraph") == 0, metrics.metrics_report()
     assert sorted(metrics.executed_fallback_ops()) == sorted(allowed_fallbacks), metrics.metrics_report()
+
+
+def hf_model(name, llama_hidden=128):
+    """(model, loss(model, ids)) of a small Hugging Face model with random
+    weights (no download) for training tests: BERT (sequence
+    classification), GPT-2 (LM head) or LLaMA (grouped-query attention: 4
+    heads, 2 key/value heads; its rotary embedding opens
+    torch.autocast(device_type="lazy", enabled=False), which needs the lazy
+    device to be a device autocast knows). Dropout off."""
+    transformers = pytest.importorskip("transformers")
+    if name == "bert":
+        cfg = transformers.BertConfig(
+            vocab_size=100,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=32,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
+        return transformers.BertForSequenceClassification(
+            cfg
+        ), lambda m, ids: m(input_ids=ids, labels=ids[:, 0] % 2).loss
+    if name == "gpt2":
+        cfg = transformers.GPT2Config(
+            vocab_size=100,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            n_positions=32,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            use_cache=False,
+        )
+        return transformers.GPT2LMHeadModel(cfg), lambda m, ids: m(input_ids=ids, labels=ids).loss
+    assert name == "llama", name
+    cfg = transformers.LlamaConfig(
+        vocab_size=100,
+        hidden_size=llama_hidden,
+        intermediate_size=2 * llama_hidden,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    return transformers.LlamaForCausalLM(cfg), lambda m, ids: m(input_ids=ids, labels=ids).loss

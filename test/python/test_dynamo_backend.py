@@ -13,6 +13,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import hf_model
 
 import lazymlir
 from lazymlir import backend, metrics
@@ -113,50 +114,9 @@ def test_mnist_cnn_trains_like_eager(native, fresh_cache):
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
 
 
-def _hf(name):
-    transformers = pytest.importorskip("transformers")
-    if name == "bert":
-        cfg = transformers.BertConfig(
-            vocab_size=100,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=32,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-        )
-        return transformers.BertForSequenceClassification(
-            cfg
-        ), lambda m, ids: m(input_ids=ids, labels=ids[:, 0] % 2).loss
-    if name == "gpt2":
-        cfg = transformers.GPT2Config(
-            vocab_size=100,
-            n_embd=32,
-            n_layer=2,
-            n_head=2,
-            n_positions=32,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            use_cache=False,
-        )
-        return transformers.GPT2LMHeadModel(cfg), lambda m, ids: m(input_ids=ids, labels=ids).loss
-    cfg = transformers.LlamaConfig(
-        vocab_size=100,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    return transformers.LlamaForCausalLM(cfg), lambda m, ids: m(input_ids=ids, labels=ids).loss
-
-
 @pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
 def test_hf_model_trains_like_eager(native, fresh_cache, name):
-    model, loss_fn = _hf(name)
+    model, loss_fn = hf_model(name, llama_hidden=64)
     _train_like_eager(model, torch.optim.AdamW, dict(lr=1e-3), lambda: torch.randint(0, 100, (2, 16)), loss_fn)
 
 

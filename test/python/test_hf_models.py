@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import assert_compiled
+from conftest import assert_compiled, hf_model
 
 import lazymlir
 from lazymlir import metrics
@@ -14,58 +14,10 @@ from lazymlir import metrics
 transformers = pytest.importorskip("transformers")
 
 
-def _bert():
-    cfg = transformers.BertConfig(
-        vocab_size=100,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=32,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    model = transformers.BertForSequenceClassification(cfg)
-    return model, lambda m, ids: m(input_ids=ids, labels=(ids[:, 0] % 2)).loss
-
-
-def _gpt2():
-    cfg = transformers.GPT2Config(
-        vocab_size=100,
-        n_embd=32,
-        n_layer=2,
-        n_head=2,
-        n_positions=32,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        use_cache=False,
-    )
-    model = transformers.GPT2LMHeadModel(cfg)
-    return model, lambda m, ids: m(input_ids=ids, labels=ids).loss
-
-
-def _llama():
-    # Grouped-query attention (4 heads, 2 key/value heads); its rotary
-    # embedding opens torch.autocast(device_type="lazy", enabled=False), which
-    # needs the lazy device to be a device autocast knows (PrivateUse1).
-    cfg = transformers.LlamaConfig(
-        vocab_size=100,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    model = transformers.LlamaForCausalLM(cfg)
-    return model, lambda m, ids: m(input_ids=ids, labels=ids).loss
-
-
-@pytest.mark.parametrize("make", [_bert, _gpt2, _llama], ids=["bert", "gpt2", "llama"])
-def test_hf_model_trains_compiled(native, fresh_cache, make):
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
+def test_hf_model_trains_compiled(native, fresh_cache, name):
     torch.manual_seed(0)
-    model, loss_fn = make()
+    model, loss_fn = hf_model(name)
     lazy = copy.deepcopy(model).to("lazy")
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (model, lazy)]
     for step in range(3):
@@ -83,7 +35,7 @@ def test_hf_model_trains_compiled(native, fresh_cache, make):
     for p, q in zip(model.parameters(), lazy.parameters()):
         # AdamW's normalized update: float32 rounding in a gradient near zero moves an element by ~1e-5.
         torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=5e-5)
-    if make is _llama:  # one graph a step: no barrier inside (its KV cache's cat of an empty tensor)
+    if name == "llama":  # one graph a step: no barrier inside (its KV cache's cat of an empty tensor)
         assert metrics.counter_value("Sync") == 3, metrics.metrics_report()
     assert_compiled()
     # The training step's graph: two identical layers, so far fewer distinct
