@@ -142,6 +142,8 @@ def read_eagerly(nodes: List[trace.Node]) -> bool:
     after the last one); the rest stay in the trace for the next barrier's
     graph (Hugging Face's padding check in the middle of a forward pass
     would otherwise compute the embeddings eagerly every token)."""
+    if not _few_pending(nodes[0], config.eager_read_ops):
+        return False  # not collected: a decode step's stopping check reads the whole step
     key = config.options_key()
     graph = trace.collect(nodes[:1], key)
     if cache.lookup(graph.key) is not None or not _small_read(graph):
@@ -152,6 +154,21 @@ def read_eagerly(nodes: List[trace.Node]) -> bool:
         graph = trace.collect(outputs, key)
     for n, value in zip(outputs, _run_read_eagerly(graph)):
         n.set_data(value)
+    return True
+
+
+def _few_pending(node: trace.Node, limit: int) -> bool:
+    """Whether computing ``node`` takes at most ``limit`` ops (a walk that
+    stops past the limit, cheaper than collecting a whole step)."""
+    seen = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n.data is None and id(n) not in seen:
+            if len(seen) == limit:
+                return False
+            seen.add(id(n))
+            todo.extend(n.inputs)
     return True
 
 
