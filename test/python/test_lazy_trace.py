@@ -424,3 +424,23 @@ def test_casts_factories_and_splits_recorded_in_cpp(no_eager_marks):
         torch.testing.assert_close(lx.cpu(), ref)  # the write through k
     with pytest.raises(RuntimeError, match="single lazy device"):
         torch.arange(2, 7, device="lazy:1")
+
+
+def test_indexing_with_lazy_index_tensors_recorded_in_cpp(no_eager_marks):
+    """``x[idx]`` and ``x[:, idx]`` (index.Tensor: a list of lazy tensors
+    and Nones; Hugging Face's position and cache indexing) take the fast
+    path once their first call is known; a boolean mask, whose result size
+    depends on the values, still goes through Python, with eager's values."""
+    for step in range(3):
+        x = torch.randn(4, 6)
+        idx = torch.tensor([3, 0, 3])
+        lx, lidx = x.to("lazy"), idx.to("lazy")
+        with _PythonCalls() as calls:
+            rows = lx[lidx]
+            cols = lx[:, lidx] * 2
+        if step:
+            assert calls.ops == [], calls.ops
+        torch.testing.assert_close(rows.cpu(), x[idx])
+        torch.testing.assert_close(cols.cpu(), x[:, idx] * 2)
+    mask = x > 0
+    torch.testing.assert_close(lx[mask.to("lazy")].cpu(), x[mask])

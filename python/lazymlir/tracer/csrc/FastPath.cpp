@@ -106,7 +106,7 @@ bool isEnum(const c10::Argument& formal) {
 struct Arg {
   const c10::Argument* formal = nullptr;
   PyObject* state = nullptr;      // borrowed (the tensor on the stack holds it)
-  std::vector<PyObject*> states;  // a list of lazy tensors (cat, stack): theirs
+  std::vector<PyObject*> states;  // a list of lazy tensors (cat, stack; index's Tensor?[], nullptr for None): theirs
   bool list = false;
   c10::IValue value;
   bool isEnum = false;    // value is a dtype, layout or memory format
@@ -206,6 +206,23 @@ bool keyOf(const c10::IValue& v, bool lifted, Arg& arg, std::vector<int64_t>& ke
     for (bool x : list) key.push_back(x);
   } else if (v.isNone()) {
     key.push_back(6);
+  } else if (v.isList()) {  // Tensor?[] (index's indices): lazy tensors and Nones, as meta._convert lists them
+    auto list = v.toListRef();
+    key.push_back(12);
+    key.push_back(static_cast<int64_t>(list.size()));
+    for (const c10::IValue& x : list) {
+      const at::Tensor* t = x.isTensor() ? &x.toTensor() : nullptr;
+      if (x.isNone() || (t != nullptr && !t->defined())) {
+        arg.states.push_back(nullptr);
+        key.push_back(0);
+        continue;
+      }
+      auto* impl = t != nullptr ? dynamic_cast<LazyTensorImpl*>(t->unsafeGetTensorImpl()) : nullptr;
+      if (impl == nullptr) return false;
+      arg.states.push_back(impl->state());
+      key.push_back(reinterpret_cast<int64_t>(slot(impl->state(), gPy.state.meta)));
+    }
+    arg.list = true;
   } else {
     return false;
   }
@@ -600,7 +617,8 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   size_t tensors = 0;
   std::vector<int64_t> bits;  // lifted floats: the signature spells them, the key does not
   for (const auto& a : args) {
-    tensors += (a.state != nullptr) + a.states.size();
+    tensors += (a.state != nullptr) +
+               std::count_if(a.states.begin(), a.states.end(), [](PyObject* st) { return st != nullptr; });
     if (lifted && a.state == nullptr && !a.isEnum && a.value.isDouble()) {
       double d = a.value.toDouble();
       std::memcpy(&bits.emplace_back(), &d, sizeof d);
@@ -626,6 +644,11 @@ bool tryFast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       py::list values(a.states.size());
       py::tuple blanks(sigKnown ? 0 : a.states.size());
       for (size_t j = 0; j < a.states.size(); ++j) {
+        if (a.states[j] == nullptr) {  // an index list's None: freeze(None) is None
+          values[j] = py::none();
+          if (!sigKnown) blanks[j] = py::none();
+          continue;
+        }
         values[j] = valueOf(a.states[j]);
         inputs[input++] = values[j];
         if (!sigKnown) blanks[j] = py::reinterpret_borrow<py::object>(gPy.blank);
