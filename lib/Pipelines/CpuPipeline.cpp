@@ -107,8 +107,9 @@ void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
   // other linalg ops instead of by MLIR's element-by-element runtime copy.
   pm.addNestedPass<func::FuncOp>(createStridedCopiesToLinalgPass());
   // The outer loops of large kernels and of large contractions' tile nests
-  // become scf.parallel (parallelize-tiles keeps sequential any tile nest
-  // that uses a temporary hoisted out of it above), and each of those one
+  // become scf.parallel (parallelize-tiles gives each iteration its own
+  // copy of the temporaries hoisted out of the nest, and keeps sequential a
+  // nest that allocates inside), and each of those one
   // OpenMP parallel loop with a guided schedule: the body is outlined once
   // (LLVM's OpenMPIRBuilder) and runs on the process's libgomp threads
   // through the runtime's __kmpc_* entry points (lib/Runtime/OpenMP.cpp).

@@ -28,10 +28,9 @@ struct ParallelizeTilesPass
 
   /// The loops of a tile nest (outer to inner) that may run as one parallel
   /// loop: marked, without loop-carried values, each the only effectful op
-  /// of its parent's body. Empty when the nest allocates inside, or uses a
-  /// dynamically sized buffer allocated outside for its use only. Statically
-  /// sized scratch used only by the nest (per-tile temporaries that
-  /// buffer-loop-hoisting moved out of the tile loops) is returned in
+  /// of its parent's body. Empty when the nest allocates inside. Scratch
+  /// used only by the nest (per-tile temporaries that buffer-loop-hoisting
+  /// moved out of the tile loops, of static or dynamic size) is returned in
   /// `scratch`: the caller allocates it in the parallel body instead, so
   /// that each iteration has its own.
   static SmallVector<Operation *>

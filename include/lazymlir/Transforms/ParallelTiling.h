@@ -1,8 +1,9 @@
 //===- ParallelTiling.h - tiling passes' contract with parallelize-tiles -===//
 //
-// lazymlir-tile-contractions and lazymlir-fuse-row-reductions tile over
-// parallel dimensions and mark the tile loops; lazymlir-parallelize-tiles
-// runs marked loops in parallel when they are large and safe.
+// lazymlir-tile-contractions, lazymlir-fuse-row-reductions and
+// lazymlir-vectorize-transposes tile over parallel dimensions and mark the
+// tile loops; lazymlir-parallelize-tiles runs marked loops in parallel when
+// they are large and safe.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,7 +20,8 @@ namespace lazymlir {
 
 /// On the scf.for loops of tiles over parallel dimensions (of a contraction,
 /// lazymlir-tile-contractions; of a row-reduced pass,
-/// lazymlir-fuse-row-reductions): the tiled op's iteration points (i64).
+/// lazymlir-fuse-row-reductions; of a transposed elementwise op,
+/// lazymlir-vectorize-transposes): the tiled op's iteration points (i64).
 /// lazymlir-parallelize-tiles runs such loops in parallel when large and safe,
 /// and removes the attribute.
 inline constexpr llvm::StringLiteral kParallelTilesAttr =
