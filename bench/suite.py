@@ -445,14 +445,16 @@ def workloads(smoke):
             target=TRANSFORMER_TARGET,
         ),
     ]
+    # The three small training steps, also timed with loss reads and through torch.compile.
+    small_steps = (
+        ("bert", "BERT", lambda: T().hf_model("bert", **tf)),
+        ("gpt2", "GPT-2", lambda: T().hf_model("gpt2", **tf)),
+        ("lm2", "2-layer LM", lambda: T().transformer_lm(2, **lm)),
+    )
     # Issue 30's targets: the loss read every step (tracing cannot overlap
     # execution), and every 10 steps (it can).
     for every, target in ((1, (("eager", 1.0),)), (10, (("eager", 0.7), ("torch.compile", 1.0)))):
-        for name, label, make in (
-            ("bert", "BERT", lambda: T().hf_model("bert", **tf)),
-            ("gpt2", "GPT-2", lambda: T().hf_model("gpt2", **tf)),
-            ("lm2", "2-layer LM", lambda: T().transformer_lm(2, **lm)),
-        ):
+        for name, label, make in small_steps:
             w.append(
                 Workload(
                     f"{name}_read{every}",
@@ -559,11 +561,7 @@ def workloads(smoke):
             peers=IN_PROCESS,
         )
     )
-    for name, label, make in (
-        ("bert", "BERT", lambda: T().hf_model("bert", **tf)),
-        ("gpt2", "GPT-2", lambda: T().hf_model("gpt2", **tf)),
-        ("lm2", "2-layer LM", lambda: T().transformer_lm(2, **lm)),
-    ):
+    for name, label, make in small_steps:
         w.append(
             Workload(
                 f"{name}_tc",

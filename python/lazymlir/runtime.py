@@ -135,41 +135,40 @@ def _small_read(graph: trace.Graph) -> bool:
 
 def read_eagerly(nodes: List[trace.Node]) -> bool:
     """For a Python branch on one bool, the first of ``nodes`` (pending, as
-    the others): compute it eagerly when the graph it needs was not compiled
-    before and is a small read (config.eager_read_ops); whether it did.  The
+    the others): compute it eagerly when the graph that does was not
+    compiled before and is a small read (config.eager_read_ops); whether it
+    did.  The
     others it computes on the way get their values too (a decode loop's
     stopping check reads the tokens just appended: nothing is left pending
     after the last one); the rest stay in the trace for the next barrier's
     graph (Hugging Face's padding check in the middle of a forward pass
     would otherwise compute the embeddings eagerly every token)."""
-    if not _few_pending(nodes[0], config.eager_read_ops):
+    pending = _pending_ops(nodes[0], config.eager_read_ops)
+    if pending is None:
         return False  # not collected: a decode step's stopping check reads the whole step
-    key = config.options_key()
-    graph = trace.collect(nodes[:1], key)
+    outputs = nodes[:1] + [n for n in nodes[1:] if id(n) in pending]
+    graph = trace.collect(outputs, config.options_key())
     if cache.lookup(graph.key) is not None or not _small_read(graph):
         return False
-    inside = set(map(id, graph.nodes))
-    outputs = nodes[:1] + [n for n in nodes[1:] if id(n) in inside]
-    if len(outputs) > 1:
-        graph = trace.collect(outputs, key)
     for n, value in zip(outputs, _run_read_eagerly(graph)):
         n.set_data(value)
     return True
 
 
-def _few_pending(node: trace.Node, limit: int) -> bool:
-    """Whether computing ``node`` takes at most ``limit`` ops (a walk that
-    stops past the limit, cheaper than collecting a whole step)."""
+def _pending_ops(node: trace.Node, limit: int):
+    """The ids of the pending nodes computing ``node`` needs, or None when
+    there are more than ``limit`` (a walk that stops there, cheaper than
+    collecting a whole step)."""
     seen = set()
     todo = [node]
     while todo:
         n = todo.pop()
         if n.data is None and id(n) not in seen:
             if len(seen) == limit:
-                return False
+                return None
             seen.add(id(n))
             todo.extend(n.inputs)
-    return True
+    return seen
 
 
 def _run_read_eagerly(graph: trace.Graph) -> List[torch.Tensor]:

@@ -557,13 +557,7 @@ def _sync(storages, now: bool = False, condition: bool = False) -> None:
     """Compute the pending base values of ``storages`` in one graph (``now``:
     the caller waits for them at once; ``condition``: for a Python branch on
     one bool; see runtime.execute)."""
-    todo = []
-    seen = set()
-    for s in storages:
-        b = s.base
-        if b.data is None and id(b) not in seen:
-            seen.add(id(b))
-            todo.append(b)
+    todo = _pending_bases(storages)
     if not todo:
         return
     metrics.counter("Sync")
@@ -572,12 +566,16 @@ def _sync(storages, now: bool = False, condition: bool = False) -> None:
         node.set_data(value, job, kernels)
 
 
+def _pending_bases(storages) -> list:
+    """The distinct base values of ``storages`` not computed yet, in order."""
+    return list({id(s.base): s.base for s in storages if s.base.data is None}.values())
+
+
 def _read_eagerly(storages) -> bool:
     """A Python branch on one bool, the first of ``storages``, computed
     eagerly when it is a few small ops (runtime.read_eagerly); whether it
     was. The others it does not compute stay pending (registered again)."""
-    nodes = list({id(b): b for b in (st.base for st in storages) if b.data is None}.values())
-    if not runtime.read_eagerly(nodes):
+    if not runtime.read_eagerly(_pending_bases(storages)):
         return False
     for st in storages[1:]:
         if st.base.data is None:
@@ -594,22 +592,16 @@ def _cpu_alias(t: torch.Tensor, condition: bool = False) -> torch.Tensor:
     st = state(t)
     s = st.storage
     if s.base.data is None:
-        if runtime.idle():
-            # A read cuts the trace: what it needs and everything else
-            # pending, in one graph (the same at every step of a loop that
-            # reads, as a decode loop's stopping check), so that no trace
-            # grows past it.
-            storages = [s] + _device.take_pending()
-            if not (condition and _read_eagerly(storages)):
-                _sync(storages, now=True, condition=condition)
-        elif condition and _read_eagerly([s]):
-            pass
-        else:
-            # A step is running (mark_step): a read in the middle of the
-            # next one (Hugging Face's attention-mask checks) computes its
-            # own value, ahead of that step when it can, without waiting
-            # for it.
-            _sync((s,), now=True, condition=condition)
+        # With nothing running, a read cuts the trace: what it needs and
+        # everything else pending, in one graph (the same at every step of a
+        # loop that reads, as a decode loop's stopping check), so that no
+        # trace grows past it. While a step runs (mark_step), a read in the
+        # middle of the next one (Hugging Face's attention-mask checks)
+        # computes its own value, ahead of that step when it can, without
+        # waiting for it. A condition that is a few small ops runs eagerly.
+        storages = [s] + _device.take_pending() if runtime.idle() else [s]
+        if not (condition and _read_eagerly(storages)):
+            _sync(storages, now=True, condition=condition)
     runtime.wait(s.base)
     base = s.base.data
     m = s.meta

@@ -21,7 +21,7 @@ extern PyObject* gCopyState;
 // Releases a tensor's state on any thread. Waiting for the GIL on a thread
 // other than the main one would let the interpreter's shutdown end that
 // thread inside a destructor (pthread_exit, which a destructor cannot
-// survive: std::terminate, about one process in a few hundred; autograd's
+// survive: std::terminate, seen once in a loaded full test run; autograd's
 // device thread frees tensors after the backward it ran has returned): such
 // a thread leaves the state to the next lazy op or barrier
 // (releaseDropped).
