@@ -45,7 +45,7 @@ test-slow: build
 # Lint (run by .ci/run before the tests): ruff's checks and formatter over
 # the Python (pyproject.toml's [tool.ruff]), clang-format over the C++ (the
 # .clang-format files: LLVM's style on the MLIR side, Google's at 120
-# columns in python/lazymlir/tracer/csrc). `make format` rewrites the tree.
+# columns in python/lazymlir/frontend/csrc). `make format` rewrites the tree.
 CXX_SOURCES = $(shell find lib include tools python -name '*.cpp' -o -name '*.h' | sort)
 lint: $(STAMPS)/venv
 	$(VENV)/bin/ruff check .

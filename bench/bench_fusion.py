@@ -34,7 +34,7 @@ only" row is the same compiled graph run on its own into an output allocated
 once (what the compiler's code costs, without the Python tracer). lazymlir runs
 large kernels on all hardware threads (the default, as eager and inductor do);
 the "1 thread" row runs everything in one (LAZYMLIR_THREADS=1). Kernels = loop
-nests in the compiled graph (lazymlir.compiler's count).
+nests in the compiled graph (lazymlir.execution.native's count).
 """
 
 import argparse
@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 import lazymlir
 from timing import interleaved_median_seconds
-from lazymlir import compiler
+from lazymlir.execution import native  # noqa: E402
 
 
 def chain(x, y):
@@ -100,7 +100,7 @@ def compile_case(fn, args, fusion):
             return fn(*a)
 
     text = str(fx.export_and_import(Wrap(), *args, output_type="linalg-on-tensors", func_name="main"))
-    return compiler.compile_linalg(text, fusion=fusion)
+    return native.compile_linalg(text, fusion=fusion)
 
 
 def kernel_only_step(exe, args, expected):
@@ -109,7 +109,7 @@ def kernel_only_step(exe, args, expected):
     inputs, outs = list(args), [torch.empty_like(expected)]
     exe.run(inputs, outs)
     torch.testing.assert_close(outs[0], expected, rtol=1e-4, atol=1e-4)
-    return lambda: compiler.run_allocated(exe, inputs, outs)
+    return lambda: native.run_allocated(exe, inputs, outs)
 
 
 def lazy_step(fn, args, pipelined=1):

@@ -33,7 +33,8 @@ DUMP = tempfile.mkdtemp(prefix="lazymlir-bench-checks-")
 os.environ["LAZYMLIR_DUMP_DIR"] = DUMP
 
 import lazymlir  # noqa: E402, F401  (registers the lazy device)
-from lazymlir import compiler, dtypes  # noqa: E402
+from lazymlir import dtypes  # noqa: E402
+from lazymlir.execution import native  # noqa: E402
 
 
 def linalg_of(fn, args):
@@ -79,7 +80,7 @@ def main():
         expected = fn(*args)
         variants = {}
         for checks in (False, True):
-            exe = compiler.compile_linalg(text, runtime_checks=checks, threads=opts.threads)
+            exe = native.compile_linalg(text, runtime_checks=checks, threads=opts.threads)
             assert exe.has_runtime_checks == checks
             outs = [torch.empty(shape, dtype=expected.dtype) for _, shape in exe.outputs]
             # the graph's inputs, in its order (matched by shape and dtype)
@@ -95,7 +96,7 @@ def main():
 
             def run(exe=exe, inputs=inputs, outs=outs):
                 for _ in range(opts.inner):
-                    compiler.run_allocated(exe, inputs, outs)
+                    native.run_allocated(exe, inputs, outs)
 
             variants[checks] = run
         t = interleaved_median_seconds(variants, opts.repeats)

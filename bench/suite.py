@@ -119,10 +119,13 @@ def testing():
             # native module's directory first among its search locations).
             path = os.path.join(os.path.dirname(importlib.util.find_spec("lazymlir").origin), "testing.py")
             pkg = types.ModuleType("_suite_shim")
-            pkg.__path__ = []
-            tensor = types.ModuleType("_suite_shim.tensor")
-            tensor.mark_step = lambda: None
-            sys.modules.update({"_suite_shim": pkg, "_suite_shim.tensor": tensor})
+            frontend = types.ModuleType("_suite_shim.frontend")
+            pkg.__path__, frontend.__path__ = [], []
+            barriers = types.ModuleType("_suite_shim.frontend.barriers")
+            barriers.mark_step = lambda: None
+            sys.modules.update(
+                {"_suite_shim": pkg, "_suite_shim.frontend": frontend, "_suite_shim.frontend.barriers": barriers}
+            )
             spec = importlib.util.spec_from_file_location("_suite_shim.testing", path)
             _TESTING = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(_TESTING)

@@ -3,7 +3,7 @@
     python tools/gpu_bundles.py OUTDIR [--chips sm_90,sm_80] [--quick] [--only NAMES]
 
 Each case is traced on the lazy device (compiled for this CPU, so it runs)
-with lazymlir.aot, and every graph it records is compiled for each chip into
+with lazymlir.gpu.aot, and every graph it records is compiled for each chip into
 ``<case>.<chip>.lzgpu``. Per graph the manifest keeps its inputs (stored, or
 for float tensors a portable recipe), its references (eager PyTorch on the
 CPU in float32 and in float64, at sampled positions) and its aten ops as
@@ -36,7 +36,9 @@ import torch.nn.functional as F
 
 import gpu_check
 import lazymlir  # noqa: F401  (registers the lazy device)
-from lazymlir import aot, compiler, gpu_runtime, testing
+from lazymlir import testing
+from lazymlir.gpu import aot, launch
+from lazymlir.execution import native
 
 SAMPLES = 1024  # reference values kept per output
 MAX_BYTES = 40 << 20
@@ -223,10 +225,10 @@ def main(argv=None) -> int:
         "format": gpu_check.MANIFEST_FORMAT,
         "version": gpu_check.MANIFEST_VERSION,
         "chips": chips,
-        "producer": f"lazymlir {compiler.code_identity()[:16]}, torch {torch.__version__}",
+        "producer": f"lazymlir {native.code_identity()[:16]}, torch {torch.__version__}",
         "cases": [],
     }
-    ptxas = os.path.join(compiler.cuda_toolkit(), "bin", "ptxas")
+    ptxas = os.path.join(native.cuda_toolkit(), "bin", "ptxas")
     jobs = []
     pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2)
     for name, make in cases(w, options.quick).items():
@@ -260,7 +262,7 @@ def main(argv=None) -> int:
                         f"{len(graph['inputs'])} and {len(graph['outputs'])}"
                     )
             file = f"{name}.{chip}.lzgpu"
-            gpu_runtime.save_bundle(os.path.join(options.out, file), graphs, chip, producer=manifest["producer"])
+            launch.save_bundle(os.path.join(options.out, file), graphs, chip, producer=manifest["producer"])
             case["bundles"][chip] = file
             for graph_name, plan in graphs.items():
                 for module_name, module in plan["modules"].items():
@@ -291,7 +293,7 @@ def main(argv=None) -> int:
         json.dump(manifest, f, indent=1)
     for case in manifest["cases"]:  # what the checker will read: loads, checksums
         for chip, file in case["bundles"].items():
-            gpu_runtime.load_bundle(os.path.join(options.out, file), device_chip=chip)
+            launch.load_bundle(os.path.join(options.out, file), device_chip=chip)
     gpu_check.verify(options.out)
     total = sum(os.path.getsize(os.path.join(options.out, f)) for f in os.listdir(options.out))
     print(

@@ -4,7 +4,7 @@ times them against torch's CUDA eager and torch.compile (inductor).
 
     python3 tools/gpu_check.py build/gpu-bundles [--json PATH] [--no-compile] [--rounds N]
 
-Imports torch, the standard library and ``lazymlir/gpu_runtime.py`` by its
+Imports torch, the standard library and ``lazymlir/gpu/launch.py`` by its
 path: not the lazymlir package, not ``lazymlir._native``, not MLIR, so it
 runs where none of them is installed (another Python, another torch). Exit
 status: 0 when every graph matched its references, 1 when one did not (or
@@ -12,7 +12,7 @@ failed to run), 2 when the directory is unusable or there is no CUDA device.
 
 The directory (the format `tools/gpu_bundles.py` writes, shared through the
 helpers below): ``manifest.json`` lists the cases; each has one bundle per
-chip (``<case>.<chip>.lzgpu``, lazymlir.gpu_runtime's format) and, per graph,
+chip (``<case>.<chip>.lzgpu``, lazymlir.gpu.launch's format) and, per graph,
 its inputs, references and the graph's aten ops as Python source (torch.fx's
 code, which the eager and inductor peers run). ``data.bin`` holds the stored
 tensors, each a zlib stream at an offset, with the SHA-256 of its bytes. Big
@@ -44,16 +44,16 @@ import zlib
 
 MANIFEST_FORMAT, MANIFEST_VERSION = "lazymlir-gpu-check", 1
 HERE = os.path.dirname(os.path.abspath(__file__))
-GPU_RUNTIME = os.path.join(HERE, "..", "python", "lazymlir", "gpu_runtime.py")
+LAUNCH = os.path.join(HERE, "..", "python", "lazymlir", "gpu", "launch.py")
 MASK32 = 0xFFFFFFFF
 
 
-def load_gpu_runtime():
-    """lazymlir.gpu_runtime loaded from its file alone: the package's
+def load_launch():
+    """lazymlir.gpu.launch loaded from its file alone: the package's
     __init__ (the tracer, torch-mlir, the native module) is never imported."""
     for blocked in ("lazymlir", "lazymlir._native", "torch_mlir"):
         sys.modules.setdefault(blocked, None)  # an import of any of them fails loudly
-    spec = importlib.util.spec_from_file_location("lazymlir_gpu_runtime", os.path.abspath(GPU_RUNTIME))
+    spec = importlib.util.spec_from_file_location("lazymlir_gpu_launch", os.path.abspath(LAUNCH))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -238,7 +238,7 @@ def main(argv=None) -> int:
         return 2
     import torch
 
-    gpu_runtime = load_gpu_runtime()
+    launch = load_launch()
     if not torch.cuda.is_available():
         print(
             "gpu_check: no CUDA device (torch.cuda.is_available() is False): run this on a machine with an "
@@ -252,7 +252,7 @@ def main(argv=None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False  # the references are float32 arithmetic
     torch.backends.cudnn.allow_tf32 = False
     device = torch.device("cuda")
-    device_chip = gpu_runtime.chip_of_capability(*torch.cuda.get_device_capability())
+    device_chip = launch.chip_of_capability(*torch.cuda.get_device_capability())
     data = Data(os.path.join(options.directory, "data.bin"))
     bandwidth = copy_bandwidth(torch)
     print(
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
     for case in manifest["cases"]:
         if only and case["name"] not in only:
             continue
-        row = run_case(torch, gpu_runtime, case, options, data, device, device_chip, bandwidth)
+        row = run_case(torch, launch, case, options, data, device, device_chip, bandwidth)
         failed |= not row["ok"]
         rows.append(row)
         print(format_row(row), flush=True)
@@ -290,7 +290,7 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
-def run_case(torch, gpu_runtime, case, options, data, device, device_chip, bandwidth) -> dict:
+def run_case(torch, launch, case, options, data, device, device_chip, bandwidth) -> dict:
     row = {"case": case["name"], "graphs": len(case["graphs"]), "ok": True, "errors": [], "ms": {}}
     try:
         inputs = [[make_input(torch, s, data).to(device) for s in g["inputs"]] for g in case["graphs"]]
@@ -300,7 +300,7 @@ def run_case(torch, gpu_runtime, case, options, data, device, device_chip, bandw
     peers = {}  # name -> a function running every graph of the case once
     for chip, file in case["bundles"].items():
         try:
-            executables = gpu_runtime.load_bundle(os.path.join(options.directory, file), device_chip=device_chip)
+            executables = launch.load_bundle(os.path.join(options.directory, file), device_chip=device_chip)
             runs = []
             for g, args in zip(case["graphs"], inputs):
                 executable = executables[g["name"]]

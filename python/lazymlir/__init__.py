@@ -6,13 +6,15 @@
 the cache) and run it.
 """
 
-from . import tracer  # noqa: F401  (first: PrivateUse1 becomes "lazy" before any lazy device object exists)
-from . import cache, config, metrics
-from .tracer.tensor import LazyTensor, device, kernel_count, mark_step, sync
-from .tracer import ops, registration  # noqa: F401,E402  (op handlers, PrivateUse1 kernels)
-from .runtime import empty_cache, wait_device_ops
-from .profiler import profile
-from .tracer.marks import mark_dynamic, mark_static
+from . import frontend  # noqa: F401  (first: PrivateUse1 becomes "lazy" before any lazy device object exists)
+from . import config, metrics
+from .execution import cache
+from .frontend.tensor import LazyTensor, device
+from .frontend.barriers import kernel_count, mark_step, sync
+from .frontend import ops, registration  # noqa: F401,E402  (op handlers, PrivateUse1 kernels)
+from .execution.run import empty_cache, wait_device_ops
+from .execution.profiler import profile
+from .frontend.marks import mark_dynamic, mark_static
 
 __all__ = [
     "LazyTensor",

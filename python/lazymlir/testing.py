@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .tracer.tensor import mark_step
+from .frontend.barriers import mark_step
 
 
 class MnistNet(nn.Module):

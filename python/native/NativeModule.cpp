@@ -391,6 +391,6 @@ NB_MODULE(_native, m) {
       nb::arg("fusion") = true,
       "Compile linalg-on-tensors text for an NVIDIA GPU (`chip`, e.g. "
       "sm_90): the launch plan as JSON, with the kernels' PTX (see "
-      "lazymlir.gpu_runtime). Needs no GPU. Releases the GIL; raises "
+      "lazymlir.gpu.launch). Needs no GPU. Releases the GIL; raises "
       "CompileError with MLIR's diagnostics.");
 }

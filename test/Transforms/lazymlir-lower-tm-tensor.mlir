@@ -183,7 +183,7 @@ func.func @attention(%q: tensor<1x4x8xf32>, %k: tensor<1x4x8xf32>, %v: tensor<1x
 
 // -----
 
-// Dynamic shapes (lazymlir.dynamic): the embedding backward of a `?`-long
+// Dynamic shapes (lazymlir.trace.dynamic): the embedding backward of a `?`-long
 // sequence. The loops run to tensor.dim of the updates, and the rows are
 // checked against the original's size as before.
 // CHECK-LABEL: func.func @scatter_dynamic

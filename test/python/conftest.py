@@ -20,7 +20,7 @@ if "LAZYMLIR_CACHE_DIR" not in os.environ:
     lazymlir.config.cache_dir = _session_cache.name
 
 # The native compiler comes from the C++ build.
-HAVE_NATIVE = lazymlir.runtime.native_compiler() is not None
+HAVE_NATIVE = lazymlir.execution.entries.native_compiler() is not None
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +32,7 @@ def _seed_and_reset():
     # Each test's graphs generalize to dynamic ones from its own traces only:
     # a test that compiles a graph for batch 2 after another test's batch 1
     # gets a static graph (compiled graphs stay cached, by exact trace).
-    lazymlir.dynamic.clear()
+    lazymlir.trace.dynamic.clear()
     yield
 
 
@@ -44,10 +44,10 @@ def fresh_cache():
 
 
 @pytest.fixture
-def native():
+def native_built():
     """For tests that prove work was compiled: the native compiler must be built
     (a missing build is a failure, not a skip)."""
-    assert HAVE_NATIVE, "lazymlir.compiler / lazymlir._native is not importable: build with `make`"
+    assert HAVE_NATIVE, "lazymlir.execution.native / lazymlir._native is not importable: build with `make`"
 
 
 def assert_compiled(*allowed_fallbacks):

@@ -1,6 +1,6 @@
-"""lazymlir.aot on a machine without a GPU: a training step traced on the lazy
+"""lazymlir.gpu.aot on a machine without a GPU: a training step traced on the lazy
 device, every graph compiled for an NVIDIA chip into one bundle that
-lazymlir.gpu_runtime loads; ptxas assembles every kernel."""
+lazymlir.gpu.launch loads; ptxas assembles every kernel."""
 
 import os
 import subprocess
@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 
 import lazymlir
-from lazymlir import aot, testing
-from lazymlir.gpu_runtime import load_bundle
+from lazymlir import testing
+from lazymlir.gpu import aot
+from lazymlir.gpu.launch import load_bundle
 from test_gpu_ptx import cuda_root
 
 
@@ -31,7 +32,7 @@ def assemble_all(graphs, chip, tmp_path):
     return count
 
 
-def test_mnist_training_steps_to_a_bundle(native, tmp_path):
+def test_mnist_training_steps_to_a_bundle(native_built, tmp_path):
     torch.manual_seed(0)
     model = testing.MnistNet().to("lazy")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -55,7 +56,7 @@ def test_mnist_training_steps_to_a_bundle(native, tmp_path):
     assert assemble_all(graphs, "sm_90", tmp_path) > 10
 
 
-def test_command_line(native, tmp_path):
+def test_command_line(native_built, tmp_path):
     (tmp_path / "factory.py").write_text("""
 import torch
 def make():
@@ -66,7 +67,7 @@ def make():
     out = tmp_path / "softmax.lzgpu"
     env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(
-        [sys.executable, "-m", "lazymlir.aot", "factory:make", "--chip", "sm_80", "-o", str(out)],
+        [sys.executable, "-m", "lazymlir.gpu.aot", "factory:make", "--chip", "sm_80", "-o", str(out)],
         capture_output=True,
         text=True,
         env=env,
@@ -77,7 +78,7 @@ def make():
     assert assemble_all({n: g.plan for n, g in graphs.items()}, "sm_80", tmp_path) >= 1
 
 
-def test_a_step_that_records_nothing_is_an_error(native):
+def test_a_step_that_records_nothing_is_an_error(native_built):
     import pytest
 
     with pytest.raises(RuntimeError, match="recorded no graph"):
@@ -86,7 +87,7 @@ def test_a_step_that_records_nothing_is_an_error(native):
 
 
 @pytest.mark.slow
-def test_gpt2_training_step_to_a_bundle(native, tmp_path):
+def test_gpt2_training_step_to_a_bundle(native_built, tmp_path):
     # A Hugging Face decoder (random weights, no download): attention with
     # its causal mask, embeddings and their scatter-add backward, AdamW.
     torch.manual_seed(0)

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from conftest import assert_compiled
 
 import lazymlir
-from lazymlir import metrics, runtime
+from lazymlir import metrics
+from lazymlir.execution import run
 from lazymlir.testing import MnistNet, transformer_lm
 
 LOW = [torch.bfloat16, torch.float16]
@@ -55,12 +56,12 @@ def test_seeding_gives_eager_random_numbers():
     assert torch.equal(torch.rand(4, device="lazy").cpu(), c)
 
 
-def test_synchronize_waits_for_the_graphs_in_flight(native):
+def test_synchronize_waits_for_the_graphs_in_flight(native_built):
     x = torch.randn(256, 256, device="lazy")
     y = (x @ x).relu()
     lazymlir.mark_step()  # queued on the worker
     torch.lazy.synchronize()
-    assert runtime._last_job is None or runtime._last_job.done()
+    assert run._last_job is None or run._last_job.done()
     torch.testing.assert_close(y.cpu(), (x.cpu() @ x.cpu()).relu(), rtol=1e-4, atol=1e-4)
 
 
@@ -88,7 +89,7 @@ def _ulps(dtype):
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=["bf16", "f16"])
-def test_low_precision_graphs_compile_with_eager_rounding(native, dtype):
+def test_low_precision_graphs_compile_with_eager_rounding(native_built, dtype):
     """Reductions accumulate in float32 and decomposed ops round once, as
     eager's CPU kernels do: at most one unit in the last place from eager
     (a bfloat16 sum accumulated in bfloat16 is off by ~1% over 512 values)."""
@@ -161,7 +162,7 @@ def _autocast_training(name, dtype, steps=3):
     [("mnist", torch.bfloat16), ("lm", torch.bfloat16), ("mnist", torch.float16)],
     ids=["mnist-bf16", "lm-bf16", "mnist-f16"],
 )
-def test_mixed_precision_training_matches_eager_autocast(native, fresh_cache, name, dtype):
+def test_mixed_precision_training_matches_eager_autocast(native_built, fresh_cache, name, dtype):
     ref, lazy, losses = _autocast_training(name, dtype)
     assert losses["lazy"] == pytest.approx(losses["cpu"], rel=4 * _ulps(dtype)), losses
     for (pname, p), q in zip(ref.named_parameters(), lazy.parameters()):
@@ -171,10 +172,10 @@ def test_mixed_precision_training_matches_eager_autocast(native, fresh_cache, na
     assert_compiled()
 
 
-def test_an_op_that_does_not_compile_in_low_precision_runs_eagerly_alone(native, fresh_cache):
+def test_an_op_that_does_not_compile_in_low_precision_runs_eagerly_alone(native_built, fresh_cache):
     """erfinv has no lowering: in a bfloat16 graph it runs eagerly (counted),
     the ops around it compile, and the values are eager's."""
-    lazymlir.tracer.ops._forget_eager(torch.ops.aten.erfinv.default)  # found by an earlier test: found again
+    lazymlir.frontend.ops._forget_eager(torch.ops.aten.erfinv.default)  # found by an earlier test: found again
     a = torch.rand(16, 32).mul(1.8).sub(0.9).to(torch.bfloat16)
 
     def f(x):
@@ -192,12 +193,12 @@ def test_low_precision_results_take_the_dtypes_the_trace_recorded():
     (``lazymlir_dtypes``, from the trace): an op may return float32
     statistics next to a bfloat16 result (the CPU flash attention's
     logsumexp), which must not be rounded to bfloat16."""
-    from lazymlir import lowering
+    from lazymlir.lowering import linalg
 
     g = torch.fx.Graph()
     x = g.placeholder("x")
     node = g.call_function(torch.ops.aten.var_mean.correction, (x, [1]))
     node.meta["lazymlir_dtypes"] = (torch.float32, torch.bfloat16)  # as such an op would record
     g.output((g.call_function(operator.getitem, (node, 0)), g.call_function(operator.getitem, (node, 1))))
-    linalg = lowering.lower(torch.fx.GraphModule({}, g), [torch.randn(4, 8).bfloat16()]).linalg
+    linalg = linalg.lower(torch.fx.GraphModule({}, g), [torch.randn(4, 8).bfloat16()]).linalg
     assert "-> (tensor<4xf32>, tensor<4xbf16>)" in linalg, linalg[-600:]

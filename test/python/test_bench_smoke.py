@@ -52,7 +52,7 @@ WORKLOADS = {
 }
 
 
-def test_bench_suite_smoke(native, tmp_path):
+def test_bench_suite_smoke(native_built, tmp_path):
     proc = subprocess.run(
         [sys.executable, SUITE, "--smoke", "--out", str(tmp_path)],
         capture_output=True,
@@ -85,7 +85,7 @@ def test_bench_suite_smoke(native, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_bench_suite_torch_lazy_child(native, tmp_path):
+def test_bench_suite_torch_lazy_child(native_built, tmp_path):
     """The torch._lazy peer runs in a child that loads lazymlir.testing from
     its file without importing lazymlir (both use the lazy device): it finds
     it in this install (an editable one lists the native module's directory
@@ -103,7 +103,7 @@ def test_bench_suite_torch_lazy_child(native, tmp_path):
     assert isinstance(r.get("median"), float) and r["median"] > 0 and not r.get("wrong"), (r, proc.stdout[-2000:])
 
 
-def test_bench_dynamic_smoke(native, tmp_path):
+def test_bench_dynamic_smoke(native_built, tmp_path):
     """bench/bench_dynamic.py on tiny sweeps: it runs, every size matched
     eager (the script exits non-zero otherwise), each sweep compiled one
     dynamic graph and fell back nowhere, and the timed size ran dynamic."""

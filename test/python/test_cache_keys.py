@@ -14,7 +14,7 @@ def _close(lazy, eager):
     torch.testing.assert_close(lazy.cpu(), eager, rtol=1e-6, atol=1e-6)
 
 
-def test_equal_scalars_at_first_compile_stay_separate_inputs(native, fresh_cache):
+def test_equal_scalars_at_first_compile_stay_separate_inputs(native_built, fresh_cache):
     x = torch.randn(64)
     for a, b in [(0.5, 0.5), (3.0, 7.0), (7.0, 3.0), (-2.0, -2.0)]:
         _close((x.to("lazy") + a) + b, (x + a) + b)
@@ -25,7 +25,7 @@ def test_equal_scalars_at_first_compile_stay_separate_inputs(native, fresh_cache
     assert_compiled()
 
 
-def test_signed_zero_scalars(native, fresh_cache):
+def test_signed_zero_scalars(native_built, fresh_cache):
     x = torch.tensor([0.0, -0.0, 1.0])
     for a, b in [(0.0, 0.0), (-0.0, 0.0), (0.0, -0.0)]:
         lazy = ((x.to("lazy") * a) * b).cpu()
@@ -33,7 +33,7 @@ def test_signed_zero_scalars(native, fresh_cache):
     assert_compiled()
 
 
-def test_tensors_aliasing_in_one_call_and_not_the_next(native, fresh_cache):
+def test_tensors_aliasing_in_one_call_and_not_the_next(native_built, fresh_cache):
     def f(a, b):
         return a * 2 + b.sin()
 
@@ -48,7 +48,7 @@ def test_tensors_aliasing_in_one_call_and_not_the_next(native, fresh_cache):
     assert_compiled()
 
 
-def test_views_of_one_tensor_as_two_operands(native, fresh_cache):
+def test_views_of_one_tensor_as_two_operands(native_built, fresh_cache):
     x = torch.randn(8, 8)
     lx = x.to("lazy")
     _close(lx[:4] * 3.0 + lx[4:] * 5.0, x[:4] * 3.0 + x[4:] * 5.0)
@@ -58,7 +58,7 @@ def test_views_of_one_tensor_as_two_operands(native, fresh_cache):
     assert_compiled()
 
 
-def test_learning_rate_schedule_whose_values_cross(native, fresh_cache):
+def test_learning_rate_schedule_whose_values_cross(native_built, fresh_cache):
     """Weight decay equal to the momentum when the steady-state step is first
     compiled (step 2), then lr and weight decay crossing each other: the lazy
     training must follow eager's."""

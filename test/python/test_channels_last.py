@@ -58,7 +58,7 @@ def _step(model, x, train):
 @pytest.mark.parametrize("channels_last_pass", [True, False], ids=["pass", "no_pass"])
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 @pytest.mark.parametrize("name", ["resnet_block", "mnist_cnn"])
-def test_training_step_matches_eager(native, name, fmt, channels_last_pass):
+def test_training_step_matches_eager(native_built, name, fmt, channels_last_pass):
     """A training step (batch norm in training mode, dropout): output, the
     input's and every parameter's gradient, and the updated running stats,
     with eager's values and memory formats (a channels_last parameter's
@@ -86,7 +86,7 @@ def test_training_step_matches_eager(native, name, fmt, channels_last_pass):
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 @pytest.mark.parametrize("name", ["resnet_block", "mnist_cnn"])
-def test_inference_matches_eager(native, name, fmt):
+def test_inference_matches_eager(native_built, name, fmt):
     ref, x = _model(name)
     ref = ref.to(memory_format=FORMATS[fmt])
     x = x.to(memory_format=FORMATS[fmt])
@@ -99,7 +99,7 @@ def test_inference_matches_eager(native, name, fmt):
     assert_compiled()
 
 
-def test_model_moved_to_channels_last_on_the_lazy_device(native):
+def test_model_moved_to_channels_last_on_the_lazy_device(native_built):
     """.to("lazy") first, then .to(memory_format=channels_last) on the device:
     a compiled relayout, then the same results as eager."""
     ref, x = _model("resnet_block")
@@ -151,7 +151,7 @@ def _after_layout_passes(path_text, tmp_path):
     ).stdout
 
 
-def test_channels_last_storage_passed_as_is(native, fresh_cache, tmp_path):
+def test_channels_last_storage_passed_as_is(native_built, fresh_cache, tmp_path):
     """channels_last input and parameters: the graph takes the NHWC buffers
     (its arguments have NHWC shapes) and returns the NHWC output buffer; the
     NHWC pass cancels the boundary permutes against the convs' own layout
@@ -168,7 +168,7 @@ def test_channels_last_storage_passed_as_is(native, fresh_cache, tmp_path):
     assert any(m in _after_layout_passes(nchw_text, tmp_path) for m in _RELAYOUT_MAPS)
 
 
-def test_layout_is_part_of_the_cache_key(native, fresh_cache):
+def test_layout_is_part_of_the_cache_key(native_built, fresh_cache):
     x = torch.randn(2, 3, 4, 5)
     for fmt in (torch.contiguous_format, CL, torch.contiguous_format, CL):
         out = (x.to(memory_format=fmt).to("lazy") * 2).relu()
@@ -181,7 +181,7 @@ def test_layout_is_part_of_the_cache_key(native, fresh_cache):
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd_momentum"])
-def test_optimizer_steps_on_channels_last_gradients(native, optimizer):
+def test_optimizer_steps_on_channels_last_gradients(native_built, optimizer):
     """A channels_last input makes the convolutions' weight gradients
     channels_last; AdamW's lerp of them decomposed into prims.copy_strided,
     which torch-mlir does not lower: every step ran eagerly. Three steps

@@ -92,7 +92,7 @@ def _entries(cache_dir):
     return sorted(glob.glob(os.path.join(cache_dir, "*.lmc")))
 
 
-def test_second_process_compiles_nothing(native, tmp_path):
+def test_second_process_compiles_nothing(native_built, tmp_path):
     first = _run(str(tmp_path))
     assert first["kernels_compiled"] > 0 and first["disk_hits"] == 0 and first["disk_misses"] > 0, first
     assert _entries(str(tmp_path))
@@ -104,7 +104,7 @@ def test_second_process_compiles_nothing(native, tmp_path):
 
 
 @pytest.mark.slow
-def test_corrupt_entries_are_reported_and_rewritten(native, tmp_path):
+def test_corrupt_entries_are_reported_and_rewritten(native_built, tmp_path):
     _run(str(tmp_path))
     entries = _entries(str(tmp_path))
     sizes = {}
@@ -126,7 +126,7 @@ def test_corrupt_entries_are_reported_and_rewritten(native, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_processes_fill_one_cache_at_once(native, tmp_path):
+def test_two_processes_fill_one_cache_at_once(native_built, tmp_path):
     procs = [_start(str(tmp_path)) for _ in range(2)]
     for proc in procs:
         _finish(proc)
@@ -136,7 +136,7 @@ def test_two_processes_fill_one_cache_at_once(native, tmp_path):
 
 
 @pytest.mark.slow
-def test_default_location_and_disabled(native, tmp_path):
+def test_default_location_and_disabled(native_built, tmp_path):
     """By default the cache lives in $XDG_CACHE_HOME/lazymlir, else
     ~/.cache/lazymlir; LAZYMLIR_CACHE_DIR= (empty) keeps nothing anywhere."""
     home, xdg = tmp_path / "home", tmp_path / "xdg"
@@ -159,7 +159,7 @@ def _mlp(width, depth):
     return torch.nn.Sequential(*layers)
 
 
-def test_identical_layers_compile_one_set_of_kernels(native, fresh_cache, tmp_path):
+def test_identical_layers_compile_one_set_of_kernels(native_built, fresh_cache, tmp_path):
     """Two identical layers (same shapes) run the same loop nests: each is
     compiled once, and a graph with four such layers compiles nothing new."""
     torch.manual_seed(0)
@@ -184,7 +184,7 @@ def test_identical_layers_compile_one_set_of_kernels(native, fresh_cache, tmp_pa
                 assert distinct == one_layer and compiled == 0, (distinct, compiled)
 
 
-def test_graph_from_disk_in_process(native, fresh_cache, tmp_path):
+def test_graph_from_disk_in_process(native_built, fresh_cache, tmp_path):
     """A graph not in memory (cache.clear()) comes back from disk: counted as a
     disk hit, no lowering, the same results."""
     x, w = torch.randn(5, 7), torch.randn(7, 3)
@@ -200,20 +200,20 @@ def test_graph_from_disk_in_process(native, fresh_cache, tmp_path):
     torch.testing.assert_close(second, first)
 
 
-def test_size_limit_evicts_least_recently_used(native, fresh_cache, tmp_path):
+def test_size_limit_evicts_least_recently_used(native_built, fresh_cache, tmp_path):
     d = str(tmp_path)
     with lazymlir.config.patch(cache_dir=d, cache_max_bytes=1 << 30):
         (torch.randn(3, 3).to("lazy").sin() * 3).cpu()
     total = sum(os.path.getsize(p) for p in _entries(d))
-    before = lazymlir.compiler.disk_cache_counts()["evicted"]
+    before = lazymlir.execution.native.disk_cache_counts()["evicted"]
     # A limit below what is there: the next write evicts the oldest entries.
     with lazymlir.config.patch(cache_dir=d, cache_max_bytes=total // 2):
         (torch.randn(4, 4).to("lazy").cos() - 1).cpu()
-    assert lazymlir.compiler.disk_cache_counts()["evicted"] > before
+    assert lazymlir.execution.native.disk_cache_counts()["evicted"] > before
     assert sum(os.path.getsize(p) for p in _entries(d)) <= total // 2
 
 
-def test_verbose_reports_phases(native, fresh_cache, capsys):
+def test_verbose_reports_phases(native_built, fresh_cache, capsys):
     with lazymlir.config.patch(verbose=True, cache_dir=None):
         (torch.randn(6, 5).to("lazy").exp() + 1).cpu()
     out = capsys.readouterr().out
@@ -222,7 +222,7 @@ def test_verbose_reports_phases(native, fresh_cache, capsys):
     assert report["graphs"] == 1 and report["phases"]["codegen"] > 0 and report["kernels"] >= 1, report
 
 
-def test_tiered_compile_switches_to_optimized_code(native, fresh_cache):
+def test_tiered_compile_switches_to_optimized_code(native_built, fresh_cache):
     """Kernels first compiled with little code generation effort are
     recompiled at full effort once their graph ran four times; runs then switch to
     that code. Results agree with eager before and after the switch."""
@@ -233,7 +233,7 @@ def test_tiered_compile_switches_to_optimized_code(native, fresh_cache):
     def step(x, w=w, b=b):
         return torch.nn.functional.gelu(x @ w + b).softmax(-1).sum(0)
 
-    before = lazymlir.compiler.background_compile_counts()
+    before = lazymlir.execution.native.background_compile_counts()
     with lazymlir.config.patch(cache_dir=None, tiered=True):
         lw, lb = w.to("lazy"), b.to("lazy")
         got = [step(x.to("lazy"), lw, lb).cpu() for x in xs[:5]]
@@ -242,7 +242,7 @@ def test_tiered_compile_switches_to_optimized_code(native, fresh_cache):
         lazymlir.cache.wait_background_compiles()
         assert all(e.executable.fully_optimized for e in entries)
         got += [step(x.to("lazy"), lw, lb).cpu() for x in xs[5:]]
-    after = lazymlir.compiler.background_compile_counts()
+    after = lazymlir.execution.native.background_compile_counts()
     assert after["graphs_relinked"] > before["graphs_relinked"], (before, after)
     for x, g in zip(xs, got):
         torch.testing.assert_close(g, step(x), rtol=1e-5, atol=1e-6)
@@ -260,7 +260,7 @@ print(float(y.sum()))
 
 
 @pytest.mark.slow
-def test_exit_while_background_compiling(native, tmp_path):
+def test_exit_while_background_compiling(native_built, tmp_path):
     """A process may exit while the background compiler recompiles a hot
     graph's kernels: it stops after the kernel at hand, and the exit is clean."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}

@@ -79,7 +79,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
-def test_two_processes_train_to_eager_parameters(native, mode):
+def test_two_processes_train_to_eager_parameters(native_built, mode):
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()

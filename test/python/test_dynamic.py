@@ -1,4 +1,4 @@
-"""Dynamic dimensions (lazymlir.dynamic): one compiled graph for every size.
+"""Dynamic dimensions (lazymlir.trace.dynamic): one compiled graph for every size.
 
 Every test checks results against eager PyTorch at each size, and counters
 that prove how many graphs were compiled (UncachedCompile: all,
@@ -12,7 +12,8 @@ import torch
 import torch.nn as nn
 
 import lazymlir
-from lazymlir import compiler, config, metrics, testing
+from lazymlir import config, metrics, testing
+from lazymlir.execution import native
 
 
 @pytest.fixture(autouse=True)
@@ -223,7 +224,7 @@ func.func @main(%arg0: tensor<?x4xf32>) -> tensor<?x4xf32> {
   return %r : tensor<?x4xf32>
 }
 """
-    exe = compiler.compile_linalg(text)
+    exe = native.compile_linalg(text)
     assert exe.is_dynamic
     assert exe.inputs == [("f32", (-1, 4))]
     for n in [1, 5, 1000]:
@@ -236,12 +237,12 @@ func.func @main(%arg0: tensor<?x4xf32>) -> tensor<?x4xf32> {
     # Raw buffers (the lazy runtime's runs after the first) carry their sizes.
     for n in [2, 7]:
         x, out = torch.randn(n, 4), torch.empty(n, 4)
-        compiler.run_allocated(exe, [x], [out], dynamic=True)
+        native.run_allocated(exe, [x], [out], dynamic=True)
         torch.testing.assert_close(out, x * 2)
     with pytest.raises(ValueError, match="dynamic"):
-        compiler.run_allocated(exe, [torch.randn(3, 4)], [torch.empty(3, 4)])
+        native.run_allocated(exe, [torch.randn(3, 4)], [torch.empty(3, 4)])
     with pytest.raises(ValueError, match="do not fit"):
-        compiler.run_allocated(exe, [torch.randn(3, 5)], [torch.empty(3, 5)], dynamic=True)
+        native.run_allocated(exe, [torch.randn(3, 5)], [torch.empty(3, 5)], dynamic=True)
     x = torch.randn(3, 4)
     with pytest.raises(ValueError, match="bytes"):  # sizes that do not match the buffer
         exe.run_raw([x.data_ptr()], [x.nbytes], [x.data_ptr()], [x.nbytes], False, [[3, 4], [6, 4]])
@@ -366,7 +367,7 @@ def test_instances_are_checked_against_the_compiled_output_sizes():
     runtime allocated from the trace: an instance whose output shapes are
     not the compiled graph's (here: a template corrupted on purpose) is
     refused and compiled static, never run."""
-    from lazymlir import dynamic
+    from lazymlir.trace import dynamic
 
     for b in [2, 3]:
         (torch.randn(b, 4).to("lazy") * 2).cpu()
@@ -394,7 +395,7 @@ def test_a_specialized_symbol_is_guarded():
     """The decomposition of pow turns an exponent of 3 into x*x*x under the
     guard s == 3. Made symbolic on purpose (the schema check would keep it
     static), the guard must hold the dynamic graph to 3."""
-    from lazymlir import dynamic
+    from lazymlir.trace import dynamic
 
     x = torch.rand(6) + 0.5
     xl = x.to("lazy")
@@ -497,9 +498,9 @@ def test_a_wrong_dynamic_graph_is_caught_on_its_first_run(monkeypatch):
     flattening, torch-mlir's embedding backward is wrong; the first run
     then returns eager's values, warns, runs eagerly from then on, and
     later sizes compile static."""
-    from lazymlir import lowering
+    from lazymlir.lowering import linalg
 
-    monkeypatch.setattr(lowering, "_flatten_index_put_indices", lambda gm: None)
+    monkeypatch.setattr(linalg, "_flatten_index_put_indices", lambda gm: None)
     with pytest.warns(RuntimeWarning, match="unlike eager on its first run"):
         _train_embedding([(4, 16), (2, 32), (3, 48), (5, 7)])
     c = counts()
@@ -508,7 +509,7 @@ def test_a_wrong_dynamic_graph_is_caught_on_its_first_run(monkeypatch):
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_cnn_training_over_batch_sizes(native, channels_last):
+def test_cnn_training_over_batch_sizes(native_built, channels_last):
     """The MNIST CNN and a ResNet BasicBlock (batch norm, channels_last too)
     trained over ragged batches: one dynamic graph from batches 3 and 4 serves
     batches past 16 as well (FakeTensor's convolution guarded the batch to

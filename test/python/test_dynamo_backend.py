@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from conftest import hf_model
 
 import lazymlir
-from lazymlir import backend, metrics
+from lazymlir import metrics
+from lazymlir.dynamo import backend
 from lazymlir.testing import MnistNet
 
 
@@ -45,7 +46,7 @@ def test_registered_as_a_dynamo_backend():
     assert ep.load() is backend.lazymlir
 
 
-def test_mlp_inference_and_training_equal_eager(native, fresh_cache):
+def test_mlp_inference_and_training_equal_eager(native_built, fresh_cache):
     model = _mlp()
     twin = copy.deepcopy(model)
     compiled = torch.compile(twin, backend="lazymlir")
@@ -62,7 +63,7 @@ def test_mlp_inference_and_training_equal_eager(native, fresh_cache):
     assert metrics.counter_value("DynamoEagerOp") == 0, metrics.metrics_report()
 
 
-def test_returned_views_alias_what_they_view(native, fresh_cache):
+def test_returned_views_alias_what_they_view(native_built, fresh_cache):
     def f(a, b):
         return (a @ b.t()).softmax(-1), b.t(), (a * 2)[1:]
 
@@ -98,7 +99,7 @@ def _train_like_eager(model, optimizer, options, batch, loss_fn, steps=3):
     return twin, compiled
 
 
-def test_mnist_cnn_trains_like_eager(native, fresh_cache):
+def test_mnist_cnn_trains_like_eager(native_built, fresh_cache):
     """Dropout included: random ops run eagerly, on eager's random stream."""
     model = MnistNet()
     twin, compiled = _train_like_eager(
@@ -115,12 +116,12 @@ def test_mnist_cnn_trains_like_eager(native, fresh_cache):
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
-def test_hf_model_trains_like_eager(native, fresh_cache, name):
+def test_hf_model_trains_like_eager(native_built, fresh_cache, name):
     model, loss_fn = hf_model(name, llama_hidden=64)
     _train_like_eager(model, torch.optim.AdamW, dict(lr=1e-3), lambda: torch.randint(0, 100, (2, 16)), loss_fn)
 
 
-def test_symbolic_sizes_compile_once(native, fresh_cache):
+def test_symbolic_sizes_compile_once(native_built, fresh_cache):
     model = _mlp()
     compiled = torch.compile(model, backend="lazymlir", dynamic=True)
     with torch.no_grad():
@@ -134,7 +135,7 @@ def test_symbolic_sizes_compile_once(native, fresh_cache):
     _assert_regions_compiled()
 
 
-def test_an_op_that_does_not_lower_runs_eagerly(native, fresh_cache):
+def test_an_op_that_does_not_lower_runs_eagerly(native_built, fresh_cache):
     # logcumsumexp's lowering overflows where eager does not: refused, it
     # runs eagerly between two compiled regions.
     def f(x):
@@ -151,7 +152,7 @@ def test_an_op_that_does_not_lower_runs_eagerly(native, fresh_cache):
     _assert_regions_compiled()
 
 
-def test_generate_greedy_equals_eager(native, fresh_cache):
+def test_generate_greedy_equals_eager(native_built, fresh_cache):
     transformers = pytest.importorskip("transformers")
     cfg = transformers.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=2, n_positions=128)
     model = transformers.GPT2LMHeadModel(cfg).eval()
@@ -166,7 +167,7 @@ def test_generate_greedy_equals_eager(native, fresh_cache):
     _assert_regions_compiled()
 
 
-def test_profiled_runs_name_the_regions(native, fresh_cache):
+def test_profiled_runs_name_the_regions(native_built, fresh_cache):
     compiled = torch.compile(_mlp(), backend="lazymlir")
     x = torch.randn(8, 16)
     with torch.no_grad():
@@ -177,7 +178,7 @@ def test_profiled_runs_name_the_regions(native, fresh_cache):
 
 
 @pytest.mark.slow
-def test_a_second_process_loads_regions_from_disk(native, tmp_path):
+def test_a_second_process_loads_regions_from_disk(native_built, tmp_path):
     script = textwrap.dedent("""
         import torch, lazymlir
         from lazymlir import metrics
@@ -198,7 +199,7 @@ def test_a_second_process_loads_regions_from_disk(native, tmp_path):
     assert regions == regions_again >= 2 and hits_first == 0 and hits_second == regions
 
 
-def test_background_lowering_leaves_fx_tracing_flag_alone(native):
+def test_background_lowering_leaves_fx_tracing_flag_alone(native_built):
     """The lazy device lowers static tier-ups on a background thread: its
     make_fx must not set torch.fx's process-wide tracing flag, which makes
     every torch.compile'd function on other threads run uncompiled (and
@@ -206,7 +207,7 @@ def test_background_lowering_leaves_fx_tracing_flag_alone(native):
     import threading
 
     import torch.fx._symbolic_trace as symbolic_trace
-    from lazymlir import lowering
+    from lazymlir.lowering import linalg
 
     # Dynamo's first compile wraps Tracer.trace (torch._dynamo.disable): the
     # private copy is of the function under the wrapper.
@@ -219,9 +220,9 @@ def test_background_lowering_leaves_fx_tracing_flag_alone(native):
 
     def lower_in_background():
         try:
-            with lowering.private_fx_tracing():
+            with linalg.private_fx_tracing():
                 for _ in range(3):
-                    lowering.lower(gm, [torch.randn(64, 64)])
+                    linalg.lower(gm, [torch.randn(64, 64)])
         except BaseException as e:  # reported by the main thread
             errors.append(e)
         finally:
@@ -235,4 +236,4 @@ def test_background_lowering_leaves_fx_tracing_flag_alone(native):
     assert not worker.is_alive(), "the background lowering never finished"
     assert not errors, errors
     assert seen == {False} and not symbolic_trace.is_fx_tracing()
-    lowering.lower(gm, [torch.randn(8)])  # the main thread's tracing is unchanged
+    linalg.lower(gm, [torch.randn(8)])  # the main thread's tracing is unchanged

@@ -38,7 +38,7 @@ def chain10(x, y):
     return torch.sigmoid((((x * 2.0 + 1.0).relu() * y - 0.5).abs() + 1.0).sqrt() * 3.0)
 
 
-def test_elementwise_chain_is_one_kernel(native):
+def test_elementwise_chain_is_one_kernel(native_built):
     x, y = torch.randn(4096), torch.randn(4096)
     assert run(chain10, x, y) == 1
     # Unfused, each op is its own loop nest (relu two: its compare and its
@@ -52,13 +52,13 @@ def broadcast_reshape_chain(x, b):
     return (t.exp() * 0.5).transpose(0, 1).tanh()  # a permuted result: eager's strides
 
 
-def test_chain_across_broadcast_and_reshape_is_one_kernel(native):
+def test_chain_across_broadcast_and_reshape_is_one_kernel(native_built):
     x, b = torch.randn(64, 32), torch.randn(32)
     assert run(broadcast_reshape_chain, x, b) == 1
     assert run(broadcast_reshape_chain, x, b, fusion=False) > 1
 
 
-def test_softmax_kernels(native):
+def test_softmax_kernels(native_built):
     # Softmax: two reductions over each row (max, then sum of exp(x - max))
     # and one normalizing pass.  lazymlir-fuse-row-reductions runs all three
     # (and the reductions' accumulator fills) tile of rows by tile of rows in
@@ -70,7 +70,7 @@ def test_softmax_kernels(native):
     assert run(lambda t: torch.softmax(t, -1), x, fusion=False) > 5
 
 
-def test_attention_with_bool_mask(native):
+def test_attention_with_bool_mask(native_built):
     # The mask is read as bytes (lazymlir-byte-bool-accesses), so the masked
     # softmax's row loops vectorize; rows that mask everything out give
     # zeros (_safe_softmax), as in eager.
@@ -81,7 +81,7 @@ def test_attention_with_bool_mask(native):
     run(lambda x: (x > 0.5) & (x < 0.9), torch.rand(64, 64))  # bools stored as bytes
 
 
-def test_causal_attention_with_streaming_stores(native):
+def test_causal_attention_with_streaming_stores(native_built):
     # Scores of two heads, written with streaming stores: the head and row
     # loops share one parallel loop (its bounds were once defined inside it,
     # and causal attention at sequence length 1024 fell back to eager).
@@ -89,7 +89,7 @@ def test_causal_attention_with_streaming_stores(native):
     run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v, streaming_store_bytes=65536)
 
 
-def test_max_reductions_propagate_nan(native):
+def test_max_reductions_propagate_nan(native_built):
     # Max/min reductions may return either zero when -0.0 and +0.0 tie (as
     # eager's vectorized max may), but a NaN anywhere in a row propagates.
     x = torch.randn(64, 256)
@@ -106,7 +106,7 @@ def test_max_reductions_propagate_nan(native):
     assert_compiled()
 
 
-def test_layer_norm_kernels(native):
+def test_layer_norm_kernels(native_built):
     # torch-mlir decomposes layer norm into three row reductions (the mean in
     # f32, and the variance in f64 from its own f64 sum), a small per-row
     # rsqrt and the normalizing pass (scale and shift fused in): all of them
@@ -118,13 +118,13 @@ def test_layer_norm_kernels(native):
     assert run(fn, x, w, b, fusion=False) >= 9
 
 
-def test_small_softmax_is_one_tile(native):
+def test_small_softmax_is_one_tile(native_built):
     # When all rows fit one tile, the row loop folds away and the reductions
     # stay separate loop nests over data already in cache.
     assert run(lambda t: torch.softmax(t, -1), torch.randn(64, 128)) <= 5
 
 
-def test_matmul_bias_relu_is_one_kernel(native):
+def test_matmul_bias_relu_is_one_kernel(native_built):
     x, w, b = torch.randn(32, 64), torch.randn(64, 48), torch.randn(48)
     fn = lambda x, w, b: F.relu(x @ w + b)  # noqa: E731
     assert run(fn, x, w, b, rtol=1e-4, atol=1e-4) == 1
@@ -137,7 +137,7 @@ def conv_block(x, w, b):
 
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("channels_last", [True, False], ids=["nhwc_pass", "no_pass"])
-def test_conv_bias_relu_residual_fused(native, channels_last, batch):
+def test_conv_bias_relu_residual_fused(native_built, channels_last, batch):
     x, w, b = torch.randn(batch, 8, 16, 16), torch.randn(8, 8, 3, 3) / 8, torch.randn(8)
     fused = run(conv_block, x, w, b, rtol=1e-4, atol=1e-4, channels_last=channels_last)
     unfused = run(conv_block, x, w, b, rtol=1e-4, atol=1e-4, channels_last=channels_last, fusion=False)
@@ -146,7 +146,7 @@ def test_conv_bias_relu_residual_fused(native, channels_last, batch):
     assert fused <= unfused - 3, (fused, unfused)
 
 
-def test_kernel_count_api_and_metrics(native, fresh_cache, tmp_path):
+def test_kernel_count_api_and_metrics(native_built, fresh_cache, tmp_path):
     x, y = torch.randn(256), torch.randn(256)
     with config.patch(dump_dir=str(tmp_path)):
         assert run(chain10, x, y) == 1

@@ -34,7 +34,7 @@ def bundles(tmp_path_factory):
     return out
 
 
-def test_bundles_hold_every_case_for_both_chips(native, bundles):
+def test_bundles_hold_every_case_for_both_chips(native_built, bundles):
     manifest = gpu_check.verify(str(bundles))
     assert [c["name"] for c in manifest["cases"]] == ["chain", "matmul_128", "mnist_train"]
     for case in manifest["cases"]:
@@ -59,10 +59,10 @@ def test_the_check_needs_a_gpu_and_says_so(bundles):
     assert "no CUDA device" in done.stderr and "verified (3 cases)" in done.stderr
 
 
-def test_the_check_imports_only_the_gpu_runtime():
+def test_the_check_imports_only_the_gpu_launcher():
     # What the GPU machine has: torch and this file, no lazymlir package.
     code = (
-        "import sys; sys.path.insert(0, %r); import gpu_check; rt = gpu_check.load_gpu_runtime(); "
+        "import sys; sys.path.insert(0, %r); import gpu_check; rt = gpu_check.load_launch(); "
         "import torch, torch._dynamo; print(rt.BUNDLE_FORMAT, sorted(m for m, v in sys.modules.items() "
         "if v is not None and m.startswith(('lazymlir', 'torch_mlir'))))" % TOOLS
     )
@@ -71,7 +71,7 @@ def test_the_check_imports_only_the_gpu_runtime():
     assert done.stdout.split() == ["lazymlir-gpu-bundle", "[]"]  # loaded from its file, nothing else
 
 
-def test_references_round_trip_and_catch_wrong_values(native, bundles):
+def test_references_round_trip_and_catch_wrong_values(native_built, bundles):
     data = gpu_check.Data(os.path.join(bundles, "data.bin"))
     manifest = gpu_check.verify(str(bundles))
     for case in manifest["cases"]:
@@ -88,7 +88,7 @@ def test_references_round_trip_and_catch_wrong_values(native, bundles):
             assert not gpu_check.compare(torch, wrong, graph["outputs"][floats[0]], data)["ok"]
 
 
-def test_corruption_is_refused(native, bundles, tmp_path):
+def test_corruption_is_refused(native_built, bundles, tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()
     for f in os.listdir(bundles):

@@ -23,9 +23,9 @@ PTX_OF = os.path.join(REPO, "test", "Pipelines", "Inputs", "ptx_of.py")
 
 
 def cuda_root():
-    from lazymlir import compiler
+    from lazymlir.execution import native
 
-    root = compiler.cuda_toolkit()
+    root = native.cuda_toolkit()
     assert os.access(os.path.join(root, "bin", "ptxas"), os.X_OK), (
         f"no ptxas in {root}/bin: `make test` installs nvidia-cuda-nvcc into .venv"
     )
@@ -92,14 +92,14 @@ def chain10(x, y):
     return torch.sigmoid((((x * 2.0 + 1.0).relu() * y - 0.5).abs() + 1.0).sqrt() * 3.0)
 
 
-def test_elementwise_chain_is_one_gpu_kernel(native, tmp_path):
+def test_elementwise_chain_is_one_gpu_kernel(native_built, tmp_path):
     kernels = ptx_kernels(chain10, (torch.randn(4096), torch.randn(4096)), tmp_path)
     assert len(kernels) == 1
     assert "%tid.x" in kernels[0] and ".target sm_90" in kernels[0]
 
 
 @pytest.mark.parametrize("chip", ["sm_90", "sm_80"])
-def test_softmax_layer_norm_and_linear_assemble(native, tmp_path, chip):
+def test_softmax_layer_norm_and_linear_assemble(native_built, tmp_path, chip):
     x = torch.randn(64, 256)
     w, b = torch.randn(128, 256), torch.randn(128)
     ptx_kernels(lambda t: torch.softmax(t, -1), (x,), tmp_path / "softmax", chip)
@@ -107,7 +107,7 @@ def test_softmax_layer_norm_and_linear_assemble(native, tmp_path, chip):
     ptx_kernels(lambda t, w, b: F.relu(F.linear(t, w, b)), (x, w, b), tmp_path / "linear", chip)
 
 
-def test_mnist_training_step_assembles(native, tmp_path):
+def test_mnist_training_step_assembles(native_built, tmp_path):
     torch.manual_seed(0)
     model = testing.MnistNet()
     x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
@@ -133,7 +133,7 @@ def test_mnist_training_step_assembles(native, tmp_path):
     assert len(kernels) > 10
 
 
-def test_bad_target_is_a_diagnostic_not_an_abort(native, tmp_path):
+def test_bad_target_is_a_diagnostic_not_an_abort(native_built, tmp_path):
     graph = tmp_path / "g.mlir"
     graph.write_text("""
 func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {
@@ -182,7 +182,7 @@ OPS = {
 
 
 @pytest.mark.parametrize("name", sorted(OPS))
-def test_op_assembles(native, tmp_path, name):
+def test_op_assembles(native_built, tmp_path, name):
     torch.manual_seed(0)
     x, i = torch.randn(64, 32), torch.randint(0, 64, (16,))
     assert ptx_kernels(OPS[name], (x, i), tmp_path)

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
-def test_hf_model_trains_compiled(native, fresh_cache, name):
+def test_hf_model_trains_compiled(native_built, fresh_cache, name):
     torch.manual_seed(0)
     model, loss_fn = hf_model(name)
     lazy = copy.deepcopy(model).to("lazy")
@@ -67,7 +67,7 @@ def _llama_lm():
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("batch,sample", [(1, False), (4, True)], ids=["b1-greedy", "b4-sample"])
 @pytest.mark.parametrize("make", [_gpt2_lm, _llama_lm], ids=["gpt2", "llama"])
-def test_generate_compiles_at_most_four_graphs(native, fresh_cache, tmp_path, make, batch, sample, cache):
+def test_generate_compiles_at_most_four_graphs(native_built, fresh_cache, tmp_path, make, batch, sample, cache):
     """Issue 31: `generate` with a KV cache (growing, or the static cache's
     preallocated one written in place), greedy or sampling: tokens equal
     eager's (sampling draws from eager's random stream), and from an empty

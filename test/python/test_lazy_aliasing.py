@@ -71,17 +71,17 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_write_through_views(native, name):
+def test_write_through_views(native_built, name):
     check(CASES[name], torch.randn(3, 4))
 
 
-def test_diagonal_write(native):
+def test_diagonal_write(native_built):
     # diagonal_scatter: decomposed (lowering.py) into a scatter, compiled.
     check(lambda x: (x.diagonal().fill_(-1), x)[1], torch.randn(4, 4))
 
 
 @pytest.mark.parametrize("op", ["transpose_(0, 1)", "t_()", "unsqueeze_(1)", "squeeze_()", "swapdims_(0, 1)"])
-def test_inplace_metadata_ops(native, op):
+def test_inplace_metadata_ops(native_built, op):
     """x.transpose_() etc. change x's sizes and strides; x keeps sharing its
     storage with the views made before, and later writes reach them."""
 
@@ -109,7 +109,7 @@ def test_as_strided_inplace():
     _compare(ref, out)
 
 
-def test_data_assignment(native):
+def test_data_assignment(native_built):
     def f(x):
         p = torch.nn.Parameter(x.clone())
         alias = p.data  # shares p's storage
@@ -122,7 +122,7 @@ def test_data_assignment(native):
     check(f, torch.randn(2, 3))
 
 
-def test_detach_and_detach_inplace(native):
+def test_detach_and_detach_inplace(native_built):
     def f(x):
         w = x.clone().requires_grad_()
         y = w * 2
@@ -137,7 +137,7 @@ def test_detach_and_detach_inplace(native):
     check(f, torch.randn(5))
 
 
-def test_copy_between_devices(native):
+def test_copy_between_devices(native_built):
     x = torch.randn(3, 4)
     cpu = torch.zeros(3, 4)
     lazy = torch.zeros(3, 4, device="lazy")
@@ -157,7 +157,7 @@ def test_copy_between_devices(native):
     torch.testing.assert_close(snap.cpu(), x)
 
 
-def test_alias_survives_mark_step(native):
+def test_alias_survives_mark_step(native_built):
     x = torch.randn(4, 4).to("lazy")
     v = x[1:3]
     lazymlir.mark_step()
@@ -226,7 +226,7 @@ CL_CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CL_CASES))
-def test_channels_last_aliasing(native, name):
+def test_channels_last_aliasing(native_built, name):
     check(CL_CASES[name], torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last))
 
 

@@ -14,7 +14,7 @@ def step(x, w):
     return y
 
 
-def test_hits_and_misses(native, fresh_cache):
+def test_hits_and_misses(native_built, fresh_cache):
     w = torch.randn(4, 3).to("lazy")
     lazymlir.mark_step()
     for _ in range(5):
@@ -27,7 +27,7 @@ def test_hits_and_misses(native, fresh_cache):
     assert_compiled()
 
 
-def test_shape_and_dtype_changes_recompile(native, fresh_cache):
+def test_shape_and_dtype_changes_recompile(native_built, fresh_cache):
     w = torch.randn(4, 3, dtype=torch.float64)
     x = torch.randn(2, 4, dtype=torch.float64)
     out = step(x.to("lazy"), w.to("lazy"))

@@ -12,7 +12,7 @@ from conftest import assert_compiled
 
 import lazymlir
 from lazymlir import metrics
-from lazymlir.tracer.tensor import state
+from lazymlir.frontend.tensor import state
 
 
 def add_two_maybe(t: torch.Tensor, maybe: torch.Tensor):
@@ -191,12 +191,13 @@ def test_large_outputs_come_from_the_buffer_pool():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64, torch.bool])
-def test_large_outputs_of_every_dtype(native, dtype):
+def test_large_outputs_of_every_dtype(native_built, dtype):
     """Pooled outputs are made with their dtype and shape: eager's values,
     and the memory goes back to the pool when the result dies."""
     import gc
 
-    from lazymlir import _native, runtime
+    from lazymlir import _native
+    from lazymlir.execution import run
 
     x = (torch.randn(256, 1024) * 100).to(dtype)
     fn = (lambda t: ~t) if dtype is torch.bool else (lambda t: t * 3)
@@ -211,5 +212,5 @@ def test_large_outputs_of_every_dtype(native, dtype):
     gc.collect()
     assert _native.idle_buffer_bytes() >= x.nbytes
     # A dtype compiled graphs never have: a pooled byte buffer, viewed.
-    half = runtime._empty((256, 1024), torch.float16)
+    half = run.output_buffer((256, 1024), torch.float16)
     assert half.dtype == torch.float16 and half.shape == (256, 1024) and half.is_contiguous()

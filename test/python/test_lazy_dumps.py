@@ -52,7 +52,7 @@ def test_dump_files(tmp_path, fresh_cache):
     assert sorted(os.listdir(other)) == names
 
 
-def test_dump_reproduces_with_lazymlir_opt(tmp_path, native, fresh_cache):
+def test_dump_reproduces_with_lazymlir_opt(tmp_path, native_built, fresh_cache):
     with config.patch(dump_dir=str(tmp_path)):
         _run_graph()
     assert_compiled()

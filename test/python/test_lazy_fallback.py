@@ -12,10 +12,12 @@ import torch
 from conftest import assert_compiled
 
 import lazymlir
-from lazymlir import cache, lowering, metrics, runtime
+from lazymlir import cache, metrics
+from lazymlir.lowering import linalg, LoweringError
+from lazymlir.execution import entries
 
 
-def test_nonzero_falls_back(native):
+def test_nonzero_falls_back(native_built):
     x = torch.tensor([[0.0, 1.5], [-2.0, 0.0], [3.0, 4.0]])
     lx = x.to("lazy")
     idx = torch.nonzero(lx * 2 > 1)  # data-dependent shape: eager
@@ -45,9 +47,9 @@ def test_unsupported_dtype_op_runs_eagerly():
 
 def test_lowering_failure_runs_eagerly_once(monkeypatch, fresh_cache):
     def broken(gm, example_inputs):
-        raise lowering.LoweringError("simulated torch-mlir failure")
+        raise LoweringError("simulated torch-mlir failure")
 
-    monkeypatch.setattr(lowering, "lower", broken)
+    monkeypatch.setattr(linalg, "lower", broken)
     x = torch.randn(5)
     with pytest.warns(RuntimeWarning, match="failed to compile"):
         got = (x.to("lazy").sin() * 3).cpu()
@@ -65,10 +67,8 @@ def test_native_compile_error_runs_eagerly(monkeypatch, fresh_cache):
     def compile_linalg(text, **options):
         raise CompileError("error: simulated native failure")
 
-    real = runtime.native_compiler()
-    monkeypatch.setattr(
-        lazymlir.compilation, "_compiler", types.SimpleNamespace(**{**vars(real), "compile_linalg": compile_linalg})
-    )
+    real = entries.native_compiler()
+    monkeypatch.setattr(entries, "_compiler", types.SimpleNamespace(**{**vars(real), "compile_linalg": compile_linalg}))
     monkeypatch.setattr(lazymlir.config, "cache_dir", None)  # a disk hit would compile nothing
     x = torch.randn(3, 3)
     with pytest.warns(RuntimeWarning, match="simulated native failure"):
@@ -78,7 +78,7 @@ def test_native_compile_error_runs_eagerly(monkeypatch, fresh_cache):
     assert metrics.counter_value("UncachedCompile") == 0
 
 
-def test_op_that_cannot_lower_runs_eagerly_from_then_on(native, fresh_cache):
+def test_op_that_cannot_lower_runs_eagerly_from_then_on(native_built, fresh_cache):
     """torch-mlir does not lower cummax: the first graph runs eagerly, the
     probe finds the op, and later traces run just that op eagerly and compile
     the rest."""
@@ -121,7 +121,7 @@ def test_training_step_matches_eager():
         torch.testing.assert_close(b.cpu(), a, rtol=1e-5, atol=1e-6)
 
 
-def test_training_with_dropout_matches_eager(native):
+def test_training_with_dropout_matches_eager(native_built):
     """Dropout draws its mask from the CPU generator as eager does, without
     cutting the trace, so training on the lazy device follows eager's random
     stream; the compiled backward must agree with eager's."""
@@ -151,19 +151,19 @@ def test_training_with_dropout_matches_eager(native):
     assert "aten::native_dropout" not in metrics.counter_names()
 
 
-def test_op_that_cannot_lower_costs_one_op_not_the_graph(monkeypatch, native, fresh_cache):
+def test_op_that_cannot_lower_costs_one_op_not_the_graph(monkeypatch, native_built, fresh_cache):
     """The first graph holding an op that does not lower is split around it:
     the op runs eagerly in place, everything before and after it compiles
     (it used to run the whole graph eagerly)."""
-    device = sys.modules["lazymlir.tracer.ops"]
-    real = lowering.lower
+    device = sys.modules["lazymlir.frontend.ops"]
+    real = linalg.lower
 
     def lower(gm, example_inputs, **kwargs):
         if any(n.target is torch.ops.aten.sin.default for n in gm.graph.nodes):
-            raise lowering.LoweringError("simulated: sin does not lower")
+            raise LoweringError("simulated: sin does not lower")
         return real(gm, example_inputs, **kwargs)
 
-    monkeypatch.setattr(lowering, "lower", lower)
+    monkeypatch.setattr(linalg, "lower", lower)
     sin = torch.ops.aten.sin.default
     try:
         x = torch.randn(64)
@@ -181,20 +181,20 @@ def test_op_that_cannot_lower_costs_one_op_not_the_graph(monkeypatch, native, fr
         device._forget_eager(sin)
 
 
-def test_op_that_cannot_lower_for_one_dtype_still_compiles_for_others(monkeypatch, native, fresh_cache):
+def test_op_that_cannot_lower_for_one_dtype_still_compiles_for_others(monkeypatch, native_built, fresh_cache):
     """The probe marks an op with its inputs' dtypes: an op that does not
     lower on int64 still compiles on float32."""
-    device = sys.modules["lazymlir.tracer.ops"]
-    real = lowering.lower
+    device = sys.modules["lazymlir.frontend.ops"]
+    real = linalg.lower
 
     def lower(gm, example_inputs, **kwargs):
         if any(n.target is torch.ops.aten.neg.default for n in gm.graph.nodes) and any(
             t.dtype == torch.int64 for t in example_inputs
         ):
-            raise lowering.LoweringError("simulated: integer neg does not lower")
+            raise LoweringError("simulated: integer neg does not lower")
         return real(gm, example_inputs, **kwargs)
 
-    monkeypatch.setattr(lowering, "lower", lower)
+    monkeypatch.setattr(linalg, "lower", lower)
     neg = torch.ops.aten.neg.default
     try:
         i = torch.arange(6)
@@ -211,7 +211,7 @@ def test_op_that_cannot_lower_for_one_dtype_still_compiles_for_others(monkeypatc
         device._forget_eager(neg)
 
 
-def test_force_fallback_patch_applies_to_ops_seen_before(native, fresh_cache):
+def test_force_fallback_patch_applies_to_ops_seen_before(native_built, fresh_cache):
     """config.patch(force_fallback=...) takes effect for an op whose handler
     was cached by an earlier dispatch, and stops when the patch ends."""
     x = torch.randn(4, 4)

@@ -46,7 +46,7 @@ def _infer(model, x, steps=1):
     return ref, outs
 
 
-def test_mlp(native):
+def test_mlp(native_built):
     ref, outs = _infer(MLP(), torch.randn(8, 32), steps=3)
     for out in outs:
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
@@ -54,7 +54,7 @@ def test_mlp(native):
     assert lazymlir.metrics.counter_value("CachedCompile") >= 2
 
 
-def test_cnn(native):
+def test_cnn(native_built):
     model = CNN()
     with torch.no_grad():
         model.bn.running_mean.normal_()
@@ -64,7 +64,7 @@ def test_cnn(native):
     assert_compiled()
 
 
-def test_transformer_encoder_layer(native):
+def test_transformer_encoder_layer(native_built):
     layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.1, batch_first=True)
     ref, (out,) = _infer(layer, torch.randn(2, 7, 32))
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
@@ -81,7 +81,7 @@ def test_models_trace_without_native():
     assert lazymlir.metrics.executed_fallback_ops() == []
 
 
-def test_transformer_encoder_with_padding_mask_takes_the_standard_path(native):
+def test_transformer_encoder_with_padding_mask_takes_the_standard_path(native_built):
     """PyTorch's inference fast path (fused kernels, nested tensors) covers
     PrivateUse1 devices; on the lazy device the modules take their standard
     path, which compiles: eager's values at every unpadded position."""

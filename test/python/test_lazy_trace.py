@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import lazymlir
-from lazymlir import lowering, trace
-from lazymlir.tracer.tensor import state
+from lazymlir.lowering import linalg
+from lazymlir.trace import ir
+from lazymlir.frontend.tensor import state
 
 
 def run_both(fn, *inputs):
@@ -131,8 +132,8 @@ def test_fx_graph_matches_eager():
     w = torch.randn(5, 4)
     lx, lw = x.to("lazy"), w.to("lazy")
     out = torch.nn.functional.linear(lx, lw).relu().sum(0) * 0.5
-    graph = trace.collect([state(out).storage.base])
-    gm = trace.to_fx(graph)
+    graph = ir.collect([state(out).storage.base])
+    gm = ir.to_fx(graph)
     got = gm(*graph.input_values())[0]
     torch.testing.assert_close(got, torch.nn.functional.linear(x, w).relu().sum(0) * 0.5)
     assert any(n.op == "placeholder" for n in gm.graph.nodes)
@@ -141,8 +142,8 @@ def test_fx_graph_matches_eager():
 def test_lowering_to_linalg():
     x = torch.randn(2, 3).to("lazy")
     out = (x.exp() + 1).sum(1)
-    graph = trace.collect([state(out).storage.base])
-    lowered = lowering.lower(trace.to_fx(graph), graph.input_values())
+    graph = ir.collect([state(out).storage.base])
+    lowered = linalg.lower(ir.to_fx(graph), graph.input_values())
     assert "func.func @main" in lowered.linalg and "linalg." in lowered.linalg
     assert "torch.aten" not in lowered.linalg
     assert "torch.aten" in lowered.torch_mlir
@@ -151,7 +152,7 @@ def test_lowering_to_linalg():
 def _key(fn):
     x = torch.ones(4).to("lazy")
     lazymlir.mark_step()
-    return trace.collect([state(fn(x)).storage.base]).key
+    return ir.collect([state(fn(x)).storage.base]).key
 
 
 def test_key_distinguishes_constants():
@@ -173,7 +174,7 @@ def test_arithmetic_floats_are_graph_inputs():
     assert _key(lambda x: x * 2) != _key(lambda x: x * 2.0)  # ints stay constants
     i = torch.arange(4).to("lazy")
     lazymlir.mark_step()
-    assert trace.collect([state(i * 3).storage.base]).scalars == []
+    assert ir.collect([state(i * 3).storage.base]).scalars == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -248,7 +249,7 @@ def test_diagonal_write():
 
 
 def _collect(t, full=False):
-    return trace.collect([state(t).storage.base], full=full)
+    return ir.collect([state(t).storage.base], full=full)
 
 
 def test_a_key_seen_before_is_not_built_again():
@@ -273,7 +274,7 @@ def test_a_key_seen_before_is_not_built_again():
     assert _collect(step(x.double(), 0.5, 0)).key != first.key
 
 
-def test_a_key_seen_before_whose_graph_left_the_cache_compiles_again(native):
+def test_a_key_seen_before_whose_graph_left_the_cache_compiles_again(native_built):
     """The fingerprint gives a key the cache no longer has (cleared): the
     step collects in full and compiles; values are eager's."""
     from lazymlir import cache
@@ -294,7 +295,7 @@ class _PythonCalls:
 
     def __enter__(self):
         from lazymlir import _device
-        from lazymlir.tracer import tensor
+        from lazymlir.frontend import tensor
 
         self.ops = []
 
@@ -307,7 +308,7 @@ class _PythonCalls:
 
     def __exit__(self, *exc):
         from lazymlir import _device
-        from lazymlir.tracer import tensor
+        from lazymlir.frontend import tensor
 
         _device.install(tensor.dispatch, tensor.State.copy)
 
@@ -329,7 +330,7 @@ VIEW_WRITES = {
 def no_eager_marks():
     """No op marked to run eagerly (earlier tests may have marked some: a
     write through a view whose ops are marked is recorded in Python)."""
-    from lazymlir.tracer import tensor
+    from lazymlir.frontend import tensor
 
     saved = dict(tensor._eager_dtypes)
     tensor._eager_dtypes.clear()
@@ -363,7 +364,7 @@ def test_a_write_through_a_view_whose_scatter_runs_eagerly_stays_in_python(no_ea
     """slice_scatter marked to run eagerly (as when it does not lower for a
     dtype): writes through slices are recorded by Python, which computes
     that scatter eagerly; values are eager's."""
-    from lazymlir.tracer import ops
+    from lazymlir.frontend import ops
 
     x = torch.randn(3, 4)
     lx = x.to("lazy")

@@ -79,7 +79,7 @@ def _train(dims, batch, opt, steps=300):
     ],
     ids=["compute-heavy-adam", "small-sgd"],
 )
-def test_training_memory_is_bounded(native, dims, batch, opt):
+def test_training_memory_is_bounded(native_built, dims, batch, opt):
     r = _train(dims, batch, opt)
     assert r["compiled"] >= 290 and r["fallback"] == 0, r
     params = dims[0] * dims[1] + dims[1] + dims[1] * dims[2] + dims[2]
@@ -102,7 +102,7 @@ lazymlir.wait_device_ops()
 """
 
 
-def test_exit_right_after_the_last_step(native):
+def test_exit_right_after_the_last_step(native_built):
     """The worker frees a job's buffers before the job counts as done: it used
     to free them while the interpreter exited, and a daemon thread that wants
     the GIL back during finalization is ended inside torch's tensor

@@ -1,5 +1,5 @@
 """The native backend on its own: torch-mlir exports a module to
-linalg-on-tensors, lazymlir.compiler compiles it with MLIR 22 and runs it on
+linalg-on-tensors, lazymlir.execution.native compiles it with MLIR 22 and runs it on
 torch tensors in place; results must match eager PyTorch."""
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lazymlir import compiler
+from lazymlir.execution import native
 
 fx = pytest.importorskip("torch_mlir.fx")
 
@@ -17,7 +17,7 @@ def export(module: nn.Module, *args) -> str:
 
 
 def compile_and_run(module: nn.Module, *args, fusion: bool = True):
-    exe = compiler.compile_linalg(export(module, *args), fusion=fusion)
+    exe = native.compile_linalg(export(module, *args), fusion=fusion)
     with torch.no_grad():
         expected = module(*args)
     expected = expected if isinstance(expected, tuple) else (expected,)
@@ -168,7 +168,7 @@ def test_integer_and_bool_ops_match_eager():
 def test_outputs_are_written_in_place():
     x = torch.randn(8, 64)
     module = MatmulBiasRelu()
-    exe = compiler.compile_linalg(export(module, x))
+    exe = native.compile_linalg(export(module, x))
     out = torch.full((8, 48), float("nan"))
     ptr = out.data_ptr()
     exe.run([x], [out])
@@ -180,8 +180,8 @@ def test_signature_and_kernel_count():
     chain = Fn(lambda m, x, y: torch.exp(x * y + 1.0).neg().relu() * 2.0)
     args = (torch.randn(32, 16), torch.randn(16))
     text = export(chain, *args)
-    fused = compiler.compile_linalg(text)
-    unfused = compiler.compile_linalg(text, fusion=False)
+    fused = native.compile_linalg(text)
+    unfused = native.compile_linalg(text, fusion=False)
     assert fused.inputs == [("f32", (32, 16)), ("f32", (16,))]
     assert fused.outputs == [("f32", (32, 16))]
     assert fused.kernel_count == 1
@@ -203,26 +203,26 @@ func.func @main(%arg0: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4
 """
     x = torch.randn(4)
     outs = [torch.full((4,), float("nan")) for _ in range(3)]
-    compiler.compile_linalg(text).run([x], outs)
+    native.compile_linalg(text).run([x], outs)
     for out, expected in zip(outs, (x + x, x + x, x)):
         assert torch.equal(out, expected)
 
 
 def test_keep_llvm_dialect():
-    exe = compiler.compile_linalg(export(MatmulBiasRelu(), torch.randn(2, 64)), keep_llvm_dialect=True)
+    exe = native.compile_linalg(export(MatmulBiasRelu(), torch.randn(2, 64)), keep_llvm_dialect=True)
     assert "llvm.func @main" in exe.llvm_dialect
-    assert compiler.compile_linalg(export(MatmulBiasRelu(), torch.randn(2, 64))).llvm_dialect == ""
+    assert native.compile_linalg(export(MatmulBiasRelu(), torch.randn(2, 64))).llvm_dialect == ""
 
 
 def test_malformed_input_raises_with_diagnostics():
-    with pytest.raises(compiler.CompileError, match=r"parsing the linalg input failed:\n.*error:"):
-        compiler.compile_linalg("func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n  return %arg0\n")
+    with pytest.raises(native.CompileError, match=r"parsing the linalg input failed:\n.*error:"):
+        native.compile_linalg("func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n  return %arg0\n")
 
 
 def test_contract_violation_raises_with_diagnostics():
     text = "func.func @main(%arg0: tensor<*xf32>) -> tensor<*xf32> {\n  return %arg0 : tensor<*xf32>\n}\n"
-    with pytest.raises(compiler.CompileError, match="argument #0 of type 'tensor<\\*xf32>' must be a ranked tensor"):
-        compiler.compile_linalg(text)
+    with pytest.raises(native.CompileError, match="argument #0 of type 'tensor<\\*xf32>' must be a ranked tensor"):
+        native.compile_linalg(text)
 
 
 def test_unknown_dialect_raises():
@@ -230,15 +230,15 @@ def test_unknown_dialect_raises():
     # check rejects any the pipeline did not lower, and a malformed TMTensor op
     # is a diagnostic too, never a crash.
     text = 'func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = "foo.bar"(%arg0) : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n'
-    with pytest.raises(compiler.CompileError, match="unregistered op 'foo.bar'"):
-        compiler.compile_linalg(text)
-    with pytest.raises(compiler.CompileError, match="operandSegmentSizes"):
-        compiler.compile_linalg(text.replace("foo.bar", "tm_tensor.sort"))
+    with pytest.raises(native.CompileError, match="unregistered op 'foo.bar'"):
+        native.compile_linalg(text)
+    with pytest.raises(native.CompileError, match="operandSegmentSizes"):
+        native.compile_linalg(text.replace("foo.bar", "tm_tensor.sort"))
 
 
 def test_run_rejects_mismatched_buffers():
     x = torch.randn(4, 64)
-    exe = compiler.compile_linalg(export(MatmulBiasRelu(), x))
+    exe = native.compile_linalg(export(MatmulBiasRelu(), x))
     out = torch.empty(4, 48)
     with pytest.raises(ValueError, match="shape"):
         exe.run([torch.randn(5, 64)], [out])
@@ -254,18 +254,18 @@ def test_run_allocated_matches_run_and_checks_sizes():
     """The runtime's path: raw addresses, checked for count and byte size."""
     x = torch.randn(4, 64)
     module = MatmulBiasRelu()
-    exe = compiler.compile_linalg(export(module, x))
+    exe = native.compile_linalg(export(module, x))
     checked, raw = torch.empty(4, 48), torch.full((4, 48), float("nan"))
     exe.run([x], [checked])
-    compiler.run_allocated(exe, [x], [raw])
+    native.run_allocated(exe, [x], [raw])
     assert torch.equal(raw, checked)
     torch.testing.assert_close(raw, module(x).detach())
     with pytest.raises(ValueError, match="input #0: 1280 bytes, expected 1024 \\(f32 \\[4, 64\\]\\)"):
-        compiler.run_allocated(exe, [torch.randn(5, 64)], [raw])
+        native.run_allocated(exe, [torch.randn(5, 64)], [raw])
     with pytest.raises(ValueError, match="output #0: 4 bytes"):
-        compiler.run_allocated(exe, [x], [torch.empty(1)])
+        native.run_allocated(exe, [x], [torch.empty(1)])
     with pytest.raises(ValueError, match="expected 1 inputs and 1 outputs"):
-        compiler.run_allocated(exe, [x, x], [raw])
+        native.run_allocated(exe, [x, x], [raw])
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float64])
@@ -283,7 +283,7 @@ def test_threads_match_eager(name):
     results; small ones (below the parallel threshold) stay sequential."""
     torch.manual_seed(0)
     module, args = FLOAT_CASES[name]
-    exe = compiler.compile_linalg(export(module, *args), threads=2)
+    exe = native.compile_linalg(export(module, *args), threads=2)
     with torch.no_grad():
         expected = module(*args)
     expected = expected if isinstance(expected, tuple) else (expected,)
@@ -296,7 +296,7 @@ def test_threads_match_eager(name):
 def test_threads_large_elementwise_chain():
     x, y = torch.randn(1 << 20), torch.randn(1 << 20)
     chain = Fn(lambda m, a, b: torch.sigmoid((a * 2.0 + 1.0).relu() * b - 0.5))
-    exe = compiler.compile_linalg(export(chain, x, y), threads=2)
+    exe = native.compile_linalg(export(chain, x, y), threads=2)
     out = torch.empty_like(x)
     for _ in range(3):  # repeated runs reuse the runtime's thread pool
         exe.run([x, y], [out])
@@ -308,7 +308,7 @@ def test_threads_cover_odd_trip_counts(threads):
     """The guided schedule hands every iteration to exactly one thread, for
     trip counts the team does not divide and teams larger than the machine."""
     x = torch.randn((1 << 16) + 7)
-    exe = compiler.compile_linalg(export(Fn(lambda m, a: a * 3.0 + 1.0), x), threads=threads)
+    exe = native.compile_linalg(export(Fn(lambda m, a: a * 3.0 + 1.0), x), threads=threads)
     out = torch.full_like(x, float("nan"))
     exe.run([x], [out])
     torch.testing.assert_close(out, x * 3.0 + 1.0)
@@ -321,7 +321,7 @@ def test_threads_from_concurrent_callers():
 
     x = torch.randn(256, 1024)
     module = Fn(lambda m, a: torch.softmax(a, dim=-1))
-    exe = compiler.compile_linalg(export(module, x), threads=2)
+    exe = native.compile_linalg(export(module, x), threads=2)
     expected = torch.softmax(x, dim=-1)
 
     def run(_):
@@ -342,13 +342,13 @@ def test_background_runs_leave_the_host_a_core():
     the results are eager's either way."""
     x = torch.randn((1 << 18) + 3)
     fn = Fn(lambda m, a: torch.sigmoid(a * 2.0) + a)
-    exe = compiler.compile_linalg(export(fn, x), threads=0)
+    exe = native.compile_linalg(export(fn, x), threads=0)
     expected = torch.sigmoid(x * 2.0) + x
     out = torch.full_like(x, float("nan"))
     exe.run([x], [out], background=True)
     torch.testing.assert_close(out, expected)
     out.fill_(float("nan"))
-    with compiler.host_wait():
+    with native.host_wait():
         exe.run([x], [out], background=True)
     torch.testing.assert_close(out, expected)
 
@@ -359,7 +359,7 @@ def test_large_softmax_row_tiles_stream_when_aligned():
     aligned; a misaligned output takes the ordinary loops: eager's values
     either way."""
     x = torch.randn(4096, 1024)
-    exe = compiler.compile_linalg(export(Fn(lambda m, a: torch.softmax(a, -1)), x), keep_llvm_dialect=True)
+    exe = native.compile_linalg(export(Fn(lambda m, a: torch.softmax(a, -1)), x), keep_llvm_dialect=True)
     assert "nontemporal" in exe.llvm_dialect and exe.kernel_count == 1
     expected = torch.softmax(x, -1)
     aligned = torch.full((4096, 1024), float("nan"))
@@ -378,7 +378,7 @@ def test_large_elementwise_outputs_stream_when_aligned():
     n = 4 << 20
     x, y = torch.randn(n), torch.randn(n)
     fn = Fn(lambda m, a, b: torch.sqrt((a * b).abs() + 1.0) - b)
-    exe = compiler.compile_linalg(export(fn, x, y), keep_llvm_dialect=True)
+    exe = native.compile_linalg(export(fn, x, y), keep_llvm_dialect=True)
     assert "nontemporal" in exe.llvm_dialect
     expected = torch.sqrt((x * y).abs() + 1.0) - y
     aligned = torch.full((n,), float("nan"))

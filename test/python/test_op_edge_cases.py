@@ -31,12 +31,12 @@ AS_STRIDED = {
 
 
 @pytest.mark.parametrize("name", sorted(AS_STRIDED))
-def test_as_strided_of_views(native, name):
+def test_as_strided_of_views(native_built, name):
     x = torch.arange(24.0).reshape(4, 6)
     _same(AS_STRIDED[name](x.to("lazy")), AS_STRIDED[name](x))
 
 
-def test_batch_norm_eval_returns_empty_saved_statistics(native):
+def test_batch_norm_eval_returns_empty_saved_statistics(native_built):
     x, w, b, rm, rv = torch.randn(8, 4), torch.randn(4), torch.randn(4), torch.randn(4), torch.rand(4) + 0.5
     for shape in [(8, 4), (2, 4, 5), (2, 4, 3, 3)]:
         x = torch.randn(shape)
@@ -49,7 +49,7 @@ def test_batch_norm_eval_returns_empty_saved_statistics(native):
     _same(m.to("lazy")(x.to("lazy")), m.cpu()(x))
 
 
-def test_out_resizes_and_resize_(native):
+def test_out_resizes_and_resize_(native_built):
     results = {}
     for d in ("cpu", "lazy"):
         x = torch.empty(0, device=d)
@@ -109,7 +109,7 @@ def test_conjugate_bit_reaches_eager_fallbacks():
     torch.testing.assert_close(lazy.resolve_conj().cpu(), x.conj().resolve_conj())
 
 
-def test_max_pool_backward_with_ties(native):
+def test_max_pool_backward_with_ties(native_built):
     """relu makes ties in the windows: the gradient goes where eager's index says."""
     torch.manual_seed(0)
     for k, s, p in [(2, 2, 0), (3, 2, 1), (3, 1, 1)]:
@@ -126,7 +126,7 @@ def test_max_pool_backward_with_ties(native):
     assert_compiled()
 
 
-def test_tensor_split_with_lazy_split_points(native):
+def test_tensor_split_with_lazy_split_points(native_built):
     x = torch.arange(10.0)
     for points in [torch.tensor([2, 5]), torch.tensor(3)]:
         lazy = torch.tensor_split(x.to("lazy"), points.to("lazy"))
@@ -139,7 +139,7 @@ def test_tensor_split_with_lazy_split_points(native):
         torch.tensor_split(x.to("lazy"), torch.tensor([[1]]).to("lazy"))
 
 
-def test_threshold_backward_mixed_dtypes(native):
+def test_threshold_backward_mixed_dtypes(native_built):
     g, x = torch.randn(5), torch.tensor([1, -1, 2, 0, 3])
     _same(torch.ops.aten.threshold_backward(x.to("lazy"), g.to("lazy"), 0), torch.ops.aten.threshold_backward(x, g, 0))
     metrics.reset()
@@ -174,7 +174,7 @@ def test_ops_that_crash_torch_mlir_run_eagerly():
     assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-2000:])
 
 
-def test_bool_clamp_and_integer_hardtanh(native):
+def test_bool_clamp_and_integer_hardtanh(native_built):
     a, b = torch.tensor([True, True, False, False]), torch.tensor([True, False, True, False])
     _same(torch.clamp_min(a.to("lazy"), b.to("lazy")), torch.clamp_min(a, b))
     _same(torch.clamp_max(a.to("lazy"), b.to("lazy")), torch.clamp_max(a, b))
@@ -226,7 +226,7 @@ def test_sparse_tensors_get_a_clear_error():
     assert torch.equal(csr.to(torch.float64).to_dense(), torch.eye(3, dtype=torch.float64))
 
 
-def test_integer_powers_compile_in_contraction_epilogues(native):
+def test_integer_powers_compile_in_contraction_epilogues(native_built):
     """GPT-2's gelu_new: pow(x @ w + b, 3.0).  torch-mlir's math.fpowi (an i64
     exponent) did not compile vectorized in the matmul epilogue: the whole
     graph ran eagerly.  Integer powers are products now, eager's own for 2, 3."""
@@ -241,7 +241,7 @@ def test_integer_powers_compile_in_contraction_epilogues(native):
     assert_compiled()
 
 
-def test_integer_power_in_a_fused_training_graph(native):
+def test_integer_power_in_a_fused_training_graph(native_built):
     """``h.pow(2)`` (an int exponent: math.fpowi) in a graph with an
     embedding and a tied matmul: the fused kernel of pow's backward was
     vectorized into llvm.intr.powi with a vector exponent, which LLVM
@@ -268,7 +268,7 @@ def test_integer_power_in_a_fused_training_graph(native):
         (torch.bool, False),
     ],
 )
-def test_comparisons_of_constant_tensors_with_scalars(native, dtype, fill):
+def test_comparisons_of_constant_tensors_with_scalars(native_built, dtype, fill):
     # A tensor the graph creates (a constant to torch-mlir) compared with a
     # Python scalar of another kind, or a bool tensor with any: torch-mlir's
     # folders gave ones(4) == 1 as false (Hugging Face's "attention mask all
@@ -287,13 +287,13 @@ def test_comparisons_of_constant_tensors_with_scalars(native, dtype, fill):
     assert_compiled()
 
 
-def test_layer_norm_float32_is_computed_in_float32(native):
+def test_layer_norm_float32_is_computed_in_float32(native_built):
     """torch-mlir computes layer norm's variance in float64 (half-width
     vectors); ours is two float32 passes (mean, then squared deviations), as
     accurate as eager's float32 kernel even on rows with a large mean."""
     import torch.nn.functional as F
 
-    from lazymlir import lowering
+    from lazymlir.lowering import linalg
 
     for scale, offset in ((1.0, 0.0), (1.0, 1e4), (1e-3, 1e3)):
         x = torch.randn(64, 256) * scale + offset
@@ -303,4 +303,4 @@ def test_layer_norm_float32_is_computed_in_float32(native):
         lazy_err = (F.layer_norm(x.to("lazy"), (256,), w.to("lazy"), b.to("lazy")).cpu() - exact).abs().max()
         assert lazy_err <= 1.5 * eager_err + 1e-6, (scale, offset, lazy_err, eager_err)
     gm = torch.fx.symbolic_trace(lambda x: torch.ops.aten.native_layer_norm.default(x, [256], None, None, 1e-5))
-    assert "xf64>" not in lowering.lower(gm, [torch.randn(8, 256)]).linalg  # no float64 tensors
+    assert "xf64>" not in linalg.lower(gm, [torch.randn(8, 256)]).linalg  # no float64 tensors

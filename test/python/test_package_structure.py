@@ -97,9 +97,9 @@ def test_the_cycle_check_finds_a_cycle_through_a_function_level_import():
     assert _cycle({"a": {"b"}, "b": set()}) is None
     modules = _modules()
     graph = _graph(modules)
-    # runtime imports cache; a function in cache importing runtime closes a cycle.
-    assert "lazymlir.cache" in graph["lazymlir.runtime"]
-    graph.setdefault("lazymlir.cache", set()).add("lazymlir.runtime")
+    # run imports cache; a function in cache importing run closes a cycle.
+    assert "lazymlir.execution.cache" in graph["lazymlir.execution.run"]
+    graph.setdefault("lazymlir.execution.cache", set()).add("lazymlir.execution.run")
     assert _cycle(graph) is not None
 
 
@@ -108,14 +108,38 @@ def test_the_cycle_check_finds_a_cycle_through_a_function_level_import():
 NATIVE = {"_device", "_native"}
 
 
+def _private(name):
+    return name.startswith("_") and not name.startswith("__") and name not in NATIVE
+
+
 def test_no_private_name_is_imported_from_another_folder():
-    """Private names stay in their folder."""
+    """Private names stay in their folder: neither imported by name nor
+    reached as an attribute of a module imported from another folder."""
     modules = _modules()
     bad = []
+    bound = {}  # importer -> {local name: module it binds}
     for importer, imported, names, line in _imports(modules):
         folder = _package_of(importer, modules[importer])
         imported_folder = _package_of(imported, modules[imported])
         for n in names:
-            if n.startswith("_") and n not in NATIVE and imported_folder != folder:
+            if _private(n) and imported_folder != folder:
                 bad.append(f"{importer}:{line} imports {imported}.{n}")
+        if not names and imported_folder != folder:
+            bound.setdefault(importer, {})[imported.rpartition(".")[2]] = imported
+    for importer, local in bound.items():
+        for node in ast.walk(ast.parse(modules[importer].read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr):
+                if node.value.id in local:
+                    bad.append(f"{importer}:{node.lineno} uses {local[node.value.id]}.{node.attr}")
     assert not bad, bad
+
+
+MODULE_LINES_MAX = 600
+
+
+def test_every_module_is_at_most_600_lines():
+    """A module a reader can hold in mind: split by what it does past this."""
+    long = {
+        name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MODULE_LINES_MAX
+    }
+    assert not long, long

@@ -68,7 +68,7 @@ def test_lit_passes_do_not_read_freed_memory():
 _COLUMN_SUMS = r"""
 import torch
 from torch_mlir import fx
-from lazymlir import compiler
+from lazymlir.execution import native
 
 class ColumnSums(torch.nn.Module):  # a bias gradient: a column reduction
     def forward(self, x):
@@ -76,7 +76,7 @@ class ColumnSums(torch.nn.Module):  # a bias gradient: a column reduction
 
 x = torch.randn(64, 128)
 text = str(fx.export_and_import(ColumnSums().eval(), x, output_type="linalg-on-tensors", func_name="main"))
-exe = compiler.compile_linalg(text)
+exe = native.compile_linalg(text)
 out = torch.empty(128)
 exe.run([x], [out])
 torch.testing.assert_close(out, x.sum(0) * 2.0, rtol=1e-5, atol=1e-4)

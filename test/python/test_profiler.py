@@ -23,7 +23,7 @@ def _inputs():
     return torch.randn(64, 128), torch.randn(256, 128) * 0.1, torch.randn(256), torch.randn(32, 256) * 0.1
 
 
-def test_profile_table_rows_and_results(native, fresh_cache):
+def test_profile_table_rows_and_results(native_built, fresh_cache):
     args = _inputs()
     lazy = [a.to("lazy") for a in args]
     with lazymlir.profile() as p:
@@ -50,7 +50,7 @@ def test_profile_table_rows_and_results(native, fresh_cache):
     table = p.table()
     assert "GFLOP/s" in table and "aten._softmax" in table and "k_" in table
     # Profiling ends with the block: the next step runs the plain graph.
-    assert not lazymlir.profiler.active and not lazymlir.config.profile
+    assert not lazymlir.execution.profiler.active and not lazymlir.config.profile
     before = len(p.kernel_calls)
     out = _mlp(*lazy)
     lazymlir.mark_step()
@@ -58,7 +58,7 @@ def test_profile_table_rows_and_results(native, fresh_cache):
     assert len(p.kernel_calls) == before
 
 
-def test_chrome_trace(native, fresh_cache, tmp_path):
+def test_chrome_trace(native_built, fresh_cache, tmp_path):
     args = [a.to("lazy") for a in _inputs()]
     with lazymlir.profile() as p:
         out = _mlp(*args)  # noqa: F841 (a live output: the graph runs)
@@ -75,7 +75,7 @@ def test_chrome_trace(native, fresh_cache, tmp_path):
         assert k["args"]["kernel"].startswith("__lazymlir_k_") and k["tid"] == g["tid"]
 
 
-def test_nested_profiles_each_see_their_runs(native, fresh_cache):
+def test_nested_profiles_each_see_their_runs(native_built, fresh_cache):
     args = [a.to("lazy") for a in _inputs()]
     with lazymlir.profile() as outer:
         out = _mlp(*args)
@@ -97,7 +97,7 @@ def test_eager_graphs_show_as_rows(fresh_cache):
     assert metrics.counter_value("EagerGraph") == 1
 
 
-def test_graph_runs_are_torch_profiler_ranges(native, fresh_cache):
+def test_graph_runs_are_torch_profiler_ranges(native_built, fresh_cache):
     x = torch.randn(16, 16)
     with lazymlir.config.patch(async_execution=False):
         y = x.to("lazy")
@@ -111,7 +111,7 @@ def test_graph_runs_are_torch_profiler_ranges(native, fresh_cache):
     assert any(n.startswith("lazymlir.graph ") for n in names), names
 
 
-def test_profile_env_prints_table_at_exit(native):
+def test_profile_env_prints_table_at_exit(native_built):
     script = "import torch, lazymlir\nx = torch.randn(32, 32).to('lazy')\nprint(float((x @ x).relu().sum().item()))\n"
     env = dict(os.environ, LAZYMLIR_PROFILE="1")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)

@@ -268,7 +268,7 @@ def _result(child_results, name):
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if n not in EAGER_OK])
-def test_bad_index_or_divisor_raises_eagers_error(native, child_results, name):
+def test_bad_index_or_divisor_raises_eagers_error(native_built, child_results, name):
     """Eager's exception type and message, at the barrier (.cpu()), from the
     compiled graph's check and the eager rerun."""
     r = _result(child_results, name)
@@ -277,14 +277,14 @@ def test_bad_index_or_divisor_raises_eagers_error(native, child_results, name):
 
 
 @pytest.mark.parametrize("name", sorted(EAGER_OK))
-def test_good_index_or_divisor_in_child(native, child_results, name):
+def test_good_index_or_divisor_in_child(native_built, child_results, name):
     r = _result(child_results, name)
     assert r["got"] == r["expected"]
     assert r["reruns"] == 0, r  # no needless check failure
 
 
 @pytest.mark.parametrize("name", sorted(EAGER_OK))
-def test_good_index_or_divisor_compiled(native, fresh_cache, name):
+def test_good_index_or_divisor_compiled(native_built, fresh_cache, name):
     """In this process: eager's values, compiled (not run eagerly), no rerun."""
     fn, args = CASES[name]
     expected, got = _run_case(fn, args)
@@ -295,7 +295,7 @@ def test_good_index_or_divisor_compiled(native, fresh_cache, name):
     assert metrics.counter_value("RuntimeCheckEagerRerun") == 0
 
 
-def test_process_keeps_working_and_cache_entry_still_checks(native, child_results):
+def test_process_keeps_working_and_cache_entry_still_checks(native_built, child_results):
     r = _result(child_results, "after")
     assert r["later"] == r["later_expected"]
     assert r["good"] == r["good_expected"]
@@ -305,7 +305,7 @@ def test_process_keeps_working_and_cache_entry_still_checks(native, child_result
     assert r["reruns"] == 1
 
 
-def test_error_at_item_and_at_read_after_mark_step(native, child_results):
+def test_error_at_item_and_at_read_after_mark_step(native_built, child_results):
     r = _result(child_results, "barriers")
     assert r == {
         "item": "index out of range in self",
@@ -314,24 +314,24 @@ def test_error_at_item_and_at_read_after_mark_step(native, child_results):
     }
 
 
-def test_int_min_by_minus_one_wraps(native, child_results):
+def test_int_min_by_minus_one_wraps(native_built, child_results):
     r = _result(child_results, "int_min")
     assert r["trunc"] == [INT64_MIN, -6]  # two's complement, as C's wrap; no trap
     assert r["fmod"] == [0, 0]
     assert r["reruns"] == 0
 
 
-def test_check_failed_is_exported(native):
-    from lazymlir import compiler
+def test_check_failed_is_exported(native_built):
+    from lazymlir.execution import native
 
-    assert issubclass(compiler.CheckFailed, RuntimeError)
-    assert compiler.CheckFailed is lazymlir._native.CheckFailed
+    assert issubclass(native.CheckFailed, RuntimeError)
+    assert native.CheckFailed is lazymlir._native.CheckFailed
 
 
-def test_executable_raises_check_failed_and_resets(native):
+def test_executable_raises_check_failed_and_resets(native_built):
     """The native boundary: CheckFailed after the run, the flag reset (the
     next good run succeeds), on both run paths; no checks, no flag."""
-    from lazymlir import compiler
+    from lazymlir.execution import native
 
     text = """
 #map = affine_map<(d0, d1) -> (d0)>
@@ -348,19 +348,19 @@ func.func @main(%arg0: tensor<3x4xf32>, %arg1: tensor<2xi64>) -> tensor<2x4xf32>
   } -> tensor<2x4xf32>
   return %1 : tensor<2x4xf32>
 }"""
-    exe = compiler.compile_linalg(text)
+    exe = native.compile_linalg(text)
     assert exe.has_runtime_checks
     w = _w()
     out = torch.empty(2, 4)
-    for run in (exe.run, functools.partial(compiler.run_allocated, exe)):
+    for run in (exe.run, functools.partial(native.run_allocated, exe)):
         run([w, torch.tensor([2, 0])], [out])
         torch.testing.assert_close(out, w[[2, 0]])
         for bad in ([3, 0], [0, -1], [1 << 62, 1]):
-            with pytest.raises(compiler.CheckFailed, match="index out of range or integer division by zero"):
+            with pytest.raises(native.CheckFailed, match="index out of range or integer division by zero"):
                 run([w, torch.tensor(bad)], [out])
         run([w, torch.tensor([1, 1])], [out])  # reset: no stale failure
         torch.testing.assert_close(out, w[[1, 1]])
-    plain = compiler.compile_linalg(
+    plain = native.compile_linalg(
         text.replace("%r = arith.index_cast %in : i64 to index", "%r = linalg.index 0 : index")
     )
     assert not plain.has_runtime_checks

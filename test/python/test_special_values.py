@@ -125,14 +125,14 @@ CLAMPS = {
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("op", CLAMPS)
-def test_clamp_number_bounds(native, op, dtype):
+def test_clamp_number_bounds(native_built, op, dtype):
     # torch-mlir compared with ult/ugt: a NaN input came out as the bound.
     run(CLAMPS[op], special(dtype))
     run(CLAMPS[op], big(SPECIAL, dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_clamp_tensor_bounds(native, dtype):
+def test_clamp_tensor_bounds(native_built, dtype):
     # NaN input, NaN bounds (eager: NaN), min > max (eager: max); no -0.0/+0.0
     # ties (eager's vector loop and scalar tail disagree on those).
     x = special(dtype, [nan, 2.0, -2.0, 0.5, inf, -inf, 0.5, 0.5, 3.0, -3.0, -0.0, 1e-40])
@@ -148,7 +148,7 @@ def test_clamp_tensor_bounds(native, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_maximum_minimum_propagate_nan(native, dtype):
+def test_maximum_minimum_propagate_nan(native_built, dtype):
     # torch-mlir's ogt/olt + select gave the other operand for a NaN.
     a = special(dtype, [nan, 1.0, nan, inf, -inf, -0.0, 2.0, -1e-40, 1.0, nan])
     b = special(dtype, [0.0, nan, nan, 1.0, -1.0, 1.0, -inf, 1e-40, inf, -inf])
@@ -161,7 +161,7 @@ def test_maximum_minimum_propagate_nan(native, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_fmax_fmin(native, dtype):
+def test_fmax_fmin(native_built, dtype):
     # The number wins over NaN; a -0.0/+0.0 tie gives the first operand
     # (eager, in both its loops).
     a = special(dtype, [nan, 1.0, nan, -0.0, 0.0, -0.0, inf, -inf, 2.0, 1e-40])
@@ -175,7 +175,7 @@ def test_fmax_fmin(native, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_isfinite_isinf_isnan(native, dtype):
+def test_isfinite_isinf_isnan(native_built, dtype):
     # isfinite is x == x and |x| != inf; torch-mlir folded x == x to true.
     for fn in (
         torch.isfinite,
@@ -192,7 +192,7 @@ def test_isfinite_isinf_isnan(native, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_nan_to_num(native, dtype):
+def test_nan_to_num(native_built, dtype):
     x = special(dtype)
     run(torch.nan_to_num, x)
     run(lambda t: torch.nan_to_num(t, nan=1.5, posinf=7.0, neginf=-7.0), x)
@@ -217,7 +217,7 @@ def rows(dtype, width):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("width", [16, 1024])
-def test_softmax_logsumexp_special_rows(native, dtype, width):
+def test_softmax_logsumexp_special_rows(native_built, dtype, width):
     # eager: NaN for softmax of an all -inf row, -inf for its logsumexp.
     x = rows(dtype, width).repeat(64, 1)  # 384 rows: the fused row-tile kernel
     for fn in (
@@ -231,7 +231,7 @@ def test_softmax_logsumexp_special_rows(native, dtype, width):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_where_neginf_mask(native, dtype):
+def test_where_neginf_mask(native_built, dtype):
     x = torch.randn(384, 256, dtype=dtype)
     mask = torch.rand(384, 256) > 0.5
     mask[::7] = False  # fully masked rows: softmax NaN, logsumexp -inf
@@ -260,7 +260,7 @@ def reduction_input(dtype, width):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("width", [16, 4096])
-def test_max_min_reductions(native, dtype, width):
+def test_max_min_reductions(native_built, dtype, width):
     x = reduction_input(dtype, width)
     for fn in (
         lambda t: t.amax(-1),
@@ -278,7 +278,7 @@ def test_max_min_reductions(native, dtype, width):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("width", [16, 4096])
-def test_arg_reductions_nan(native, dtype, width):
+def test_arg_reductions_nan(native_built, dtype, width):
     # eager: the index of the first NaN; torch-mlir's ogt/olt select never
     # picked a NaN.
     x = reduction_input(dtype, width)
@@ -299,7 +299,7 @@ def test_arg_reductions_nan(native, dtype, width):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("width", [16, 4096])
-def test_sum_mean_inf_nan(native, dtype, width):
+def test_sum_mean_inf_nan(native_built, dtype, width):
     x = reduction_input(dtype, width)
     for fn in (
         lambda t: t.sum(-1),
@@ -317,7 +317,7 @@ def test_sum_mean_inf_nan(native, dtype, width):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_sign_abs_neg_rounding(native, dtype):
+def test_sign_abs_neg_rounding(native_built, dtype):
     # trunc was sign(x) * floor(|x|): +0.0 for -0.0 (and -0.5); fmod and frac
     # followed.
     x = special(dtype, SPECIAL + [-0.5, 0.5, -1.5, 2.5])
@@ -358,7 +358,7 @@ ACTIVATIONS = {
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("op", ACTIVATIONS)
-def test_activations(native, op, dtype):
+def test_activations(native_built, op, dtype):
     # elu(-0.0) was +0.0 and elu(-1e-40) 0 (exp(x) - 1, eager: expm1);
     # softplus, mish and logsigmoid lost tiny results in f64 (log1p as
     # log(1 + x)); gelu's tanh form used 0.797724 for sqrt(2 / pi).
@@ -374,7 +374,7 @@ def test_activations(native, op, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_relu_gelu(native, dtype):
+def test_relu_gelu(native_built, dtype):
     # Not -0.0 (see test_relu_negative_zero); f32 gelu(inf) is NaN in eager.
     x = special(dtype)
     x = x[~((x == 0) & x.signbit())]  # -1e-310 is -0.0 in f32
@@ -382,7 +382,7 @@ def test_relu_gelu(native, dtype):
     run(F.gelu, x if dtype == torch.float64 else x[x != inf])
 
 
-def test_relu_negative_zero(native):
+def test_relu_negative_zero(native_built):
     run(torch.relu, special(torch.float32, [-0.0]))
 
 
@@ -390,7 +390,7 @@ def test_relu_negative_zero(native):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_division(native, dtype):
+def test_division(native_built, dtype):
     x = special(dtype)
     zeros = torch.zeros_like(x)
     run(torch.div, x, zeros)  # 0/0, x/0, -x/0
@@ -405,7 +405,7 @@ def test_division(native, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_fmod_remainder(native, dtype):
+def test_fmod_remainder(native_built, dtype):
     # fmod was a - trunc(a / b) * b: NaN for a finite a over +-inf (eager: a),
     # +0.0 for -0.0.
     a = special(dtype, [5.5, -5.5, 5.5, -5.5, 1.0, -1.0, -0.0, 0.0, inf, nan, 3.0, 0.0, -1e-40, 7.0, 1e30])
@@ -417,7 +417,7 @@ def test_fmod_remainder(native, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_pow(native, dtype):
+def test_pow(native_built, dtype):
     # x ** 0.5 is sqrt(x) in eager: NaN for -inf, -0.0 for -0.0.
     x = special(dtype)
     for fn in (
@@ -462,7 +462,7 @@ UNARY = [
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("op", UNARY)
-def test_unary_math(native, op, dtype):
+def test_unary_math(native_built, op, dtype):
     # f32 log and log2 read a denormal input as 2^-126 (log(1e-40) -87.3, eager
     # -92.1); f32 erf(-0.0) was +0.0; f64 expm1/log1p were exp(x) - 1 and
     # log(1 + x): 0 for -0.0 and tiny inputs.
@@ -473,7 +473,7 @@ def test_unary_math(native, op, dtype):
 
 
 @pytest.mark.parametrize("op", ["exp", "tanh", "erf", "sigmoid", "log"])
-def test_contraction_epilogue_math(native, op):
+def test_contraction_epilogue_math(native_built, op):
     # The vectorized epilogue of a matmul (upstream's vector expansions):
     # special values enter through the bias.
     x, w = torch.randn(64, 32), torch.randn(32, 48)

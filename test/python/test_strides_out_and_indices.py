@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from conftest import assert_compiled
 
 from lazymlir import metrics
-from lazymlir.tracer.tensor import state
+from lazymlir.frontend.tensor import state
 
 aten = torch.ops.aten
 
@@ -53,7 +53,7 @@ MP2D_CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(MP2D_CASES))
-def test_max_pool2d_backward_honours_given_indices(native, name):
+def test_max_pool2d_backward_honours_given_indices(native_built, name):
     grad_shape, in_shape, kernel, stride, padding, dilation, high = MP2D_CASES[name]
     grad, x = torch.randn(grad_shape), torch.randn(in_shape)
     indices = torch.randint(0, high, grad_shape)
@@ -69,7 +69,7 @@ def test_max_pool2d_backward_honours_given_indices(native, name):
     assert_compiled()
 
 
-def test_max_pool2d_backward_channels_last_given_indices(native):
+def test_max_pool2d_backward_channels_last_given_indices(native_built):
     grad, x = torch.randn(2, 3, 2, 2), torch.randn(2, 3, 3, 3).to(memory_format=torch.channels_last)
     indices = torch.randint(0, 9, (2, 3, 2, 2))
 
@@ -80,7 +80,7 @@ def test_max_pool2d_backward_channels_last_given_indices(native):
     assert_compiled()
 
 
-def test_max_pool2d_backward_of_the_forwards_indices_keeps_the_window_gather(native):
+def test_max_pool2d_backward_of_the_forwards_indices_keeps_the_window_gather(native_built):
     # The forward's own indices lie in their windows: the backward stays one
     # op (decompositions._max_pool2d_backward, no scatter), as in training.
     x = torch.randn(2, 3, 7, 6)
@@ -102,7 +102,7 @@ def test_max_pool2d_backward_of_the_forwards_indices_keeps_the_window_gather(nat
     assert_compiled()
 
 
-def test_max_pool2d_backward_indices_changed_after_the_forward(native):
+def test_max_pool2d_backward_indices_changed_after_the_forward(native_built):
     # Indices written after the forward (or of another pooling) are no
     # longer the forward's: they are honoured as given.
     x = torch.randn(2, 3, 6, 6)
@@ -163,7 +163,7 @@ POOL_BACKWARDS = {
 
 
 @pytest.mark.parametrize("name", sorted(POOL_BACKWARDS))
-def test_other_pooling_backwards_with_given_indices_run_eagerly(native, name):
+def test_other_pooling_backwards_with_given_indices_run_eagerly(native_built, name):
     f, grad_shape, in_shape, high = POOL_BACKWARDS[name]
     grad, x, indices = torch.randn(grad_shape), torch.randn(in_shape), torch.randint(0, high, grad_shape)
     with warnings.catch_warnings():
@@ -173,7 +173,7 @@ def test_other_pooling_backwards_with_given_indices_run_eagerly(native, name):
     assert metrics.executed_fallback_ops() == [f"aten::{name}"]
 
 
-def test_max_unpool_honours_indices_and_rejects_others(native):
+def test_max_unpool_honours_indices_and_rejects_others(native_built):
     x = torch.randn(2, 3, 3, 3)
     repeated = torch.randint(0, 4, (2, 3, 3, 3))  # each plane's values to its first 4 positions
     _equal(aten.max_unpool2d(*_lazy(x, repeated), [6, 6]), aten.max_unpool2d(x, repeated, [6, 6]))
@@ -209,7 +209,7 @@ RANGES = {
 
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("name", sorted(RANGES))
-def test_range_factories_keep_the_out_shape(native, name, transposed):
+def test_range_factories_keep_the_out_shape(native_built, name, transposed):
     # eager's range kernels resize out= only when its element count differs
     dtype, f = RANGES[name]
     results = []
@@ -252,7 +252,7 @@ EAGER_OUT_OPS = {"sort": ["aten::sort"], "linalg_inv": ["aten::_linalg_check_err
 
 @pytest.mark.parametrize("layout", ["flat", "matrix", "transposed"])
 @pytest.mark.parametrize("name", sorted(OUT_OPS))
-def test_out_of_another_shape_is_resized_in_its_storage(native, name, layout):
+def test_out_of_another_shape_is_resized_in_its_storage(native_built, name, layout):
     # eager resizes out= within its storage: a view of it taken before sees the result
     f = OUT_OPS[name]
     x = torch.randn(3, 4) if name != "diff" else torch.randn(3, 5)
@@ -276,7 +276,7 @@ def test_out_of_another_shape_is_resized_in_its_storage(native, name, layout):
     assert_compiled(*EAGER_OUT_OPS.get(name, ()))
 
 
-def test_resize_within_the_storage_keeps_aliases(native):
+def test_resize_within_the_storage_keeps_aliases(native_built):
     results = []
     for d in ("cpu", "lazy"):
         x = torch.arange(12.0, device=d).reshape(3, 4) * 2
@@ -342,7 +342,7 @@ def _valid(view, base):
 
 
 @pytest.mark.parametrize("view, base", [(v, b) for v in sorted(VIEWS) for b in sorted(BASES) if _valid(v, b)])
-def test_as_strided_after_views_counts_from_the_storage(native, view, base):
+def test_as_strided_after_views_counts_from_the_storage(native_built, view, base):
     for size, stride, offset in STRIDED:
         results = []
         for d in ("cpu", "lazy"):
@@ -365,7 +365,7 @@ def test_as_strided_of_the_issue():
     _equal(f(x.to("lazy")), f(x))
 
 
-def test_unsafe_views_alias_their_base_as_in_eager(native):
+def test_unsafe_views_alias_their_base_as_in_eager(native_built):
     results = []
     for d in ("cpu", "lazy"):
         x = torch.arange(24.0, device=d).reshape(3, 2, 4) * 1
@@ -399,7 +399,7 @@ def test_as_strided_in_the_views_dtype_and_bits(name):
     _equal(f("lazy"), f("cpu"))
 
 
-def test_writes_through_a_dtype_view_reach_the_storage(native):
+def test_writes_through_a_dtype_view_reach_the_storage(native_built):
     results = []
     for d in ("cpu", "lazy"):
         x = torch.arange(12.0, device=d).reshape(3, 4) * 1

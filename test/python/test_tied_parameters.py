@@ -28,7 +28,7 @@ def test_to_lazy_and_back_keeps_ties():
     assert m.head.weight is m.emb.weight and m.head.weight.device.type == "cpu"
 
 
-def test_tied_training_matches_eager(native):
+def test_tied_training_matches_eager(native_built):
     torch.manual_seed(0)
     ref = TiedLM()
     lazy = copy.deepcopy(ref).to("lazy")

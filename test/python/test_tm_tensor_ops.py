@@ -37,7 +37,7 @@ def check(fn, *args, exact=False):
 
 
 @pytest.mark.parametrize("padding_idx", [None, 3])
-def test_embedding_forward_backward(native, padding_idx):
+def test_embedding_forward_backward(native_built, padding_idx):
     torch.manual_seed(0)
     emb = torch.nn.Embedding(20, 8, padding_idx=padding_idx)
     idx = torch.tensor([[1, 3, 3, 7], [19, 0, 3, 1]])  # repeated rows accumulate
@@ -54,7 +54,7 @@ def test_embedding_forward_backward(native, padding_idx):
     assert_compiled()
 
 
-def test_embedding_dense_backward_op(native):
+def test_embedding_dense_backward_op(native_built):
     g = torch.randn(5, 7, 16)
     idx = torch.randint(0, 50, (5, 7))
     for pad in (-1, 4):
@@ -64,7 +64,7 @@ def test_embedding_dense_backward_op(native):
 # --------------------------------------------------------------- index_put
 
 
-def test_index_put_bool_mask(native):
+def test_index_put_bool_mask(native_built):
     x = torch.randn(6, 5)
     mask = x > 0.3
     check(lambda x, m: torch.ops.aten.index_put(x, [m], torch.tensor(2.5)), x, mask)
@@ -80,7 +80,7 @@ def test_index_put_bool_mask(native):
     check(lambda x, m, v: torch.ops.aten.index_put(x, [m], v), x, rows, torch.randn(3, 5))
 
 
-def test_setitem_bool_mask(native):
+def test_setitem_bool_mask(native_built):
     def f(x):
         y = x * 1
         y[y < 0] = 0.0
@@ -90,7 +90,7 @@ def test_setitem_bool_mask(native):
 
 
 @pytest.mark.parametrize("accumulate", [False, True])
-def test_index_put_index_tensors(native, accumulate):
+def test_index_put_index_tensors(native_built, accumulate):
     x = torch.randn(8, 5)
     rows = torch.tensor([1, 6, 1, 3]) if accumulate else torch.tensor([1, 6, 0, 3])
     check(lambda x, i, v: torch.ops.aten.index_put(x, [i], v, accumulate), x, rows, torch.randn(4, 5))
@@ -103,7 +103,7 @@ def test_index_put_index_tensors(native, accumulate):
 # --------------------------------------------------------------- scatter
 
 
-def test_scatter_src_and_value(native):
+def test_scatter_src_and_value(native_built):
     x = torch.randn(6, 5)
     idx = torch.stack([torch.randperm(5)[:3] for _ in range(6)])  # distinct per row
     src = torch.randn(6, 3)
@@ -113,7 +113,7 @@ def test_scatter_src_and_value(native):
     check(lambda x, i, s: torch.scatter(x, 0, i, s), x, idx0, torch.randn(4, 5))
 
 
-def test_scatter_add(native):
+def test_scatter_add(native_built):
     x = torch.randn(6, 5)
     idx = torch.randint(0, 5, (6, 7))  # repeated targets accumulate
     check(lambda x, i, s: torch.scatter_add(x, 1, i, s), x, idx, torch.randn(6, 7))
@@ -123,14 +123,14 @@ def test_scatter_add(native):
 
 
 @pytest.mark.parametrize("reduce", ["sum", "prod", "amax", "amin"])
-def test_scatter_reduce(native, reduce):
+def test_scatter_reduce(native_built, reduce):
     x = torch.randn(6, 5)
     idx = torch.randint(0, 5, (6, 4))
     src = torch.randn(6, 4)
     check(lambda x, i, s: torch.scatter_reduce(x, 1, i, s, reduce), x, idx, src)
 
 
-def test_index_add(native):
+def test_index_add(native_built):
     x = torch.randn(8, 5)
     idx = torch.tensor([0, 7, 7, 2, 0])
     check(lambda x, i, s: torch.index_add(x, 0, i, s), x, idx, torch.randn(5, 5))
@@ -140,7 +140,7 @@ def test_index_add(native):
 # --------------------------------------------------------------- sort
 
 
-def test_sort_values_and_indices(native):
+def test_sort_values_and_indices(native_built):
     x = torch.randn(7, 33)
     check(lambda x: torch.sort(x, 1), x, exact=True)
     check(lambda x: torch.sort(x, 0), x, exact=True)
@@ -149,7 +149,7 @@ def test_sort_values_and_indices(native):
     check(lambda x: torch.argsort(x, -1), x, exact=True)
 
 
-def test_sort_stable_ties(native):
+def test_sort_stable_ties(native_built):
     x = torch.randint(0, 4, (5, 100)).float()  # many ties: indices must keep their order
     check(lambda x: torch.sort(x, dim=1, stable=True), x, exact=True)
     check(lambda x: torch.sort(x, dim=1, descending=True, stable=True), x, exact=True)
@@ -158,7 +158,7 @@ def test_sort_stable_ties(native):
     check(lambda x: torch.sort(x, stable=True), xi, exact=True)
 
 
-def test_sort_leaves_its_input_alone(native):
+def test_sort_leaves_its_input_alone(native_built):
     x = torch.randn(4, 16)
     lx = x.to("lazy")
     values, _ = torch.sort(lx, 1)
@@ -167,7 +167,7 @@ def test_sort_leaves_its_input_alone(native):
     assert_compiled()
 
 
-def test_topk(native):
+def test_topk(native_built):
     x = torch.randn(6, 40)
     check(lambda x: torch.topk(x, 5, dim=1).values, x, exact=True)
 
@@ -177,13 +177,13 @@ def test_topk(native):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
 @pytest.mark.parametrize("dim", [0, 1, -1])
-def test_cumsum(native, dtype, dim):
+def test_cumsum(native_built, dtype, dim):
     x = torch.randn(6, 9, 4) * 10
     x = x.to(dtype)
     check(lambda x: torch.cumsum(x, dim), x)
 
 
-def test_cumsum_dtype_change(native):
+def test_cumsum_dtype_change(native_built):
     x = torch.randint(0, 3, (5, 8))
     check(lambda x: torch.cumsum(x, 1, dtype=torch.float32), x)
     check(lambda x: torch.cumsum(x > 0, 0), x)  # bool -> int64
@@ -192,13 +192,13 @@ def test_cumsum_dtype_change(native):
 # --------------------------------------------------------------- view scatters
 
 
-def test_as_strided_scatter(native):
+def test_as_strided_scatter(native_built):
     x = torch.randn(6, 5)
     check(lambda x, s: torch.as_strided_scatter(x, s, (3, 2), (5, 2), 1), x, torch.randn(3, 2))
     check(lambda x, s: torch.as_strided_scatter(x, s, (4,), (7,)), x, torch.randn(4))
 
 
-def test_diagonal_scatter(native):
+def test_diagonal_scatter(native_built):
     x = torch.randn(6, 5)
     check(lambda x, s: torch.diagonal_scatter(x, s), x, torch.randn(5))
     check(lambda x, s: torch.diagonal_scatter(x, s, 2), x, torch.randn(3))
@@ -222,7 +222,7 @@ class _TinyLM(torch.nn.Module):
         return self.out(h)
 
 
-def test_embedding_training_step_compiles(native):
+def test_embedding_training_step_compiles(native_built):
     torch.manual_seed(0)
     model = _TinyLM()
     lazy_model = copy.deepcopy(model).to("lazy")
@@ -242,16 +242,17 @@ def test_embedding_training_step_compiles(native):
     assert_compiled()
 
 
-def test_tm_tensor_op_the_native_compiler_lacks_runs_alone_eagerly(native, fresh_cache, monkeypatch):
+def test_tm_tensor_op_the_native_compiler_lacks_runs_alone_eagerly(native_built, fresh_cache, monkeypatch):
     """A TMTensor op lazymlir-lower-tm-tensor does not lower (here: sort,
-    pretended) is a LoweringError in lowering.py, not a native compile error:
+    pretended) is a LoweringError in linalg.py, not a native compile error:
     the runtime finds the op and runs only it eagerly, the rest compiles."""
     import sys
 
-    from lazymlir import lowering, metrics
+    from lazymlir import metrics
+    from lazymlir.lowering import linalg
 
-    device = sys.modules["lazymlir.tracer.ops"]
-    monkeypatch.setattr(lowering, "_NATIVE_TM_TENSOR_OPS", frozenset({"scatter", "scan", "yield"}))
+    device = sys.modules["lazymlir.frontend.ops"]
+    monkeypatch.setattr(linalg, "_NATIVE_TM_TENSOR_OPS", frozenset({"scatter", "scan", "yield"}))
     x = torch.randn(4, 6)
     try:
         with pytest.warns(RuntimeWarning, match="aten.sort"):
@@ -266,13 +267,13 @@ def test_tm_tensor_op_the_native_compiler_lacks_runs_alone_eagerly(native, fresh
         device._forget_eager(torch.ops.aten.sort.default)  # sort compiles for the later tests
 
 
-def test_kthvalue(native):
+def test_kthvalue(native_built):
     x = torch.randn(5, 7)
     check(lambda x: torch.kthvalue(x, 2, 1), x, exact=True)
     check(lambda x: torch.kthvalue(x, 3, 0, keepdim=True), x, exact=True)
 
 
-def test_cumprod(native):
+def test_cumprod(native_built):
     x = torch.rand(4, 8) + 0.5
     check(lambda x: torch.cumprod(x, 1), x)
 

@@ -15,9 +15,10 @@ import torch.nn.functional as F
 from conftest import assert_compiled
 
 import lazymlir
-from lazymlir import cache, metrics, runtime
+from lazymlir import cache, metrics
+from lazymlir.execution import entries, run
 from lazymlir.testing import MnistNet, train_step
-from lazymlir.tracer.tensor import state
+from lazymlir.frontend.tensor import state
 
 
 def mlp():
@@ -34,7 +35,7 @@ def _train(model, opt, batches, dev, seed=1):
 
 
 @pytest.mark.parametrize("name", ["mlp", "mnist_cnn"])
-def test_training_matches_eager(native, name):
+def test_training_matches_eager(native_built, name):
     """Three Adadelta steps (the tutorial's optimizer) with dropout: the same
     parameters as eager, one compiled graph per step, no op run eagerly."""
     torch.manual_seed(0)
@@ -62,7 +63,7 @@ def _dropout_step(model, x):
     return out.cpu()
 
 
-def test_dropout_random_per_step_and_cached(native, fresh_cache):
+def test_dropout_random_per_step_and_cached(native_built, fresh_cache):
     drop = nn.Dropout(0.3).train()
     x = torch.ones(1000, 100, device="lazy")
     lazymlir.mark_step()
@@ -79,7 +80,7 @@ def test_dropout_random_per_step_and_cached(native, fresh_cache):
     assert_compiled()
 
 
-def test_manual_seed_reproducible(native):
+def test_manual_seed_reproducible(native_built):
     def run():
         torch.manual_seed(123)
         model = mlp().to("lazy")
@@ -107,7 +108,7 @@ def test_manual_seed_reproducible(native):
 def gate(monkeypatch):
     """Compiled graphs block on the worker until gate.set()."""
     event = threading.Event()
-    run_into = runtime._Compiled.run_into
+    run_into = entries.Compiled.run_into
 
     def gated(self, inputs, outs, background):
         # Background exactly when on the worker (a waiting thread runs jobs
@@ -116,13 +117,13 @@ def gate(monkeypatch):
         assert event.wait(30), "the test never opened the gate"
         run_into(self, inputs, outs, background)
 
-    monkeypatch.setattr(runtime._Compiled, "run_into", gated)
+    monkeypatch.setattr(entries.Compiled, "run_into", gated)
     yield event
     event.set()
     lazymlir.wait_device_ops()
 
 
-def test_mark_step_returns_before_execution(native, gate):
+def test_mark_step_returns_before_execution(native_built, gate):
     x = torch.randn(64, 64)
     w = torch.randn(64, 64).to("lazy")
     y = (x.to("lazy") @ w).relu()
@@ -137,7 +138,7 @@ def test_mark_step_returns_before_execution(native, gate):
     assert_compiled()
 
 
-def test_item_and_wait_device_ops_wait(native, gate):
+def test_item_and_wait_device_ops_wait(native_built, gate):
     x = torch.randn(100).to("lazy")
     s = (x * 3).sum()
     lazymlir.mark_step()
@@ -151,25 +152,25 @@ def test_item_and_wait_device_ops_wait(native, gate):
 def stalled_worker(monkeypatch):
     """A worker whose thread never takes a job: only waiting threads run them."""
 
-    class Stalled(runtime._Worker):
+    class Stalled(run._Worker):
         def _loop(self):
             pass
 
     lazymlir.wait_device_ops()
-    monkeypatch.setattr(runtime, "_worker", Stalled())
+    monkeypatch.setattr(run, "_worker", Stalled())
 
 
-def test_a_waiting_thread_runs_queued_jobs_in_order(native, monkeypatch, stalled_worker):
+def test_a_waiting_thread_runs_queued_jobs_in_order(native_built, monkeypatch, stalled_worker):
     """Jobs the worker has not started are run by the thread that waits for
     them, in submission order, on every core (not as background runs)."""
     ran = []
-    run_into = runtime._Compiled.run_into
+    run_into = entries.Compiled.run_into
 
     def spy(self, inputs, outs, background):
         ran.append((threading.current_thread() is threading.main_thread(), background))
         run_into(self, inputs, outs, background)
 
-    monkeypatch.setattr(runtime._Compiled, "run_into", spy)
+    monkeypatch.setattr(entries.Compiled, "run_into", spy)
     x = torch.randn(1000)
     a = x.to("lazy") * 2
     lazymlir.mark_step()
@@ -181,20 +182,20 @@ def test_a_waiting_thread_runs_queued_jobs_in_order(native, monkeypatch, stalled
     assert_compiled()
 
 
-def test_a_barrier_on_computed_data_runs_ahead_of_queued_graphs(native, monkeypatch):
+def test_a_barrier_on_computed_data_runs_ahead_of_queued_graphs(native_built, monkeypatch):
     """A barrier (.item(), bool()) whose graph reads only computed data runs
     at once on the calling thread, while the worker is still busy with an
     earlier step (Hugging Face's attention-mask checks in the middle of a
     step); a barrier that reads what the queued graph computes waits for it."""
     release = threading.Event()
-    run_into = runtime._Compiled.run_into
+    run_into = entries.Compiled.run_into
 
     def spy(self, inputs, outs, background):
         if threading.current_thread() is not threading.main_thread():
             assert release.wait(timeout=60), "the worker's graph was never released"
         run_into(self, inputs, outs, background)
 
-    monkeypatch.setattr(runtime._Compiled, "run_into", spy)
+    monkeypatch.setattr(entries.Compiled, "run_into", spy)
     x, y = torch.randn(1000), torch.randn(8)
     ly = y.to("lazy")
     a = x.to("lazy") * 2
@@ -227,14 +228,14 @@ def test_a_waiting_thread_runs_eager_graphs_as_recorded(stalled_worker):
     torch.testing.assert_close(y.cpu(), x @ w + 1.0)
 
 
-def test_worker_errors_surface_and_are_not_lost(native, monkeypatch):
+def test_worker_errors_surface_and_are_not_lost(native_built, monkeypatch):
     x = torch.randn(4).to("lazy")
     lazymlir.mark_step()
 
     def broken(self, inputs, outs, background):
         raise ValueError("simulated failure on the worker")
 
-    monkeypatch.setattr(runtime._Compiled, "run_into", broken)
+    monkeypatch.setattr(entries.Compiled, "run_into", broken)
     y = x.sin() + 1
     lazymlir.mark_step()  # does not raise: the error happens on the worker
     with pytest.raises(ValueError, match="simulated failure"):
@@ -245,16 +246,16 @@ def test_worker_errors_surface_and_are_not_lost(native, monkeypatch):
     monkeypatch.undo()
     z = y * 2  # depends on the failed step
     lazymlir.mark_step()
-    with pytest.raises(runtime.DependencyError):
+    with pytest.raises(run.DependencyError):
         z.cpu()
     torch.testing.assert_close((x * 5).cpu(), x.cpu() * 5)  # independent work goes on
 
 
-def test_error_raised_by_item_after_mark_step(native, monkeypatch):
+def test_error_raised_by_item_after_mark_step(native_built, monkeypatch):
     def broken(self, inputs, outs, background):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(runtime._Compiled, "run_into", broken)
+    monkeypatch.setattr(entries.Compiled, "run_into", broken)
     loss = torch.randn(8).to("lazy").exp().sum()
     lazymlir.mark_step()
     with pytest.raises(RuntimeError, match="boom"):
@@ -271,10 +272,10 @@ def test_a_failed_step_leaves_nothing_alive_at_exit():
     outlived the interpreter (nanobind reported it leaked at exit)."""
     code = (
         "import torch, lazymlir, pytest\n"
-        "from lazymlir import runtime\n"
+        "from lazymlir.execution import entries\n"
         "def broken(self, inputs, outs, background):\n"
         "    raise RuntimeError('boom')\n"
-        "runtime._Compiled.run_into = broken\n"
+        "entries.Compiled.run_into = broken\n"
         "loss = torch.randn(8).to('lazy').exp().sum()\n"
         "lazymlir.mark_step()\n"
         "with pytest.raises(RuntimeError, match='boom'):\n"
@@ -303,7 +304,7 @@ def _trace_nodes(tensors):
     return list(seen.values())
 
 
-def test_the_trace_is_freed_by_reference_counting(native):
+def test_the_trace_is_freed_by_reference_counting(native_built):
     """The trace (nodes, storages, states and their tuples) is hidden from
     Python's cyclic GC, which a long trace made walk it over and over (a
     2000-op chain cost more in collections than in recording): so nothing
@@ -342,7 +343,7 @@ def test_the_trace_is_freed_by_reference_counting(native):
     assert not alive, f"{len(alive)} of {len(refs)} trace nodes outlived their tensors: {alive[:5]}"
 
 
-def test_synchronous_mode(native):
+def test_synchronous_mode(native_built):
     with lazymlir.config.patch(async_execution=False):
         y = torch.ones(3).to("lazy") * 2
         lazymlir.mark_step()
@@ -359,7 +360,7 @@ def _rss_mb():
         return int(f.read().split()[1]) * 4096 / 2**20
 
 
-def test_memory_flat_over_500_steps(native, fresh_cache):
+def test_memory_flat_over_500_steps(native_built, fresh_cache):
     """An MLP trained for 500 steps: RSS, the trace, the cache and the device
     data stay flat after warm-up."""
     torch.manual_seed(0)
@@ -381,7 +382,7 @@ def test_memory_flat_over_500_steps(native, fresh_cache):
     lazymlir.wait_device_ops()
     gc.collect()
     rss0 = _rss_mb()
-    meta0 = len(lazymlir.tracer.meta._meta_cache)
+    meta0 = len(lazymlir.frontend.meta._meta_cache)
     for i in range(450):
         loss = step()
         if i % 100 == 0:
@@ -391,7 +392,7 @@ def test_memory_flat_over_500_steps(native, fresh_cache):
     growth = _rss_mb() - rss0
     assert growth < 8, f"RSS grew by {growth:.1f} MB over 450 steps"
     assert cache.stats().entries == 2 and cache.stats().misses == 2
-    assert len(lazymlir.tracer.meta._meta_cache) == meta0
+    assert len(lazymlir.frontend.meta._meta_cache) == meta0
     assert lazymlir._device.pending_count() < 20  # weak refs of the last step only
     # Parameters are device data whose graphs were forgotten: nothing chains
     # back through 500 steps.

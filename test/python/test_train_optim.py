@@ -72,7 +72,7 @@ def assert_one_graph_per_step(steps):
 
 @pytest.mark.parametrize("foreach", [False, True], ids=["forloop", "foreach"])
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_optimizer_matches_eager(native, fresh_cache, name, foreach):
+def test_optimizer_matches_eager(native_built, fresh_cache, name, foreach):
     ref = MLP()
     lazy = copy.deepcopy(ref).to("lazy")
     batches = _batches(3)
@@ -93,7 +93,7 @@ def test_optimizer_matches_eager(native, fresh_cache, name, foreach):
 
 
 @pytest.mark.parametrize("set_to_none", [True, False])
-def test_grads_and_zero_grad(native, set_to_none):
+def test_grads_and_zero_grad(native_built, set_to_none):
     ref = MLP()
     lazy = copy.deepcopy(ref).to("lazy")
     batches = _batches(3)
@@ -116,7 +116,7 @@ def test_grads_and_zero_grad(native, set_to_none):
             assert b.grad.device.type == "lazy" and not b.grad.cpu().any()
 
 
-def test_grad_accumulation(native):
+def test_grad_accumulation(native_built):
     """Two backward passes before a step: gradients add up in .grad."""
     ref = MLP()
     lazy = copy.deepcopy(ref).to("lazy")
@@ -130,7 +130,7 @@ def test_grad_accumulation(native):
     assert_compiled()
 
 
-def test_step_lr(native, fresh_cache):
+def test_step_lr(native_built, fresh_cache):
     ref = MLP()
     lazy = copy.deepcopy(ref).to("lazy")
     batches = _batches(6)
@@ -151,7 +151,7 @@ def test_step_lr(native, fresh_cache):
     assert metrics.counter_value("UncachedCompile") == 2, metrics.metrics_report()
 
 
-def test_cache_one_compile_per_step_shape_over_an_epoch(native, fresh_cache):
+def test_cache_one_compile_per_step_shape_over_an_epoch(native_built, fresh_cache):
     """An epoch of 20 batches of 16 plus a last partial batch of 5: the first
     step (it creates the optimizer state), the steady step, and the partial
     batch compile; every other step hits the cache."""
@@ -178,7 +178,7 @@ def test_cache_one_compile_per_step_shape_over_an_epoch(native, fresh_cache):
     assert_one_graph_per_step(steps)
 
 
-def test_clip_grad_norm(native):
+def test_clip_grad_norm(native_built):
     """clip_grad_norm_ (per-tensor norms, stack, clamp, mul_) stays in the step's graph."""
     ref = MLP()
     lazy = copy.deepcopy(ref).to("lazy")
@@ -225,7 +225,7 @@ PLANNED = {
 
 
 @pytest.mark.parametrize("name", sorted(FOREACH_CALLS))
-def test_foreach_ops_run_their_elements_from_cpp(native, name):
+def test_foreach_ops_run_their_elements_from_cpp(native_built, name):
     """A foreach op's first call picks the per-element overload (Python's
     argument parser) and hands the loop to C++: later calls record the same
     ops without a Python frame per element. Values equal eager's, every
@@ -251,7 +251,7 @@ def test_foreach_ops_run_their_elements_from_cpp(native, name):
     assert_compiled()
 
 
-def test_a_foreach_plan_holds_for_the_arguments_it_was_made_with(native):
+def test_a_foreach_plan_holds_for_the_arguments_it_was_made_with(native_built):
     """The plan of `_foreach_norm` made with the default ord (2) reads no ord:
     a call with another ord (or a dtype) goes to Python, which computes it."""
     ts = [torch.randn(6), torch.randn(2, 3)]

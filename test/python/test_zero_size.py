@@ -89,7 +89,7 @@ def test_zero_size_ops_match_eager():
     assert not bad, bad
 
 
-def test_zero_size_ops_leave_the_rest_compiled(native):
+def test_zero_size_ops_leave_the_rest_compiled(native_built):
     """An empty tensor in a step does not make the step's other work eager."""
     x = torch.randn(8, 16)
     lx = x.to("lazy")

@@ -1,7 +1,7 @@
 //===- CompileGpu.h - linalg-on-tensors to a GPU launch plan ----*- C++ -*-===//
 //
 // The NVVM GPU target's compiler entry point: the runtime that executes the
-// plan is Python with torch and the CUDA driver (lazymlir.gpu_runtime), so
+// plan is Python with torch and the CUDA driver (lazymlir.gpu.launch), so
 // it runs where no MLIR is.
 //
 //===----------------------------------------------------------------------===//

@@ -684,7 +684,7 @@ def GpuLaunchPlanPass : Pass<"lazymlir-gpu-launch-plan", "mlir::ModuleOp"> {
     kernel module's PTX, as the module attribute `lazymlir.launch_plan` (a
     JSON string with `format` "lazymlir-gpu-plan", `version` 1 and `entry`,
     the function's name), which a runtime without MLIR executes
-    (`lazymlir.gpu_runtime`):
+    (`lazymlir.gpu.launch`):
 
     - `arguments`: the entry's buffers in order (inputs, then the outputs
       bufferization turned into out-parameters), each a layout `{shape,

@@ -1,0 +1,222 @@
+"""Compiling a traced graph: the lowering and the native compile, or the
+disk cache's record of an earlier process's compile, or a dynamic graph
+(``tierup``); what it gives (``entries``: Compiled, Eager, Split) is cached
+in memory under the trace's key. ``run.execute`` calls :func:`compile_graph`.
+"""
+
+import threading
+import time
+import warnings
+
+import torch
+
+from .. import config, debug, metrics
+from .. import dtypes as dtype_table
+from ..lowering import decompositions, linalg, LoweringError
+from ..trace import dynamic, ir
+from ..trace.template import decompose
+from . import cache
+from .entries import (
+    Compiled,
+    compile_lock,
+    compile_options,
+    configure_disk_cache,
+    Eager,
+    lowered_graph_listeners,
+    note_compile,
+    require_native,
+    Split,
+    unsupported_op_listeners,
+)
+from .tierup import dynamic_entry
+
+
+def _prewarm() -> None:
+    """Imports the first compilation needs (torch-mlir alone takes ~0.8 s) and
+    builds the decomposition table, while the user builds a model and traces
+    the first step. The native module (libMLIR) loads at the first compile
+    (0.04 s): the tracer and eager execution never need it. Not a daemon thread: the interpreter waits for it at exit
+    instead of killing it inside an extension's initialization."""
+    try:
+        import torch_mlir.compiler_utils  # noqa: F401
+        import torch_mlir.fx  # noqa: F401
+
+        decompositions.decomposition_table()
+    except Exception:  # the first compile reports it
+        pass
+
+
+if not config.force_eager:
+    threading.Thread(target=_prewarm, name="lazymlir-prewarm").start()
+
+
+def _note_shapes(graph: ir.Graph, name: str) -> None:
+    """Recompiling one graph structure for new input shapes is the recompilation
+    storm users of lazy systems dread: it is counted, and reported when it
+    repeats (config.recompile_warning_at), naming the dimensions that
+    changed. The structure is the trace without its integers (decompose):
+    a view to a size that changed with the inputs counts as the same graph."""
+    skeleton = decompose(graph.key)[0]
+    shapes = tuple(tuple(n.data.shape) for n in graph.inputs)
+    seen = cache.shapes_seen(skeleton)
+    if seen:
+        metrics.counter("RecompileShapeChange")
+        last = seen[-1]
+        changed = (
+            [
+                f"input {i} dim {d}: {a} -> {b}"
+                for i, (old, new) in enumerate(zip(last, shapes))
+                for d, (a, b) in enumerate(zip(old, new))
+                if a != b
+            ]
+            if len(last) == len(shapes)
+            else []
+        )
+        if config.verbose:
+            print(f"lazymlir: recompiling graph {name}: {', '.join(changed) or 'constants changed'}")
+        if len(seen) + 1 == config.recompile_warning_at:
+            warnings.warn(
+                f"lazymlir: one graph ({len(graph.nodes)} ops, now {name}) has been compiled for "
+                f"{config.recompile_warning_at} different input shapes (last: {', '.join(changed) or 'constants changed'}); "
+                "these sizes were not made dynamic (a size of 1, lazymlir.mark_static, LAZYMLIR_DYNAMIC=0, or "
+                "constants that do not follow the sizes): pad or bucket the shapes to stop recompiling",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+    seen.append(shapes)
+
+
+def _zero_size(graph: ir.Graph) -> bool:
+    metas = [n.data for n in graph.inputs]
+    for n in graph.nodes:
+        metas.extend(n.meta if isinstance(n.meta, (list, tuple)) else (n.meta,))
+    return any(isinstance(m, torch.Tensor) and m.numel() == 0 for m in metas)
+
+
+def compile_graph(graph: ir.Graph):
+    with compile_lock:
+        return _compile_locked(graph)
+
+
+def _compile_locked(graph: ir.Graph):
+    t0 = time.perf_counter()
+    gm = ir.to_fx(graph)
+    name = ir.graph_hash(graph.key)
+    _note_shapes(graph, name)
+    entry = None
+    specs = graph.output_specs()  # the buffers the outputs are written into
+    dtypes = {n.data.dtype for n in graph.inputs} | {dt for _, dt in specs} | {dt for _, dt in graph.scalars}
+    if config.force_eager:
+        entry = Eager(name, gm, "EagerGraph", specs)
+    elif not dtypes <= dtype_table.SUPPORTED:
+        entry = Eager(name, gm, "EagerGraph", specs)
+    elif _zero_size(graph):
+        # The tracer keeps zero-size tensors out of graphs (fallback._zero_size);
+        # compiled loops over an empty dimension divide by it or read past
+        # nothing, so one that gets through runs eagerly.
+        entry = Eager(name, gm, "ZeroSizeGraph", specs)
+    else:
+        try:
+            native = require_native()
+            disk = configure_disk_cache(native)
+            options = compile_options()
+            plain = not (config.dump_dir or config.profile or lowered_graph_listeners)
+            executable = None
+            # A trace compiled by an earlier process: its record names the
+            # compiled graph on disk (no torch-mlir, no MLIR work). Dumps
+            # want the IR, so they always lower.
+            # A profiled graph needs its call sites, which only a compile gives.
+            # Looked up before the dynamic graphs: a static graph for these
+            # very sizes is as fast as code for them gets.
+            record = cache.record_key(native, graph.key) if disk and plain else None
+            if record is not None:
+                found = cache.read_record(native, record)
+                if found is not None:
+                    executable = native.load_cached(found, **options)
+            if executable is not None:
+                dynamic.note_static(graph)  # the next size generalizes from this one
+            else:
+                entry = dynamic_entry(graph, native, name, options, disk, plain, t0)
+                if entry is not None:
+                    return entry
+            if executable is None:
+                t1 = time.perf_counter()
+                lowered = linalg.lower(gm, graph.input_values(), origins=config.profile)
+                metrics.timing("LoweringTime", time.perf_counter() - t1)
+                t1 = time.perf_counter()
+                if config.dump_dir:  # before compiling: what a compiler crash was given
+                    debug.dump(name, "torch", lowered.torch_mlir)
+                    debug.dump(name, "linalg", lowered.linalg)
+                for listener in lowered_graph_listeners:
+                    listener(name, graph, lowered.linalg)
+                try:
+                    executable = native.compile_linalg(
+                        lowered.linalg, keep_llvm_dialect=bool(config.dump_dir), profile=config.profile, **options
+                    )
+                except Exception:
+                    # The IR that failed, for the bug report.
+                    debug.dump(name, "torch", lowered.torch_mlir)
+                    debug.dump(name, "linalg", lowered.linalg)
+                    raise
+                metrics.timing("CompileTime", time.perf_counter() - t1)
+                if record is not None:
+                    cache.write_record(native, record, executable.cache_key)
+                if config.dump_dir:
+                    kernels = executable.kernel_count
+                    debug.dump(name, "torch", lowered.torch_mlir, kernels)
+                    debug.dump(name, "linalg", lowered.linalg, kernels)
+                    debug.dump(name, "llvm", executable.llvm_dialect, kernels)
+            note_compile(executable.compile_stats, disk)
+            for message in native.take_disk_cache_warnings():
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
+            metrics.sample("KernelCount", executable.kernel_count)
+            entry = Compiled(name, executable, specs, gm)
+            metrics.counter("UncachedCompile")
+        except Exception as e:  # never fail the user: run it eagerly instead
+            if isinstance(e, LoweringError):
+                # Find the ops that cannot lower and run them eagerly from now
+                # on, so that the rest of later traces compiles.
+                culprits = linalg.find_unsupported(graph)
+                for key in culprits:
+                    for listener in unsupported_op_listeners:
+                        listener(key)
+                if culprits:
+                    warnings.warn(
+                        f"lazymlir: graph {name} ({len(graph.nodes)} ops) holds ops that do not compile; they run "
+                        f"eagerly from now on, the rest compiles: "
+                        f"{', '.join(sorted(f'{op} on {list(dtypes)}' for op, dtypes in culprits))}",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+                    return Split(culprits)
+            warnings.warn(
+                f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile and runs eagerly: {str(e)[:2000]}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            entry = Eager(name, gm, "CompileFallback", specs)
+    seconds = time.perf_counter() - t0
+    if config.verbose:
+        kernels = f", {entry.kernel_count} kernels" if entry.kernel_count is not None else ""
+        detail = ""
+        if type(entry) is Compiled:
+            st = entry.executable.compile_stats
+            if st["from_disk"]:
+                detail = f" [from the disk cache: {st['distinct_kernels']} kernels, link {st['link'] * 1e3:.0f} ms]"
+            else:
+                phases = ", ".join(
+                    f"{name[len('Compile') : -len('Time')]} {st[k] * 1e3:.0f}"
+                    for k, name in metrics.COMPILE_PHASES.items()
+                )
+                detail = (
+                    f" [{st['input_ops']} linalg ops, {st['loop_nests']} loop nests, {st['distinct_kernels']} "
+                    f"distinct kernels: {st['kernels_compiled']} compiled, {st['kernels_reused']} reused, "
+                    f"{st['kernels_from_disk']} from disk; {st['llvm_instructions']} LLVM instructions, "
+                    f"{st['object_bytes']} object bytes; ms: {phases}]"
+                )
+        print(
+            f"lazymlir: compiled graph {name}: {len(graph.nodes)} ops, {len(graph.inputs)} inputs, "
+            f"{type(entry).__name__}{kernels}, {seconds * 1e3:.1f} ms{detail}"
+        )
+    cache.insert(graph.key, entry, seconds)
+    return entry

@@ -1,0 +1,127 @@
+"""Barriers: what makes the lazy device compute. ``.item()``, ``.cpu()``,
+``print`` and ``bool()`` read a tensor (:func:`_cpu_alias`), ``mark_step()``
+computes everything pending; each executes, in one graph, the pending values
+of the storages it needs (``run.execute``), or reads a few small ops eagerly
+(``run.read_eagerly``). Computed nodes become device data (plain CPU
+tensors), so nothing is computed twice."""
+
+from typing import List
+
+import torch
+
+from .. import _device, metrics
+from ..execution import run
+from ..trace.ir import ADDRESSES_STORAGE
+from .tensor import _register, state
+
+aten = torch.ops.aten
+
+
+# ----------------------------------------------------------------------------
+# Barriers.
+
+
+def _sync(storages, now: bool = False, condition: bool = False) -> None:
+    """Compute the pending base values of ``storages`` in one graph (``now``:
+    the caller waits for them at once; ``condition``: for a Python branch on
+    one bool; see run.execute)."""
+    todo = _pending_bases(storages)
+    if not todo:
+        return
+    metrics.counter("Sync")
+    results, job, kernels = run.execute(todo, now, condition)
+    for node, value in zip(todo, results):
+        node.set_data(value, job, kernels)
+
+
+def _pending_bases(storages) -> list:
+    """The distinct base values of ``storages`` not computed yet, in order."""
+    return list({id(s.base): s.base for s in storages if s.base.data is None}.values())
+
+
+def _read_eagerly(storages) -> bool:
+    """A Python branch on one bool, the first of ``storages``, computed
+    eagerly when it is a few small ops (run.read_eagerly); whether it
+    was. The others it does not compute stay pending (registered again)."""
+    if not run.read_eagerly(_pending_bases(storages)):
+        return False
+    for st in storages[1:]:
+        if st.base.data is None:
+            _register(st)
+    return True
+
+
+def _cpu_alias(t: torch.Tensor, condition: bool = False) -> torch.Tensor:
+    """A CPU tensor with ``t``'s exact size, stride and offset, sharing device data.
+    Read-only: device data is immutable. ``condition``: read for a Python
+    branch (one bool; see run.execute)."""
+    if t.numel() == 0:  # no data to compute: nothing is synced
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+    st = state(t)
+    s = st.storage
+    if s.base.data is None:
+        # With nothing running, a read cuts the trace: what it needs and
+        # everything else pending, in one graph (the same at every step of a
+        # loop that reads, as a decode loop's stopping check), so that no
+        # trace grows past it. While a step runs (mark_step), a read in the
+        # middle of the next one (Hugging Face's attention-mask checks)
+        # computes its own value, ahead of that step when it can, without
+        # waiting for it. A condition that is a few small ops runs eagerly.
+        storages = [s] + _device.take_pending() if run.idle() else [s]
+        if not (condition and _read_eagerly(storages)):
+            _sync(storages, now=True, condition=condition)
+    run.wait(s.base)
+    base = s.base.data
+    m = s.meta
+    stride = m.stride()
+    if base.stride() != stride:
+        # Device data is dense in the memory format eager gives the value, which
+        # is normally the storage's (channels_last stays NHWC); the view chain
+        # needs the storage's exact strides.
+        if all(a == b or n == 1 for n, a, b in zip(m.shape, base.stride(), stride)):
+            base = base.as_strided(m.shape, stride)  # differs in size-1 dimensions only
+        else:
+            base = torch.empty_strided(m.shape, stride, dtype=m.dtype).copy_(base)
+    chain = st.chain
+    if base.storage_offset() and any(step.op in ADDRESSES_STORAGE for step in chain):
+        # as_strided counts from the start of the storage, which device data
+        # (a view an eager op returned) need not begin at.
+        base = base.clone()
+    for op, rest, kwargs, _, _ in chain:
+        base = op(base, *rest, **kwargs)
+    return base
+
+
+def _to_cpu(t: torch.Tensor) -> torch.Tensor:
+    """A private CPU copy of ``t`` (what ``t.cpu()`` returns), autograd-free."""
+    return aten._to_copy.default(_cpu_alias(t))
+
+
+def mark_step() -> None:
+    """Cut the trace: start executing everything live tensors still need (on the
+    worker: this returns at once on a cache hit), so they hold device data, and
+    start the next trace empty."""
+    metrics.counter("MarkStep")
+    _sync(_device.take_pending())
+
+
+def kernel_count(tensor: torch.Tensor = None):
+    """Kernels (loop nests after fusion and tiling) of a compiled graph: of the
+    one that computed ``tensor`` (computing it first if it is pending), or
+    without an argument, of the last graph run (compiled or from the cache).
+    None when that graph ran eagerly, or the tensor's value did not come from a
+    graph (user data, an op run eagerly).  Every compilation also records its
+    count as the sample metric ``KernelCount``."""
+    if tensor is None:
+        return run.last_kernels
+    st = state(tensor)
+    if st is None:
+        raise TypeError("kernel_count: not a lazy tensor")
+    s = st.storage
+    _sync((s,))
+    return s.base.kernels
+
+
+def sync(tensors: List[torch.Tensor]) -> None:
+    """Compute the given lazy tensors now, in one graph."""
+    _sync([st.storage for st in map(state, tensors) if st is not None])
