@@ -122,7 +122,9 @@ def hf_model(kind, vocab=1000, hidden=128, layers=2, heads=4, intermediate=512, 
     """A Hugging Face ``transformers`` model built from a config with random
     weights (no download), dropout off: ``kind`` "bert"
     (BertForSequenceClassification, an encoder), "gpt2" (GPT2LMHeadModel, a
-    causal decoder; its MLP is 4*hidden wide) or "t5"
+    causal decoder; its MLP is 4*hidden wide), "llama" (LlamaForCausalLM:
+    grouped-query attention with half as many key/value heads; its rotary
+    embedding opens torch.autocast(device_type=..., enabled=False)), "t5"
     (T5ForConditionalGeneration, ``layers`` encoder and decoder layers) or
     "vit" (ViTForImageClassification on ``seq`` x ``seq`` images, patch 4).
     Returns ``(model, batch, loss)`` like :func:`transformer_lm`."""
@@ -164,6 +166,22 @@ def hf_model(kind, vocab=1000, hidden=128, layers=2, heads=4, intermediate=512, 
             return (ids.to(device),)
 
         return model, make_batch, lambda m, b: m(input_ids=b[0], labels=b[0]).loss
+    if kind == "llama":
+        cfg = transformers.LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=intermediate,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=max(1, heads // 2),
+            max_position_embeddings=max(128, seq),
+        )
+        model = transformers.LlamaForCausalLM(cfg)
+
+        def make_batch(device):
+            return (torch.randint(0, vocab, (batch, seq)).to(device),)
+
+        return model, make_batch, lambda m, b: m(input_ids=b[0], labels=b[0]).loss
     if kind == "t5":
         cfg = transformers.T5Config(
             vocab_size=vocab,
@@ -202,4 +220,4 @@ def hf_model(kind, vocab=1000, hidden=128, layers=2, heads=4, intermediate=512, 
             return (torch.randn(batch, 3, seq, seq).to(device), torch.randint(0, 10, (batch,)).to(device))
 
         return model, make_batch, lambda m, b: m(pixel_values=b[0], labels=b[1]).loss
-    raise ValueError(f"unknown Hugging Face model kind {kind!r}: bert, gpt2, t5 or vit")
+    raise ValueError(f"unknown Hugging Face model kind {kind!r}: bert, gpt2, llama, t5 or vit")

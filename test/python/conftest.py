@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import lazymlir
-from lazymlir import metrics
+from lazymlir import metrics, testing
 
 
 # The persistent compile cache of the test session: its own directory (child
@@ -61,48 +61,12 @@ def assert_compiled(*allowed_fallbacks):
 
 
 def hf_model(name, llama_hidden=128):
-    """(model, loss(model, ids)) of a small Hugging Face model with random
-    weights (no download) for training tests: BERT (sequence
-    classification), GPT-2 (LM head) or LLaMA (grouped-query attention: 4
-    heads, 2 key/value heads; its rotary embedding opens
-    torch.autocast(device_type="lazy", enabled=False), which needs the lazy
-    device to be a device autocast knows). Dropout off."""
-    transformers = pytest.importorskip("transformers")
-    if name == "bert":
-        cfg = transformers.BertConfig(
-            vocab_size=100,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=32,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-        )
-        return transformers.BertForSequenceClassification(
-            cfg
-        ), lambda m, ids: m(input_ids=ids, labels=ids[:, 0] % 2).loss
-    if name == "gpt2":
-        cfg = transformers.GPT2Config(
-            vocab_size=100,
-            n_embd=32,
-            n_layer=2,
-            n_head=2,
-            n_positions=32,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            use_cache=False,
-        )
-        return transformers.GPT2LMHeadModel(cfg), lambda m, ids: m(input_ids=ids, labels=ids).loss
-    assert name == "llama", name
-    cfg = transformers.LlamaConfig(
-        vocab_size=100,
-        hidden_size=llama_hidden,
-        intermediate_size=2 * llama_hidden,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    return transformers.LlamaForCausalLM(cfg), lambda m, ids: m(input_ids=ids, labels=ids).loss
+    """lazymlir.testing.hf_model at the sizes the training tests use (2
+    layers, vocabulary 100, batches of 2 x 16 tokens; LLaMA with 4 heads, 2
+    of them key/value heads): (model, make_batch(device), loss(model, batch))."""
+    pytest.importorskip("transformers")
+    if name == "llama":
+        sizes = dict(hidden=llama_hidden, heads=4, intermediate=2 * llama_hidden)
+    else:
+        sizes = dict(hidden=32, heads=2, intermediate=64)
+    return testing.hf_model(name, vocab=100, layers=2, seq=16, batch=2, **sizes)

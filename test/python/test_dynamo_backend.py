@@ -75,7 +75,7 @@ def test_returned_views_alias_what_they_view(native_built, fresh_cache):
     _assert_regions_compiled()
 
 
-def _train_like_eager(model, optimizer, options, batch, loss_fn, steps=3):
+def _train_like_eager(model, optimizer, options, batch, loss_fn, steps=3, atol=1e-5):
     """``steps`` training steps of ``model`` eagerly and of a copy through
     torch.compile(backend="lazymlir"), on the same batches and random
     streams: the same losses and parameters. Returns (copy, compiled)."""
@@ -94,7 +94,7 @@ def _train_like_eager(model, optimizer, options, batch, loss_fn, steps=3):
             losses.append(loss.item())
         assert abs(losses[0] - losses[1]) < 1e-4, (step, losses)
     for p, q in zip(model.parameters(), twin.parameters()):
-        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=atol)
     _assert_regions_compiled()
     return twin, compiled
 
@@ -117,8 +117,10 @@ def test_mnist_cnn_trains_like_eager(native_built, fresh_cache):
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
 def test_hf_model_trains_like_eager(native_built, fresh_cache, name):
-    model, loss_fn = hf_model(name, llama_hidden=64)
-    _train_like_eager(model, torch.optim.AdamW, dict(lr=1e-3), lambda: torch.randint(0, 100, (2, 16)), loss_fn)
+    model, make_batch, loss_fn = hf_model(name, llama_hidden=64)
+    # AdamW's normalized update moves an element whose gradient is near zero
+    # (7e-9 against a median of 3e-3) by ~1e-5 for a float32 rounding of it.
+    _train_like_eager(model, torch.optim.AdamW, dict(lr=1e-3), lambda: make_batch("cpu"), loss_fn, atol=5e-5)
 
 
 def test_symbolic_sizes_compile_once(native_built, fresh_cache):

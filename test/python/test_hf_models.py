@@ -17,15 +17,15 @@ transformers = pytest.importorskip("transformers")
 @pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
 def test_hf_model_trains_compiled(native_built, fresh_cache, name):
     torch.manual_seed(0)
-    model, loss_fn = hf_model(name)
+    model, make_batch, loss_fn = hf_model(name)
     lazy = copy.deepcopy(model).to("lazy")
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (model, lazy)]
     for step in range(3):
-        ids = torch.randint(0, 100, (2, 16))
+        batch = make_batch("cpu")
         losses = []
         for m, opt, device in ((model, opts[0], "cpu"), (lazy, opts[1], "lazy")):
             opt.zero_grad()
-            loss = loss_fn(m, ids.to(device))
+            loss = loss_fn(m, tuple(t.to(device) for t in batch))
             loss.backward()
             opt.step()
             if device == "lazy":
