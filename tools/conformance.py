@@ -232,9 +232,25 @@ def _to_cpu(value):
 
 
 def _to_lazy(value):
+    """A sample's tensor on the lazy device. A view of a larger storage
+    (OpInfo's partial views: ``base[5:15]``) takes its whole storage along and
+    is viewed again there, as a sample made on the device would be:
+    ``.to("lazy")`` would copy the view's elements alone, and ops that address
+    the storage (as_strided with a storage offset) would then see another
+    storage than eager's."""
     import torch
 
-    return value.to("lazy") if isinstance(value, torch.Tensor) else value
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.layout == torch.strided and value.device.type == "cpu" and value.numel() > 0:
+        storage = value.untyped_storage()
+        size = value.element_size()
+        if (value.storage_offset() != 0 or storage.nbytes() != value.numel() * size) and storage.nbytes() % size == 0:
+            with torch.no_grad():
+                base = torch.empty(0, dtype=value.dtype).set_(storage, 0, (storage.nbytes() // size,))
+                view = base.to("lazy").as_strided(value.shape, value.stride(), value.storage_offset())
+            return view.requires_grad_() if value.requires_grad else view
+    return value.to("lazy")
 
 
 def route_torch_lazy() -> None:
