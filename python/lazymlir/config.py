@@ -122,7 +122,7 @@ recompile_warning_at: int = int(_env_str("LAZYMLIR_RECOMPILE_WARNING_AT", "8"))
 
 # Automatic dynamic dimensions (LAZYMLIR_DYNAMIC, default on): a graph traced
 # again with the same ops and some input sizes changed is compiled once with
-# those dimensions symbolic (lazymlir.dynamic), instead of once per size.
+# those dimensions symbolic (lazymlir.trace.dynamic), instead of once per size.
 # 0: every new size compiles a new graph (lazymlir.mark_dynamic still works).
 dynamic: bool = _env_bool("LAZYMLIR_DYNAMIC", True)
 

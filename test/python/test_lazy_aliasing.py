@@ -76,7 +76,7 @@ def test_write_through_views(native_built, name):
 
 
 def test_diagonal_write(native_built):
-    # diagonal_scatter: decomposed (lowering.py) into a scatter, compiled.
+    # diagonal_scatter: decomposed (lowering/indexing.py) into a scatter, compiled.
     check(lambda x: (x.diagonal().fill_(-1), x)[1], torch.randn(4, 4))
 
 

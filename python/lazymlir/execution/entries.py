@@ -248,7 +248,7 @@ class Eager:
 unsupported_op_listeners: List[Callable] = []
 
 # Called with (graph name, ir.Graph, linalg text) for each graph lowered
-# for the native compiler (lazymlir.aot compiles them for a GPU too); while
+# for the native compiler (lazymlir.gpu.aot compiles them for a GPU too); while
 # any is registered, graphs are lowered even when the disk cache holds them.
 lowered_graph_listeners: List[Callable] = []
 

@@ -235,7 +235,7 @@ def compile_gpu(
 ) -> dict:
     """Compile linalg-on-tensors text for an NVIDIA GPU (``chip``: sm_80,
     sm_90, ...) on any machine: the launch plan (a dict; see
-    lazymlir.gpu_runtime, which runs it with torch and the CUDA driver) with
+    lazymlir.gpu.launch, which runs it with torch and the CUDA driver) with
     every kernel's PTX. ``libdevice`` defaults to the one in
     :func:`cuda_toolkit`; ``features`` to the chip's lowest PTX version.
     Raises :data:`CompileError` with MLIR's diagnostics (an unknown chip or a

@@ -144,7 +144,7 @@ def dynamic_entry(graph, native, name, options, disk, plain, t0):
     earlier process compiled for its structure (the disk cache keeps them by
     skeleton: no compile at all), or, for a trace like one compiled before
     with sizes changed, one compiled now for every size of them, if it can
-    be (lazymlir.dynamic)."""
+    be (lazymlir.trace.dynamic)."""
     if disk and plain:
         entry = dynamic.lookup(graph, _disk_templates(native, name, options))
         if entry is not None:

@@ -1,14 +1,14 @@
 """Ahead-of-time compilation for the NVVM GPU target, on a machine without a
 GPU: trace a step on the lazy device (it runs, compiled for this CPU, so its
 results are real) and compile every graph it records for an NVIDIA chip into
-one bundle (lazymlir.gpu_runtime's format: versioned, checksummed, per graph
+one bundle (lazymlir.gpu.launch's format: versioned, checksummed, per graph
 its launch plan with the kernels' PTX).
 
-    bundle = lazymlir.aot.compile_step(step, x, y, chip="sm_90", path="step.lzgpu")
+    bundle = lazymlir.gpu.aot.compile_step(step, x, y, chip="sm_90", path="step.lzgpu")
 
 or from the command line, with a function that returns ``(step, args)``:
 
-    python -m lazymlir.aot my_module:make_step --chip sm_90 -o step.lzgpu
+    python -m lazymlir.gpu.aot my_module:make_step --chip sm_90 -o step.lzgpu
 
 Each graph is keyed by its trace's name (the hash of the recorded ops,
 shapes and dtypes: what the lazy device computes for the same step on the
@@ -32,7 +32,7 @@ from . import launch
 
 
 class TracedGraph(NamedTuple):
-    fx: torch.fx.GraphModule  # its aten ops on CPU tensors (lazymlir.trace.to_fx)
+    fx: torch.fx.GraphModule  # its aten ops on CPU tensors (lazymlir.trace.ir.to_fx)
     inputs: List[torch.Tensor]  # the buffers it was given (device data, then lifted scalars)
     linalg: str  # linalg-on-tensors text
 
@@ -95,12 +95,12 @@ def compile_step(
     given."""
     graphs = compile_graphs(trace_step(step, *args, steps=steps), chip, libdevice)
     if path:
-        launch.save_bundle(path, graphs, chip, producer=f"lazymlir.aot {native.code_identity()[:16]}")
+        launch.save_bundle(path, graphs, chip, producer=f"lazymlir.gpu.aot {native.code_identity()[:16]}")
     return graphs
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lazymlir.aot", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lazymlir.gpu.aot", description=__doc__.split("\n\n")[0])
     parser.add_argument("factory", help="MODULE:FUNCTION returning (step, args); the args are moved to 'lazy'")
     parser.add_argument("--chip", default="sm_90", help="NVIDIA architecture (sm_80, sm_90, ...)")
     parser.add_argument("-o", "--output", required=True, help="the bundle to write")
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     args = [a.to("lazy") if hasattr(a, "to") else a for a in args]
     graphs = compile_step(step, *args, chip=options.chip, path=options.output, steps=options.steps)
     kernels = sum(len(plan["modules"]) for plan in graphs.values())
-    print(f"lazymlir.aot: {len(graphs)} graphs, {kernels} kernels for {options.chip} -> {options.output}")
+    print(f"lazymlir.gpu.aot: {len(graphs)} graphs, {kernels} kernels for {options.chip} -> {options.output}")
     return 0
 
 

@@ -7,7 +7,7 @@ or e.g. channels_last: a permutation of a contiguous buffer, see
 :func:`dense_perm`).  Nodes only point backwards,
 so the graph a barrier needs is what is reachable from the tensors it reads, and
 dead intermediate nodes are freed by reference counting.  Aliasing and
-mutation never reach this level: the device (``tracer/tensor.py``, ``tracer/ops.py``) rewrites them functionally.
+mutation never reach this level: the device (``frontend/tensor.py``, ``frontend/handlers.py``) rewrites them functionally.
 """
 
 import hashlib
@@ -82,7 +82,7 @@ untrack = _device.untrack
 
 
 class Node:
-    # __weakref__: lazymlir.dynamic's marks on device data (no per-op cost).
+    # __weakref__: lazymlir.trace.dynamic's marks on device data (no per-op cost).
     __slots__ = ("op", "args", "kwargs", "inputs", "sig", "meta", "data", "job", "kernels", "__weakref__")
 
     def __init__(self, op, args, kwargs, inputs, sig, meta):
@@ -314,7 +314,7 @@ def collect(outputs: Sequence[Node], options: tuple = (), full: bool = False) ->
     input positions)`` (lifted floats blanked in the signature and listed in
     ``Graph.scalars``), ``(shape, dtype[, perm])`` for device data; then the
     outputs' positions and permutations, and ``options``.  C++
-    (``tracer/csrc/Collect.cpp``): a barrier runs it over every node of the
+    (``frontend/csrc/Collect.cpp``): a barrier runs it over every node of the
     step. A trace whose key was seen before (by its fingerprint: signatures
     by identity, interned) gets that key without building it again, and
     ``lifted`` None; ``full`` builds everything (what compiling needs)."""
@@ -350,7 +350,7 @@ def to_fx(graph: Graph, rewrite=None, phantoms: int = 0) -> torch.fx.GraphModule
     tuple.  ``rewrite(g, env, node, args, kwargs)`` (dynamic graphs) may replace
     a node's constant arguments by FX nodes before it is emitted; ``env`` maps
     each leaf to its FX value in the logical order, and ("phantom", j) to the
-    j-th of ``phantoms`` placeholders after the scalars (lazymlir.dynamic's
+    j-th of ``phantoms`` placeholders after the scalars (lazymlir.trace.dynamic's
     free symbols: their sizes are integers of the graph)."""
     if graph.lifted is None:  # a key seen before (collect): built without what this needs
         graph = collect(graph.outputs, graph.key[3], full=True)
