@@ -17,10 +17,6 @@ from .tensor import _register, state
 aten = torch.ops.aten
 
 
-# ----------------------------------------------------------------------------
-# Barriers.
-
-
 def _sync(storages, now: bool = False, condition: bool = False) -> None:
     """Compute the pending base values of ``storages`` in one graph (``now``:
     the caller waits for them at once; ``condition``: for a Python branch on

@@ -1,5 +1,5 @@
 """The ``lazy`` device's tensors: LazyTensor, storages and aliasing, values,
-views and writes, barriers.
+views and writes (what computes them: ``barriers``).
 
 A lazy tensor is a plain ``torch.Tensor`` whose TensorImpl is C++
 (``csrc/LazyTensor.cpp``, PyTorch's PrivateUse1 key) and holds a
@@ -16,9 +16,9 @@ base when the version moved.  An in-place op computes the new value functionally
 and writes it back through the chain with scatter ops (slice_scatter, ...), so
 every alias sees the mutation, as in eager, while the graph stays functional.
 
-Barriers (``.item()``, ``.cpu()``, ``print``, ``bool()``, ``mark_step()``) execute
-the graph their tensors need; computed nodes become device data (plain CPU
-tensors), so nothing is computed twice.
+Barriers (``.item()``, ``.cpu()``, ``print``, ``bool()``, ``mark_step()``;
+``barriers``) execute the graph their tensors need; computed nodes become
+device data (plain CPU tensors), so nothing is computed twice.
 """
 
 import weakref

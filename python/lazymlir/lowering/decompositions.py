@@ -2,7 +2,9 @@
 torch-mlir's, plus ours. Ours rewrite ops that torch-mlir would lower to
 TMTensor ops the native compiler does not take (scatter-like backward passes),
 ops whose torch-mlir lowering gets IEEE special values wrong (NaN, +-inf,
--0.0), and ops it does not lower at all or only through dynamic shapes."""
+-0.0), and ops it does not lower at all or only through dynamic shapes. The
+indexing ones (scatter, index_put, sort, pooling backward) are in
+``indexing``."""
 
 import torch
 
