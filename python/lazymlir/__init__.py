@@ -15,6 +15,9 @@ from .frontend import ops, registration  # noqa: F401,E402  (op handlers, Privat
 from .execution.run import empty_cache, wait_device_ops
 from .execution.profiler import profile
 from .frontend.marks import mark_dynamic, mark_static
+from .dynamo import skip as _dynamo_skip
+
+_dynamo_skip.install()  # Dynamo never traces lazymlir's own code (dynamo/skip.py)
 
 __all__ = [
     "LazyTensor",
