@@ -33,6 +33,11 @@ def _seed_and_reset():
     # a test that compiles a graph for batch 2 after another test's batch 1
     # gets a static graph (compiled graphs stay cached, by exact trace).
     lazymlir.trace.dynamic.clear()
+    # Whether mark_step() runs its step itself (the last steps were waited
+    # for at once) depends on earlier steps: each test starts with the worker.
+    from lazymlir.execution import run
+
+    run._handed, run._waited_at_once = None, 0
     yield
 
 

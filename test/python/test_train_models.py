@@ -251,6 +251,72 @@ def test_worker_errors_surface_and_are_not_lost(native_built, monkeypatch):
     torch.testing.assert_close((x * 5).cpu(), x.cpu() * 5)  # independent work goes on
 
 
+def _spy_runs(monkeypatch):
+    """(on the main thread, in the background) of each compiled graph run."""
+    ran = []
+    run_into = entries.Compiled.run_into
+
+    def spy(self, inputs, outs, background):
+        ran.append((threading.current_thread() is threading.main_thread(), background))
+        run_into(self, inputs, outs, background)
+
+    monkeypatch.setattr(entries.Compiled, "run_into", spy)
+    return ran
+
+
+def test_steps_waited_for_at_once_run_in_mark_step(native_built, monkeypatch):
+    """After two steps each waited for right after mark_step() (a benchmark's
+    mark and wait, `mark_step(); loss.item()`), mark_step() runs the next
+    step itself instead of handing it to the worker; a step traced past
+    (the next one recorded before waiting) goes back to the worker."""
+    ran = _spy_runs(monkeypatch)
+    x = torch.randn(1000)
+    lx = x.to("lazy")
+    for i in range(5):
+        y = lx * 2 + i
+        loss = y.sum()
+        lazymlir.mark_step()
+        if i < 4:
+            lazymlir.wait_device_ops()
+        else:
+            torch.testing.assert_close(loss.item(), (x * 2 + i).sum().item())
+    assert metrics.counter_value("RunAtMarkStep") == 3, metrics.metrics_report()
+    assert all(main and not background for main, background in ran[-3:])
+    torch.testing.assert_close(y.cpu(), x * 2 + 4)
+
+    # Traced past: the next step is recorded before the last one is waited for.
+    a = lx * 3
+    lazymlir.mark_step()  # still run here: the last two steps were waited for at once
+    b = a + 1
+    lazymlir.mark_step()  # the step before was not waited for: the worker's
+    assert metrics.counter_value("RunAtMarkStep") == 4, metrics.metrics_report()
+    lazymlir.wait_device_ops()
+    torch.testing.assert_close(b.cpu(), x * 3 + 1)
+    assert_compiled()
+
+
+def test_an_error_in_a_step_run_by_mark_step_surfaces_like_the_workers(native_built, monkeypatch):
+    x = torch.randn(8).to("lazy")
+    for _ in range(3):
+        z = (x + 1).exp()  # noqa: F841  (kept: a step computes it)
+        lazymlir.mark_step()
+        lazymlir.wait_device_ops()
+
+    def broken(self, inputs, outs, background):
+        raise ValueError("simulated failure")
+
+    monkeypatch.setattr(entries.Compiled, "run_into", broken)
+    y = x.sin() + 1
+    runs = metrics.counter_value("RunAtMarkStep")
+    lazymlir.mark_step()  # does not raise, as with the worker
+    assert metrics.counter_value("RunAtMarkStep") == runs + 1
+    with pytest.raises(ValueError, match="simulated failure"):
+        lazymlir.wait_device_ops()
+    lazymlir.wait_device_ops()  # reported once
+    with pytest.raises(ValueError, match="simulated failure"):
+        y.cpu()
+
+
 def test_error_raised_by_item_after_mark_step(native_built, monkeypatch):
     def broken(self, inputs, outs, background):
         raise RuntimeError("boom")

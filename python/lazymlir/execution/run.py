@@ -57,7 +57,7 @@ def execute(outputs: Sequence[ir.Node], now: bool = False, condition: bool = Fal
     few small ops on finished values (config.eager_read_ops) then runs
     eagerly: compiling it would cost far more than it ever saves, and one
     per size would be compiled (``EagerReadGraph`` counts them)."""
-    global last_kernels
+    global last_kernels, _waited_at_once, _last_job
     t0 = time.perf_counter()
     graph = ir.collect(outputs, config.options_key())
     metrics.timing("CollectTime", time.perf_counter() - t0)
@@ -90,19 +90,53 @@ def execute(outputs: Sequence[ir.Node], now: bool = False, condition: bool = Fal
     inputs = graph.input_values()
     if type(entry) is Compiled and entry.template is not None and entry.template.free:
         inputs += dynamic.phantom_inputs(entry, graph)
-    if ahead or (now and not deps and idle()):
+    if not now and _handed is not None:
+        _waited_at_once = 0  # the last step handed back was not waited for
+    waited = not now and not deps and _waited_at_once >= 2 and config.async_execution and idle()
+    if ahead or (now and not deps and idle()) or waited:
         # Waited for at once: run here rather than hand it to the worker and
         # sleep until it is done (a decode loop's step, read by its stopping
         # check, saves the two thread switches). Ahead of queued jobs, or
-        # with none unfinished.
+        # with none unfinished. A mark_step() whose last two steps were
+        # waited for at once (the next wait came within _AT_ONCE_S) runs
+        # its step here too.
         if ahead:
             metrics.counter("RunAhead")
+        if waited:
+            metrics.counter("RunAtMarkStep")
         job = _Job(entry)
         job.run([(entry, inputs, outs, deps)], background=False)
+        if waited:
+            _last_job = job  # done: wait_device_ops() has nothing to wait for
     else:
         job = _submit(entry, inputs, outs, deps)
     last_kernels = entry.kernel_count
     return graph.output_values(outs), job, last_kernels
+
+
+# A step handed back by mark_step() (its job, when) and not waited for yet,
+# and how many steps in a row were waited for at once: within _AT_ONCE_S, as
+# `mark_step(); loss.item()` or a benchmark's mark and wait do. Such a
+# caller gains nothing from the worker, whose hand-offs (waking it, the
+# waiter running the step itself) cost 5-40 us a step; one that works for
+# less than _AT_ONCE_S before waiting loses at most that much overlap.
+_AT_ONCE_S = 50e-6
+_handed = None
+_waited_at_once = 0
+
+
+def hand_back(job) -> None:
+    """mark_step() returns ``job``'s step to its caller, unfinished or not."""
+    global _handed
+    _handed = (job, time.perf_counter())
+
+
+def _note_wait(job) -> None:
+    global _handed, _waited_at_once
+    handed = _handed
+    if handed is not None and handed[0] is job:
+        _handed = None
+        _waited_at_once = _waited_at_once + 1 if time.perf_counter() - handed[1] < _AT_ONCE_S else 0
 
 
 def _unfinished_inputs(graph: ir.Graph) -> list:
@@ -474,6 +508,7 @@ def _wait_for(job: _Job):
     not started yet is run here (with the ones queued before it) when the
     worker is idle. While this thread waits, the worker's parallel loops may
     use every core; while it runs Python (tracing), they leave it one."""
+    _note_wait(job)
     if not job.done() and _worker is not None:
         _worker.run_until(job)
     if job.done():

@@ -28,6 +28,8 @@ def _sync(storages, now: bool = False, condition: bool = False) -> None:
     results, job, kernels = run.execute(todo, now, condition)
     for node, value in zip(todo, results):
         node.set_data(value, job, kernels)
+    if not now and job is not None:
+        run.hand_back(job)
 
 
 def _pending_bases(storages) -> list:
