@@ -2,6 +2,7 @@
 graphs that fail to compile run eagerly with a warning, and both give eager's
 answers."""
 
+import copy
 import os
 import subprocess
 import sys
@@ -91,6 +92,23 @@ def test_op_that_cannot_lower_runs_eagerly_from_then_on(native_built, fresh_cach
     torch.testing.assert_close(first, expected)
     torch.testing.assert_close(second, expected)
     assert_compiled("aten::cummax")
+
+
+def test_an_op_that_cannot_lower_leaves_stderr_to_the_warning(native_built, fresh_cache, capfd):
+    """torch-mlir does not lower ConvTranspose2d's convolution_backward: the
+    op runs eagerly with one warning; MLIR's diagnostics go into the
+    LoweringError, not onto the user's stderr as 'error: failed to legalize'."""
+    torch.manual_seed(0)
+    model = torch.nn.ConvTranspose2d(3, 4, 3, stride=2)
+    x = torch.randn(2, 3, 5, 5)
+    model(x).square().mean().backward()
+    lazy = copy.deepcopy(model).to("lazy")
+    lazy.zero_grad()
+    with pytest.warns(RuntimeWarning, match="convolution_backward"):
+        lazy(x.to("lazy")).square().mean().backward()
+        torch.testing.assert_close(lazy.weight.grad.cpu(), model.weight.grad, rtol=1e-4, atol=1e-6)
+    assert "error:" not in capfd.readouterr().err
+    assert_compiled("aten::convolution_backward")
 
 
 def test_training_step_matches_eager():

@@ -427,7 +427,16 @@ def lower(
         _refuse_frontend_failures(decomposed)
         module = tm_fx.stateless_fx_import(decomposed, output_type=OutputType.TORCH, model_name="main")
         torch_text = str(module)
-        lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
+        # MLIR's diagnostics go into the LoweringError instead of the user's
+        # stderr (a failure is not the user's error: the op runs eagerly).
+        diagnostics = []
+        handler = module.context.attach_diagnostic_handler(lambda d: diagnostics.append(str(d)) or True)
+        try:
+            lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
+        except Exception as e:
+            raise LoweringError(f"{type(e).__name__}: {e}" + "".join("\n" + d for d in diagnostics)) from e
+        finally:
+            handler.detach()
         linalg = module.operation.get_asm(enable_debug_info=origins)
         if "tm_tensor." in linalg:
             unsupported = set(re.findall(r"tm_tensor\.(\w+)", linalg)) - _NATIVE_TM_TENSOR_OPS
@@ -445,6 +454,8 @@ def lower(
             # (lazymlir-lower-tm-tensor) rewrites them into loops.  Other
             # modules stay in the pretty form, for the dumps' readers.
             linalg = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=origins)
+    except LoweringError:
+        raise
     except Exception as e:  # torch-mlir raises many kinds; all mean "cannot compile"
         raise LoweringError(f"{type(e).__name__}: {e}") from e
     if output_sizes is None:
