@@ -1,7 +1,7 @@
 """Op handlers for the ops the common ones do not fit: copies and transfers,
 batch norm, dropout, foreach ops, threshold_backward, max pooling and its
-backward (by the indices it made), scalar reads, resize_, and the factories
-the handlers use. ``ops`` looks them up in ``_SPECIAL`` and ``_POOLING``."""
+backward (by the indices it made), scalar reads, resize_, LSTM and GRU
+cells and packed sequences (rnn), and the factories the handlers use. ``ops`` looks them up in ``_SPECIAL`` and ``_POOLING``."""
 
 import math
 import weakref
@@ -29,6 +29,7 @@ from .tensor import (
 from .handlers import _alias, _call, _cast, _functional, _split, _view
 from .barriers import _cpu_alias
 from .fallback import _eager
+from . import rnn
 
 aten = torch.ops.aten
 
@@ -362,6 +363,7 @@ _SPECIAL = {
     aten.native_dropout.default: _native_dropout,
     aten.set_.source_Tensor: _unsupported,
     aten.threshold_backward.default: _threshold_backward,
+    **rnn.HANDLERS,
 }
 
 # Recorded by their own handlers, unless config.force_fallback names them.
