@@ -95,9 +95,10 @@ def test_op_that_cannot_lower_runs_eagerly_from_then_on(native_built, fresh_cach
 
 
 def test_an_op_that_cannot_lower_leaves_stderr_to_the_warning(native_built, fresh_cache, capfd):
-    """torch-mlir does not lower ConvTranspose2d's convolution_backward: the
-    op runs eagerly with one warning; MLIR's diagnostics go into the
-    LoweringError, not onto the user's stderr as 'error: failed to legalize'."""
+    """torch-mlir does not lower ConvTranspose2d's convolution_backward nor
+    cdist: each op runs eagerly with one warning; MLIR's diagnostics go into
+    the LoweringError, not onto the user's stderr as 'error: failed to
+    legalize'."""
     torch.manual_seed(0)
     model = torch.nn.ConvTranspose2d(3, 4, 3, stride=2)
     x = torch.randn(2, 3, 5, 5)
@@ -107,8 +108,12 @@ def test_an_op_that_cannot_lower_leaves_stderr_to_the_warning(native_built, fres
     with pytest.warns(RuntimeWarning, match="convolution_backward"):
         lazy(x.to("lazy")).square().mean().backward()
         torch.testing.assert_close(lazy.weight.grad.cpu(), model.weight.grad, rtol=1e-4, atol=1e-6)
+    # An op torch-mlir's importer pipeline rejects (an unregistered torch.operator).
+    a, b = torch.randn(6, 4), torch.randn(5, 4)
+    with pytest.warns(RuntimeWarning, match="_cdist_forward"):
+        torch.testing.assert_close(torch.cdist(a.to("lazy"), b.to("lazy")).cpu(), torch.cdist(a, b))
     assert "error:" not in capfd.readouterr().err
-    assert_compiled("aten::convolution_backward")
+    assert_compiled("aten::convolution_backward", "aten::_cdist_forward")
 
 
 def test_training_step_matches_eager():

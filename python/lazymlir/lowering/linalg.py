@@ -419,19 +419,27 @@ def lower(
     guards = shape_env = output_sizes = None
     try:
         from torch_mlir import fx as tm_fx
+        from torch_mlir import ir as tm_ir
         from torch_mlir.compiler_utils import OutputType, lower_mlir_module
+        from torch_mlir.dialects import torch as tm_torch
+        from torch_mlir.extras.fx_importer import FxImporter
 
         decomposed = decompose(gm, example_inputs, origins, dynamic)
         if dynamic is not None:
             decomposed, guards, shape_env, output_sizes = decomposed
         _refuse_frontend_failures(decomposed)
-        module = tm_fx.stateless_fx_import(decomposed, output_type=OutputType.TORCH, model_name="main")
-        torch_text = str(module)
         # MLIR's diagnostics go into the LoweringError instead of the user's
         # stderr (a failure is not the user's error: the op runs eagerly).
+        context = tm_ir.Context()
+        tm_torch.register_dialect(context)
         diagnostics = []
-        handler = module.context.attach_diagnostic_handler(lambda d: diagnostics.append(str(d)) or True)
+        handler = context.attach_diagnostic_handler(lambda d: diagnostics.append(str(d)) or True)
         try:
+            importer = FxImporter(context=context)
+            module = tm_fx.stateless_fx_import(
+                decomposed, output_type=OutputType.TORCH, fx_importer=importer, model_name="main"
+            )
+            torch_text = str(module)
             lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
         except Exception as e:
             raise LoweringError(f"{type(e).__name__}: {e}" + "".join("\n" + d for d in diagnostics)) from e
