@@ -98,6 +98,11 @@ def decomposition_table():
         # (the whole step ran eagerly). The lowered graph has value semantics:
         # its layout is the boundary's business (ir.Graph's permutations).
         table[torch.ops.prims.copy_strided.default] = _copy_strided
+        # torch-mlir's weight gradient of a grouped convolution is a
+        # convolution of the transposed input whose channels (the batch) need
+        # not divide into the groups: invalid IR, and a depthwise convolution's
+        # whole training step ran eagerly.
+        table[torch.ops.aten.convolution_backward.default] = _grouped_convolution_backward
         # torch-mlir's scatter lowering runs out of memory (an abort) on a
         # negative dim, and its TMTensor lowerings treat bool as signed i1
         # (sort puts True first, add is xor): dims are made non-negative and
@@ -247,6 +252,69 @@ def _eq(self, other):
 
 def _copy_strided(a, stride):
     return torch.ops.aten.clone.default(a)
+
+
+def _grouped_convolution_backward(
+    grad, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
+):
+    """A grouped, not transposed convolution's gradients, the weight's as one
+    grouped convolution: the input as [C/G, G*N, ...] against the output's
+    gradient as [G*O/G, N, ...] with G groups pairs each group's input and
+    gradient channels, stride and dilation swapped, cropped to the kernel's
+    size."""
+    aten = torch.ops.aten
+    if groups == 1 or transposed or not output_mask[1]:
+        return NotImplemented
+    n, channels = x.shape[0], x.shape[1]
+    spatial = x.dim() - 2
+    cg, og = channels // groups, weight.shape[0] // groups
+    rest = list(range(3, 3 + spatial))
+    xs = x.reshape(n, groups, cg, *x.shape[2:]).permute(2, 1, 0, *rest).reshape(cg, groups * n, *x.shape[2:])
+    gs = grad.reshape(n, groups, og, *grad.shape[2:]).permute(1, 2, 0, *rest).reshape(groups * og, n, *grad.shape[2:])
+    out = aten.convolution.default(xs, gs, None, dilation, padding, stride, False, [0] * spatial, groups)
+    grad_weight = out.transpose(0, 1)
+    for d in range(spatial):
+        grad_weight = grad_weight.narrow(2 + d, 0, weight.shape[2 + d])
+    grad_input = _grouped_input_gradient(grad, x, weight, stride, padding, dilation, groups) if output_mask[0] else None
+    grad_bias = grad.sum([0] + list(range(2, grad.dim()))) if output_mask[2] else None
+    return grad_input, grad_weight.contiguous(), grad_bias
+
+
+def _grouped_input_gradient(grad, x, weight, stride, padding, dilation, groups):
+    """The input's gradient of a grouped convolution as a plain grouped
+    convolution (torch-mlir's lowering of the transposed grouped one it would
+    otherwise take makes invalid IR): the output's gradient spread out by the
+    stride (zeros between), padded so that the result has the input's size,
+    against the kernel flipped with each group's in and out channels
+    swapped."""
+    aten = torch.ops.aten
+    spatial = x.dim() - 2
+    o, cg = weight.shape[0], weight.shape[1]
+    og = o // groups
+    g = grad
+    for d in range(spatial):
+        dim, s = 2 + d, stride[d]
+        if s > 1:  # zeros between the elements: [.., L] -> [.., (L - 1) * s + 1]
+            length = g.shape[dim]
+            g = g.unsqueeze(dim + 1)
+            pads = [0, 0] * (g.dim() - dim - 2) + [0, s - 1]
+            g = aten.constant_pad_nd.default(g, pads, 0.0)
+            g = g.flatten(dim, dim + 1).narrow(dim, 0, (length - 1) * s + 1)
+        reach = dilation[d] * (weight.shape[2 + d] - 1)
+        left, right = reach - padding[d], x.shape[dim] - g.shape[dim] + padding[d]
+        if left < 0:
+            g = g.narrow(dim, -left, g.shape[dim] + left)
+            left = 0
+        if right < 0:
+            g = g.narrow(dim, 0, g.shape[dim] + right)
+            right = 0
+        if left or right:
+            g = aten.constant_pad_nd.default(g, [0, 0] * (spatial - 1 - d) + [left, right], 0.0)
+    flipped = weight.reshape(groups, og, cg, *weight.shape[2:]).transpose(1, 2)
+    flipped = flipped.reshape(groups * cg, og, *weight.shape[2:]).flip(list(range(2, 2 + spatial)))
+    return aten.convolution.default(
+        g, flipped, None, [1] * spatial, [0] * spatial, dilation, False, [0] * spatial, groups
+    )
 
 
 _SCALAR_KINDS = {bool: 0, int: 1, float: 2}
