@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_compiled
 
+import lazymlir
 from lazymlir import metrics
 
 
@@ -304,3 +305,21 @@ def test_layer_norm_float32_is_computed_in_float32(native_built):
         assert lazy_err <= 1.5 * eager_err + 1e-6, (scale, offset, lazy_err, eager_err)
     gm = torch.fx.symbolic_trace(lambda x: torch.ops.aten.native_layer_norm.default(x, [256], None, None, 1e-5))
     assert "xf64>" not in linalg.lower(gm, [torch.randn(8, 256)]).linalg  # no float64 tensors
+
+
+def test_negative_padding_crops_compiled(native_built):
+    """F.pad with negative amounts crops, and a pad's gradient is a negative
+    pad (Hugging Face's TF-style padding in MobileNetV2): both compile
+    (torch-mlir made a tensor.pad with negative amounts, which failed in
+    bufferization, and the whole step ran eagerly)."""
+    x = torch.randn(2, 3, 5, 6)
+    got = F.pad(x.to("lazy"), (-1, 2, 0, -2)).cpu()
+    torch.testing.assert_close(got, F.pad(x, (-1, 2, 0, -2)))
+    w = torch.randn(3, 1, 3, 3, requires_grad=True)
+    wl = w.detach().to("lazy").requires_grad_()
+    for weight, inp in ((w, x), (wl, x.to("lazy"))):
+        padded = F.pad(inp, (1, 1, 1, 1))
+        F.conv2d(padded, weight, groups=3).square().sum().backward()
+    lazymlir.mark_step()
+    torch.testing.assert_close(wl.grad.cpu(), w.grad, rtol=1e-4, atol=1e-4)
+    assert_compiled()

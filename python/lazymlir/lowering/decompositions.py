@@ -103,6 +103,10 @@ def decomposition_table():
         # not divide into the groups: invalid IR, and a depthwise convolution's
         # whole training step ran eagerly.
         table[torch.ops.aten.convolution_backward.default] = _grouped_convolution_backward
+        # A negative pad crops (the backward of a pad: Hugging Face's
+        # TF-style padding in MobileNetV2); torch-mlir makes it a tensor.pad
+        # with negative amounts, which bufferizes to out-of-bounds subviews.
+        table[torch.ops.aten.constant_pad_nd.default] = _constant_pad_nd
         # torch-mlir's scatter lowering runs out of memory (an abort) on a
         # negative dim, and its TMTensor lowerings treat bool as signed i1
         # (sort puts True first, add is xor): dims are made non-negative and
@@ -252,6 +256,17 @@ def _eq(self, other):
 
 def _copy_strided(a, stride):
     return torch.ops.aten.clone.default(a)
+
+
+def _constant_pad_nd(x, pad, value=0):
+    """Negative amounts as slices, then the non-negative ones as the pad."""
+    if all(p >= 0 for p in pad):
+        return NotImplemented
+    for i in range(len(pad) // 2):
+        dim, low, high = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
+        start, stop = max(-low, 0), x.shape[dim] - max(-high, 0)
+        x = x.narrow(dim, start, max(stop - start, 0))
+    return torch.ops.aten.constant_pad_nd.default(x, [max(p, 0) for p in pad], value)
 
 
 def _grouped_convolution_backward(
