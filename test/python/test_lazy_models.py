@@ -153,13 +153,32 @@ def test_recurrent_layers_train_like_eager(native_built, name):
         (lambda: nn.Conv2d(4, 6, 3, stride=2, dilation=2, padding=1, groups=2, bias=False), (3, 4, 11, 9)),
         (lambda: nn.Conv1d(6, 9, 4, stride=3, groups=3), (2, 6, 17)),
         (lambda: nn.Conv3d(4, 4, 2, groups=2), (2, 4, 5, 4, 6)),
+        (lambda: nn.ConvTranspose2d(3, 8, 3, stride=2), (2, 3, 9, 9)),
+        (lambda: nn.ConvTranspose2d(8, 8, 3, stride=2, groups=8), (2, 8, 5, 5)),
+        (
+            lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2, dilation=2),
+            (2, 4, 7, 5),
+        ),
+        (lambda: nn.ConvTranspose1d(3, 5, 4, stride=3), (2, 3, 8)),
     ],
-    ids=["depthwise", "groups2_strided_dilated", "conv1d_groups3", "conv3d_groups2"],
+    ids=[
+        "depthwise",
+        "groups2_strided_dilated",
+        "conv1d_groups3",
+        "conv3d_groups2",
+        "transposed",
+        "transposed_depthwise",
+        "transposed_groups2_output_padding",
+        "transposed_1d",
+    ],
 )
 def test_grouped_convolution_gradients_compile(native_built, conv, shape):
-    """A grouped convolution's weight gradient compiles (torch-mlir's
-    decomposition of it made invalid IR, and the whole step ran eagerly) and
-    equals eager's, channels_last input included."""
+    """Grouped and transposed convolutions and their gradients compile
+    (torch-mlir's lowerings of grouped weight gradients and of grouped or
+    transposed convolutions' gradients made invalid IR or failed; a
+    depthwise step ran eagerly, and a transposed one, once found not to
+    lower, ran every convolution of the process eagerly) and equal eager's,
+    channels_last input included."""
     torch.manual_seed(0)
     for memory_format in (torch.contiguous_format, torch.channels_last):
         if memory_format is torch.channels_last and len(shape) != 4:
@@ -167,10 +186,13 @@ def test_grouped_convolution_gradients_compile(native_built, conv, shape):
         model = conv()
         lazy = copy.deepcopy(model).to("lazy")
         x = torch.randn(shape).to(memory_format=memory_format)
-        model(x).square().mean().backward()
+        out = model(x)
+        out.square().mean().backward()
         xl = x.to("lazy").requires_grad_()
-        lazy(xl).square().mean().backward()
+        lazy_out = lazy(xl)
+        lazy_out.square().mean().backward()
         lazymlir.mark_step()
+        torch.testing.assert_close(lazy_out.detach().cpu(), out.detach(), rtol=1e-4, atol=1e-5)
         for p, q in zip(model.parameters(), lazy.parameters()):
             torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5)
         x.requires_grad_()

@@ -101,8 +101,11 @@ def decomposition_table():
         # torch-mlir's weight gradient of a grouped convolution is a
         # convolution of the transposed input whose channels (the batch) need
         # not divide into the groups: invalid IR, and a depthwise convolution's
-        # whole training step ran eagerly.
+        # whole training step ran eagerly. A transposed convolution's
+        # gradients do not lower at all (and marked every convolution_backward
+        # of the process eager, the mark being per op and dtypes).
         table[torch.ops.aten.convolution_backward.default] = _grouped_convolution_backward
+        table[torch.ops.aten.convolution.default] = _grouped_transposed_convolution
         # A negative pad crops (the backward of a pad: Hugging Face's
         # TF-style padding in MobileNetV2); torch-mlir makes it a tensor.pad
         # with negative amounts, which bufferizes to out-of-bounds subviews.
@@ -278,7 +281,11 @@ def _grouped_convolution_backward(
     gradient channels, stride and dilation swapped, cropped to the kernel's
     size."""
     aten = torch.ops.aten
-    if groups == 1 or transposed or not output_mask[1]:
+    if transposed:
+        return _transposed_convolution_backward(
+            grad, x, weight, stride, padding, dilation, output_padding, groups, output_mask
+        )
+    if groups == 1 or not output_mask[1]:
         return NotImplemented
     n, channels = x.shape[0], x.shape[1]
     spatial = x.dim() - 2
@@ -290,23 +297,45 @@ def _grouped_convolution_backward(
     grad_weight = out.transpose(0, 1)
     for d in range(spatial):
         grad_weight = grad_weight.narrow(2 + d, 0, weight.shape[2 + d])
-    grad_input = _grouped_input_gradient(grad, x, weight, stride, padding, dilation, groups) if output_mask[0] else None
+    grad_input = None
+    if output_mask[0]:
+        grad_input = _transposed_as_convolution(grad, weight, stride, padding, dilation, groups, x.shape[2:])
     grad_bias = grad.sum([0] + list(range(2, grad.dim()))) if output_mask[2] else None
     return grad_input, grad_weight.contiguous(), grad_bias
 
 
-def _grouped_input_gradient(grad, x, weight, stride, padding, dilation, groups):
-    """The input's gradient of a grouped convolution as a plain grouped
-    convolution (torch-mlir's lowering of the transposed grouped one it would
-    otherwise take makes invalid IR): the output's gradient spread out by the
-    stride (zeros between), padded so that the result has the input's size,
-    against the kernel flipped with each group's in and out channels
-    swapped."""
+def _transposed_convolution_backward(grad, x, weight, stride, padding, dilation, output_padding, groups, output_mask):
+    """A transposed convolution's gradients (torch-mlir lowers none of them)
+    as those of the plain convolution it is the adjoint of: the input's is
+    that convolution of the output's gradient with the same weight; the
+    weight's is that convolution's weight gradient, with the output's
+    gradient as its input and the input as its output's gradient."""
     aten = torch.ops.aten
     spatial = x.dim() - 2
-    o, cg = weight.shape[0], weight.shape[1]
-    og = o // groups
-    g = grad
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        grad_input = aten.convolution.default(
+            grad, weight, None, stride, padding, dilation, False, [0] * spatial, groups
+        )
+    if output_mask[1]:
+        grad_weight = aten.convolution_backward.default(
+            x, grad, weight, None, stride, padding, dilation, False, [0] * spatial, groups, [False, True, False]
+        )[1]
+    if output_mask[2]:
+        grad_bias = grad.sum([0] + list(range(2, grad.dim())))
+    return grad_input, grad_weight, grad_bias
+
+
+def _transposed_as_convolution(g, weight, stride, padding, dilation, groups, sizes):
+    """A grouped transposed convolution of ``g`` to spatial ``sizes`` as a
+    plain grouped convolution (torch-mlir's lowering of the transposed one
+    makes invalid IR): ``g`` spread out by the stride (zeros between),
+    padded to reach ``sizes``, against the kernel flipped with each group's
+    in and out channels swapped. Also a grouped convolution's input
+    gradient (the transposed convolution of the output's gradient)."""
+    aten = torch.ops.aten
+    spatial = g.dim() - 2
+    og, cg = weight.shape[0] // groups, weight.shape[1]
     for d in range(spatial):
         dim, s = 2 + d, stride[d]
         if s > 1:  # zeros between the elements: [.., L] -> [.., (L - 1) * s + 1]
@@ -316,7 +345,7 @@ def _grouped_input_gradient(grad, x, weight, stride, padding, dilation, groups):
             g = aten.constant_pad_nd.default(g, pads, 0.0)
             g = g.flatten(dim, dim + 1).narrow(dim, 0, (length - 1) * s + 1)
         reach = dilation[d] * (weight.shape[2 + d] - 1)
-        left, right = reach - padding[d], x.shape[dim] - g.shape[dim] + padding[d]
+        left, right = reach - padding[d], sizes[d] + padding[d] - g.shape[dim]
         if left < 0:
             g = g.narrow(dim, -left, g.shape[dim] + left)
             left = 0
@@ -330,6 +359,27 @@ def _grouped_input_gradient(grad, x, weight, stride, padding, dilation, groups):
     return aten.convolution.default(
         g, flipped, None, [1] * spatial, [0] * spatial, dilation, False, [0] * spatial, groups
     )
+
+
+def _grouped_transposed_convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """A grouped transposed convolution (nn.ConvTranspose2d(groups=...)):
+    torch-mlir's lowering of it makes invalid IR, and the op, found not to
+    lower, then ran every convolution of the process eagerly."""
+    if not transposed or groups == 1:
+        return NotImplemented
+    spatial = x.dim() - 2
+    sizes = [
+        (x.shape[2 + d] - 1) * stride[d]
+        - 2 * padding[d]
+        + dilation[d] * (weight.shape[2 + d] - 1)
+        + output_padding[d]
+        + 1
+        for d in range(spatial)
+    ]
+    out = _transposed_as_convolution(x, weight, stride, padding, dilation, groups, sizes)
+    if bias is not None:
+        out = out + bias.reshape(1, -1, *([1] * spatial))
+    return out
 
 
 _SCALAR_KINDS = {bool: 0, int: 1, float: 2}
