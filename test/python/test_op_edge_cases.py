@@ -1,6 +1,7 @@
 """Issue 15, item 5: ops that raised or gave wrong values on the lazy device.
 Each case is compared with eager; the ones that compile also prove it."""
 
+import copy
 import subprocess
 import sys
 import warnings
@@ -322,4 +323,25 @@ def test_negative_padding_crops_compiled(native_built):
         F.conv2d(padded, weight, groups=3).square().sum().backward()
     lazymlir.mark_step()
     torch.testing.assert_close(wl.grad.cpu(), w.grad, rtol=1e-4, atol=1e-4)
+    assert_compiled()
+
+
+def test_batch_norm_backward_in_eval_mode_compiles(native_built):
+    """Backward through batch norm in evaluation mode (frozen statistics when
+    fine-tuning, saliency maps): its saved statistics are empty, which kept
+    native_batch_norm_backward out of the compiled graph."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).eval()
+    with torch.no_grad():
+        model[1].running_mean.normal_()
+        model[1].running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 6, 6, requires_grad=True)
+    model(x).square().sum().backward()
+    lazy = copy.deepcopy(model).to("lazy")
+    xl = x.detach().to("lazy").requires_grad_()
+    lazy(xl).square().sum().backward()
+    lazymlir.mark_step()
+    torch.testing.assert_close(xl.grad.cpu(), x.grad, rtol=1e-4, atol=1e-5)
+    for p, q in zip(model.parameters(), lazy.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-4)
     assert_compiled()

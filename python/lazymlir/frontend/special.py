@@ -101,6 +101,34 @@ def _batch_norm(func, args, kwargs):
     return out, save_mean, save_invstd
 
 
+_BN_BACKWARD = (
+    "grad_out",
+    "input",
+    "weight",
+    "running_mean",
+    "running_var",
+    "save_mean",
+    "save_invstd",
+    "train",
+    "eps",
+    "output_mask",
+)
+
+
+def _batch_norm_backward(func, args, kwargs):
+    """In evaluation mode the saved statistics are empty (eager CPU's, and
+    _batch_norm's) and the backward reads the running ones: the empty
+    tensors go as None, which the schema allows, instead of zero-size values
+    that would keep the op out of the compiled graph."""
+    a = dict(zip(_BN_BACKWARD, args))
+    a.update(kwargs)
+    if not a["train"]:
+        for name in ("save_mean", "save_invstd"):
+            if isinstance(a[name], torch.Tensor) and a[name].numel() == 0:
+                a[name] = None
+    return _functional(func, tuple(a[n] for n in _BN_BACKWARD), {})
+
+
 def _native_dropout(func, args, kwargs):
     """Training-mode dropout without cutting the trace: only the random mask is
     drawn now, on the CPU generator, exactly as eager CPU dropout draws it
@@ -360,6 +388,7 @@ _SPECIAL = {
     aten._unsafe_view.default: _view,
     aten.resize_.default: _resize_,
     aten.native_batch_norm.default: _batch_norm,
+    aten.native_batch_norm_backward.default: _batch_norm_backward,
     aten.native_dropout.default: _native_dropout,
     aten.set_.source_Tensor: _unsupported,
     aten.threshold_backward.default: _threshold_backward,
