@@ -164,6 +164,18 @@ _FAMILIES = {
 }
 
 
+def _assert_step_like_eager(model, lazy, loss, lazy_loss):
+    """The lazy model's loss and gradients are eager's. A gradient that is
+    zero in exact arithmetic is float noise in both, compared against the
+    model's largest gradient."""
+    assert abs(loss.item() - lazy_loss.item()) < 1e-5, (loss.item(), lazy_loss.item())
+    pairs = [(n, p, q) for (n, p), q in zip(model.named_parameters(), lazy.parameters()) if p.grad is not None]
+    largest = max(p.grad.abs().max().item() for _, p, _ in pairs)
+    for name, p, q in pairs:
+        scale = max(p.grad.abs().max().item(), 1e-3 * largest)  # the floor: zero-in-exact-arithmetic noise
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5 * scale, msg=name)
+
+
 @pytest.mark.parametrize("family", sorted(_FAMILIES))
 def test_architecture_family_trains_and_generates_like_eager(native_built, fresh_cache, family):
     """Code we did not write: one model of each further architecture family
@@ -184,12 +196,7 @@ def test_architecture_family_trains_and_generates_like_eager(native_built, fresh
     lazy_loss = lazy(input_ids=ids.to("lazy"), labels=labels.to("lazy")).loss
     lazy_loss.backward()
     lazymlir.mark_step()
-    assert abs(loss.item() - lazy_loss.item()) < 1e-5, (loss.item(), lazy_loss.item())
-    pairs = [(n, p, q) for (n, p), q in zip(model.named_parameters(), lazy.parameters()) if p.grad is not None]
-    largest = max(p.grad.abs().max().item() for _, p, _ in pairs)
-    for name, p, q in pairs:
-        scale = max(p.grad.abs().max().item(), 1e-3 * largest)  # the floor: zero-in-exact-arithmetic noise
-        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5 * scale, msg=name)
+    _assert_step_like_eager(model, lazy, loss, lazy_loss)
     if hasattr(model, "generate"):
         with torch.no_grad():
             prompt = ids[:1, :6]
@@ -312,10 +319,5 @@ def test_vision_and_audio_family_trains_like_eager(native_built, fresh_cache, fa
     lazy_loss = lazy(**{k: v.to("lazy") for k, v in batch.items()}).loss
     lazy_loss.backward()
     lazymlir.mark_step()
-    assert abs(loss.item() - lazy_loss.item()) < 1e-5, (loss.item(), lazy_loss.item())
-    pairs = [(n, p, q) for (n, p), q in zip(model.named_parameters(), lazy.parameters()) if p.grad is not None]
-    largest = max(p.grad.abs().max().item() for _, p, _ in pairs)
-    for name, p, q in pairs:
-        scale = max(p.grad.abs().max().item(), 1e-3 * largest)
-        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5 * scale, msg=name)
+    _assert_step_like_eager(model, lazy, loss, lazy_loss)
     assert_compiled(*allowed)
