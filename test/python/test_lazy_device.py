@@ -1,6 +1,7 @@
 """The lazy device itself: moving tensors and modules, factories, metadata
 without execution, barriers, printing, and the tutorial's control flow."""
 
+import copy
 import subprocess
 import sys
 
@@ -214,3 +215,25 @@ def test_large_outputs_of_every_dtype(native_built, dtype):
     # A dtype compiled graphs never have: a pooled byte buffer, viewed.
     half = run.output_buffer((256, 1024), torch.float16)
     assert half.dtype == torch.float16 and half.shape == (256, 1024) and half.is_contiguous()
+
+
+def test_inference_mode(native_built):
+    """torch.inference_mode() around a lazy model (Hugging Face pipelines use
+    it): every view failed ("Cannot set version_counter for inference
+    tensor": ADInplaceOrView makes a view share its normal base's version
+    counter, and the lazy result was an inference tensor), so nn.Linear did.
+    Lazy tensors are normal tensors in inference mode; results equal eager's
+    and the model trains afterwards."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 3))
+    lazy = copy.deepcopy(model).to("lazy")
+    x = torch.randn(5, 4)
+    with torch.inference_mode():
+        expected = model(x).transpose(0, 1).reshape(-1)
+        got = lazy(x.to("lazy")).transpose(0, 1).reshape(-1).cpu()
+    torch.testing.assert_close(got, expected)
+    lazy(x.to("lazy")).sum().backward()
+    model(x).sum().backward()
+    lazymlir.mark_step()
+    torch.testing.assert_close(lazy[0].weight.grad.cpu(), model[0].weight.grad)
+    assert_compiled()

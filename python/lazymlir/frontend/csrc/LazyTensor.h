@@ -37,11 +37,18 @@ inline void releaseDropped() {
 struct LazyTensorImpl final : c10::TensorImpl {
   // A storage of its own with no memory (data_ptr() refuses): is_alias_of is
   // true for this tensor and its shallow copies only (DDP's reducer asks).
+  // Always a normal tensor, with its autograd keys and a version counter,
+  // as the VIEW constructor makes it: under torch.inference_mode the plain
+  // constructor makes an inference tensor, and ADInplaceOrView then fails to
+  // make a view's result share its normal base's version counter ("Cannot
+  // set version_counter for inference tensor": every view, so nn.Linear).
+  // That constructor adds no keys: the autocast key is named here.
   LazyTensorImpl(caffe2::TypeMeta dtype, PyObject* state)
-      : c10::TensorImpl(c10::Storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(kLazy, 0)),
+      : c10::TensorImpl(c10::TensorImpl::VIEW,
+                        c10::Storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(kLazy, 0)),
                                      /*allocator=*/nullptr, /*resizable=*/false),
                         c10::DispatchKeySet{c10::DispatchKey::PrivateUse1, c10::DispatchKey::AutogradPrivateUse1,
-                                            c10::DispatchKey::ADInplaceOrView},
+                                            c10::DispatchKey::ADInplaceOrView, c10::DispatchKey::AutocastPrivateUse1},
                         dtype),
         state_(state) {}
 
