@@ -294,6 +294,20 @@ def _inplace_hit(functional, target, frozen, keys, meta_args, meta_kwargs):
     return hit
 
 
+def _named(func, args, kwargs) -> dict:
+    """``func``'s arguments by their schema names, in schema order (an
+    omitted one is its default, or None)."""
+    named = {}
+    for i, formal in enumerate(func._schema.arguments):
+        if i < len(args):
+            named[formal.name] = args[i]
+        elif formal.name in kwargs:
+            named[formal.name] = kwargs[formal.name]
+        else:
+            named[formal.name] = formal.default_value if formal.has_default_value() else None
+    return named
+
+
 def _out_variant(func):
     """add.out -> (add.Tensor, extra kwarg names): the functional overload taking the
     same arguments minus ``out`` (plus optional keywords such as dtype/device)."""

@@ -15,6 +15,8 @@ data is recorded."""
 
 import torch
 
+from .handlers import _named
+
 aten = torch.ops.aten
 
 
@@ -27,15 +29,9 @@ def _gates(input_gates, hidden_gates, input_bias, hidden_bias, chunks):
     return gates.chunk(chunks, 1)
 
 
-def _args(names, args, kwargs):
-    a = dict(zip(names, args))
-    a.update(kwargs)
-    return [a.get(n) for n in names]
-
-
 def lstm_cell(func, args, kwargs):
     """(hy, cy, workspace): workspace holds the activated gates i, f, g, o."""
-    ig, hg, cx, b_ih, b_hh = _args(("input_gates", "hidden_gates", "cx", "input_bias", "hidden_bias"), args, kwargs)
+    ig, hg, cx, b_ih, b_hh = _named(func, args, kwargs).values()
     i, f, g, o = _gates(ig, hg, b_ih, b_hh, 4)
     i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
     cy = f * cx + i * g
@@ -45,8 +41,7 @@ def lstm_cell(func, args, kwargs):
 
 def lstm_cell_backward(func, args, kwargs):
     """(grad of the gates before activation, grad of cx, grad of the bias)."""
-    names = ("grad_hy", "grad_cy", "cx", "cy", "workspace", "has_bias")
-    grad_hy, grad_cy, cx, cy, workspace, has_bias = _args(names, args, kwargs)
+    grad_hy, grad_cy, cx, cy, workspace, has_bias = _named(func, args, kwargs).values()
     if grad_hy is None and grad_cy is None:
         return None, None, None
     i, f, g, o = workspace.chunk(4, 1)
@@ -68,7 +63,7 @@ def lstm_cell_backward(func, args, kwargs):
 def gru_cell(func, args, kwargs):
     """(hy, workspace): workspace holds r, z, n, the hidden gate's n part
     (with its bias) and hx."""
-    ig, hg, hx, b_ih, b_hh = _args(("input_gates", "hidden_gates", "hx", "input_bias", "hidden_bias"), args, kwargs)
+    ig, hg, hx, b_ih, b_hh = _named(func, args, kwargs).values()
     if b_ih is not None:
         ig = ig + b_ih
     if b_hh is not None:
@@ -84,7 +79,7 @@ def gru_cell(func, args, kwargs):
 
 def gru_cell_backward(func, args, kwargs):
     """(grad of the input gates, of the hidden gates, of hx, of the two biases)."""
-    grad_hy, workspace, has_bias = _args(("grad_hy", "workspace", "has_bias"), args, kwargs)
+    grad_hy, workspace, has_bias = _named(func, args, kwargs).values()
     r, z, n, hn, hx = workspace.chunk(5, 1)
     gz = grad_hy * (hx - n) * (1 - z) * z
     gn = grad_hy * (1 - z) * (1 - n * n)
@@ -99,7 +94,7 @@ def gru_cell_backward(func, args, kwargs):
 def pack_padded_sequence(func, args, kwargs):
     """(data, batch sizes on the CPU), as ATen's PackedSequence.cpp: the time
     steps' rows of the sequences still running, one step after another."""
-    x, lengths, batch_first = _args(("input", "lengths", "batch_first"), args, kwargs)
+    x, lengths, batch_first = _named(func, args, kwargs).values()
     if lengths.device.type != "cpu" or lengths.dim() != 1:
         raise RuntimeError(
             f"'lengths' argument should be a 1D CPU int64 tensor, but got {lengths.dim()}D {lengths.device} {lengths.dtype} tensor"

@@ -1,7 +1,8 @@
 """Op handlers for the ops the common ones do not fit: copies and transfers,
 batch norm, dropout, foreach ops, threshold_backward, max pooling and its
 backward (by the indices it made), scalar reads, resize_, LSTM and GRU
-cells and packed sequences (rnn), and the factories the handlers use. ``ops`` looks them up in ``_SPECIAL`` and ``_POOLING``."""
+cells and packed sequences (rnn), and the factories the handlers use.
+``ops`` looks them up in ``_SPECIAL`` and ``_POOLING``."""
 
 import math
 import weakref
@@ -26,7 +27,7 @@ from .tensor import (
     _zeros_node,
     state,
 )
-from .handlers import _alias, _call, _cast, _functional, _split, _view
+from .handlers import _alias, _call, _cast, _functional, _named, _split, _view
 from .barriers import _cpu_alias
 from .fallback import _eager
 from . import rnn
@@ -77,9 +78,7 @@ def _check_device(device) -> None:
 def _batch_norm(func, args, kwargs):
     """native_batch_norm updates the running statistics in training mode although
     its schema does not say so: record the functional form and write them back."""
-    names = ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps")
-    a = dict(zip(names, args))
-    a.update(kwargs)
+    a = _named(func, args, kwargs)
     rm, rv = a["running_mean"], a["running_var"]
     if rm is None or rv is None:
         return _functional(func, args, kwargs)
@@ -101,32 +100,17 @@ def _batch_norm(func, args, kwargs):
     return out, save_mean, save_invstd
 
 
-_BN_BACKWARD = (
-    "grad_out",
-    "input",
-    "weight",
-    "running_mean",
-    "running_var",
-    "save_mean",
-    "save_invstd",
-    "train",
-    "eps",
-    "output_mask",
-)
-
-
 def _batch_norm_backward(func, args, kwargs):
     """In evaluation mode the saved statistics are empty (eager CPU's, and
     _batch_norm's) and the backward reads the running ones: the empty
     tensors go as None, which the schema allows, instead of zero-size values
     that would keep the op out of the compiled graph."""
-    a = dict(zip(_BN_BACKWARD, args))
-    a.update(kwargs)
+    a = _named(func, args, kwargs)
     if not a["train"]:
         for name in ("save_mean", "save_invstd"):
             if isinstance(a[name], torch.Tensor) and a[name].numel() == 0:
                 a[name] = None
-    return _functional(func, tuple(a[n] for n in _BN_BACKWARD), {})
+    return _functional(func, tuple(a.values()), {})
 
 
 def _native_dropout(func, args, kwargs):
@@ -134,9 +118,8 @@ def _native_dropout(func, args, kwargs):
     drawn now, on the CPU generator, exactly as eager CPU dropout draws it
     (empty_like(input).bernoulli_(1 - p).div_(1 - p)), so results and the random
     stream match eager; the multiply is recorded."""
-    a = dict(zip(("input", "p", "train"), args))
-    a.update(kwargs)
-    x, p, train = a["input"], a["p"], a.get("train")
+    a = _named(func, args, kwargs)
+    x, p, train = a["input"], a["p"], a["train"]
     if state(x) is None or train is False or not 0.0 < p < 1.0 or x.numel() == 0:
         return _functional(func, args, kwargs)
     # empty_like: eager draws the mask in the memory order of the input (NHWC too)
@@ -282,9 +265,7 @@ def _max_pool2d_indices_backward(func, args, kwargs):
     other indices (a caller's, repeated, outside their windows) are honoured
     as eager's kernel does: each gradient added at its index of the input's
     H*W plane, -1 skipped (a scatter_add)."""
-    names = ("grad_output", "self", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "indices")
-    a = dict(zip(names, args))
-    a.update(kwargs)
+    a = _named(func, args, kwargs)
     grad, x, indices = a["grad_output"], a["self"], a["indices"]
     if not all(state(t) is not None for t in (grad, x, indices)):
         return _eager(func, args, kwargs)

@@ -104,7 +104,7 @@ def decomposition_table():
         # whole training step ran eagerly. A transposed convolution's
         # gradients do not lower at all (and marked every convolution_backward
         # of the process eager, the mark being per op and dtypes).
-        table[torch.ops.aten.convolution_backward.default] = _grouped_convolution_backward
+        table[torch.ops.aten.convolution_backward.default] = _convolution_backward
         table[torch.ops.aten.convolution.default] = _grouped_transposed_convolution
         # A negative pad crops (the backward of a pad: Hugging Face's
         # TF-style padding in MobileNetV2); torch-mlir makes it a tensor.pad
@@ -272,11 +272,11 @@ def _constant_pad_nd(x, pad, value=0):
     return torch.ops.aten.constant_pad_nd.default(x, [max(p, 0) for p in pad], value)
 
 
-def _grouped_convolution_backward(
+def _convolution_backward(
     grad, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
 ):
-    """A grouped, not transposed convolution's gradients, the weight's as one
-    grouped convolution: the input as [C/G, G*N, ...] against the output's
+    """A transposed convolution's gradients (_transposed_convolution_backward),
+    or a grouped one's, the weight's as one grouped convolution: the input as [C/G, G*N, ...] against the output's
     gradient as [G*O/G, N, ...] with G groups pairs each group's input and
     gradient channels, stride and dilation swapped, cropped to the kernel's
     size."""
