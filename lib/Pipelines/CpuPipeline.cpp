@@ -125,6 +125,10 @@ void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
   LowerToLoopsPassOptions toLoops;
   toLoops.parallelThreshold = parallelThreshold;
   pm.addNestedPass<func::FuncOp>(createLowerToLoopsPass(toLoops));
+  // Softmax and layer norm run tile by tile of rows: the normalizing pass
+  // fetches the next tile while it computes (before parallelize-tiles, which
+  // keeps the tile loop's body).
+  pm.addNestedPass<func::FuncOp>(createPrefetchRowTilesPass());
   ParallelizeTilesPassOptions tiles;
   tiles.parallelThreshold = parallelThreshold;
   pm.addNestedPass<func::FuncOp>(createParallelizeTilesPass(tiles));

@@ -213,6 +213,9 @@ struct FuseRowReductionsPass
       if (failed(result))
         continue;
       lazymlir::finishParallelTiling(rewriter, root, *result, root);
+      if (!result->loops.empty())
+        result->loops.front()->setAttr(lazymlir::kRowTilesAttr,
+                                       rewriter.getUnitAttr());
       // A dynamic row count: the full tiles (of static size, so that their
       // temporaries are too: allocated once per thread, not per tile, and
       // the tile loop can run in parallel), then the last partial one.

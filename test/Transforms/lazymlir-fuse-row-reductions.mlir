@@ -16,14 +16,14 @@
 // CHECK: %[[SUM:.+]] = linalg.generic {{.+}} ins(%[[X]], %[[MAX]] : tensor<64x256xf32>, tensor<64xf32>) outs(%[[FSUM]] : tensor<64xf32>)
 // CHECK: linalg.generic {{.+}} ins(%[[X]], %[[MAX]], %[[SUM]] : tensor<64x256xf32>, tensor<64xf32>, tensor<64xf32>)
 // CHECK: tensor.insert_slice
-// CHECK: } {lazymlir.parallel_tiles = 131072 : i64}
+// CHECK: } {lazymlir.parallel_tiles = 131072 : i64, lazymlir.row_tiles}
 // CHECK-NOT: linalg.
 // CHECK: return
 // With 4 KiB of input per tile: tiles of 4 rows.
 // TILE4K-LABEL: func.func @softmax
 // TILE4K: scf.for %[[ROW:.+]] = %{{.+}} to %{{.+}} step %c4
 // TILE4K: tensor.extract_slice %{{.+}}[%[[ROW]], 0] [4, 256] [1, 1]
-// TILE4K: } {lazymlir.parallel_tiles = 131072 : i64}
+// TILE4K: } {lazymlir.parallel_tiles = 131072 : i64, lazymlir.row_tiles}
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d0)>
 func.func @softmax(%x: tensor<512x256xf32>) -> tensor<512x256xf32> {
@@ -178,12 +178,12 @@ func.func @matmul_is_not_a_row_reduction(%x: tensor<4x64x128xf32>, %w: tensor<12
 // CHECK: %[[MAX:.+]] = linalg.generic {{.+}} ins(%[[X]] : tensor<256x64xf32>)
 // CHECK: %[[SUM:.+]] = linalg.generic {{.+}} ins(%[[X]], %[[MAX]] : tensor<256x64xf32>, tensor<256xf32>)
 // CHECK: linalg.generic {{.+}} ins(%[[X]], %[[MAX]], %[[SUM]] :
-// CHECK: } {lazymlir.parallel_tiles = 9223372036854775807 : i64}
+// CHECK: } {lazymlir.parallel_tiles = 9223372036854775807 : i64, lazymlir.row_tiles}
 // CHECK: scf.for %[[REST:.+]] = %[[FULL]] to %[[DIM]] step %c256
 // CHECK: %[[N:.+]] = affine.apply #{{.+}}(%[[REST]])[%[[DIM]]]
 // CHECK: tensor.extract_slice %arg0[%[[REST]], 0] [%[[N]], 64] [1, 1]
 // CHECK: linalg.generic {{.+}} : tensor<?x64xf32>)
-// CHECK: } {lazymlir.parallel_tiles = 9223372036854775807 : i64}
+// CHECK: } {lazymlir.parallel_tiles = 9223372036854775807 : i64, lazymlir.row_tiles}
 // CHECK-NOT: linalg.
 // CHECK: return
 #map = affine_map<(d0, d1) -> (d0, d1)>

@@ -27,6 +27,11 @@ namespace lazymlir {
 inline constexpr llvm::StringLiteral kParallelTilesAttr =
     "lazymlir.parallel_tiles";
 
+/// On the tile loops of lazymlir-fuse-row-reductions, beside
+/// kParallelTilesAttr: lazymlir-prefetch-row-tiles fetches the next tile's
+/// rows while this one computes, and removes the attribute.
+inline constexpr llvm::StringLiteral kRowTilesAttr = "lazymlir.row_tiles";
+
 /// The iteration points of an op with a dynamic (`?`) loop range, or too
 /// many to count: the tile loops of such an op count as large (parallel when
 /// threads > 1); their trip counts are only known at run time.
