@@ -150,6 +150,8 @@ void lazymlir::buildCpuLLVMPipeline(OpPassManager &pm,
     ConvertSCFToOpenMPPassOptions toOpenMP;
     toOpenMP.numThreads = options.threads;
     pm.addPass(createConvertSCFToOpenMPPass(toOpenMP));
+    // A tile's scratch once per thread, not per tile (the runtime's pool).
+    pm.addNestedPass<func::FuncOp>(createPerThreadScratchPass());
     pm.addNestedPass<func::FuncOp>(createScheduleWorksharingPass());
     // It wraps each iteration in a memref.alloca_scope, which must stay one
     // block; loop bodies of linalg ops allocate nothing, so canonicalization

@@ -112,7 +112,8 @@ struct ParallelizeTilesPass
           lazymlir::parallelizeLoopNest(rewriter, nest, depth);
       // Each iteration allocates its own scratch: on the heap (the runtime's
       // pool), as an alloca would keep convert-scf-to-openmp's per-iteration
-      // alloca scope, which must then stay one block.
+      // alloca scope, which must then stay one block. After that conversion
+      // lazymlir-per-thread-scratch allocates it once per thread instead.
       for (Operation *shared : scratch) {
         Value buffer = shared->getResult(0);
         for (Operation *user : llvm::make_early_inc_range(buffer.getUsers()))

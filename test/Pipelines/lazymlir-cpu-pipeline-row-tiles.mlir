@@ -7,12 +7,20 @@
 // pass also prefetches the next tile (lazymlir-prefetch-row-tiles), inside
 // the OpenMP loop over the tiles. Below the streaming threshold the
 // normalizing pass stays scalar for LLVM to vectorize, without prefetches.
+// The tile's row maxima and sums are on each thread's stack, allocated once
+// per thread before the worksharing loop (lazymlir-per-thread-scratch), not
+// from the runtime's pool in every tile.
 // CHECK-LABEL: llvm.func @__lazymlir_k_
 // CHECK: omp.parallel
-// CHECK: omp.wsloop
+// CHECK-NEXT: llvm.alloca {{.+}} x f32
+// CHECK-NEXT: llvm.alloca {{.+}} x f32
+// CHECK-NEXT: omp.wsloop
+// CHECK-NOT: _mlir_memref_to_llvm_aligned_alloc
 // CHECK: llvm.intr.prefetch
 // CHECK-SAME: cache = 1 : i32, hint = 3 : i32, rw = 0 : i32
 // CHECK: nontemporal
+// CHECK-NOT: _mlir_memref_to_llvm_free
+// CHECK: omp.terminator
 // CHECK-NOT: lazymlir.row_tiles
 // SMALL-LABEL: llvm.func @__lazymlir_k_
 // SMALL-NOT: llvm.intr.prefetch
