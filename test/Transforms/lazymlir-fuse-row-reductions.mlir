@@ -1,10 +1,10 @@
-// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-row-reductions,canonicalize,cse))" | FileCheck %s
-// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-row-reductions{tile-bytes=4096},canonicalize,cse))" | FileCheck %s --check-prefix=TILE4K
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-row-reductions{tile-bytes=65536},canonicalize,cse))" | FileCheck %s
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-row-reductions,canonicalize,cse))" | FileCheck %s --check-prefix=TILE4K
 
 // Softmax after lazymlir-fuse-elementwise: the row maxima, the row sums of
 // exp(x - max) and the normalizing pass become one loop over tiles of 64 rows
-// (64 KiB of input), the reductions and their fills inside it; nothing is
-// left outside.
+// (64 KiB of input with tile-bytes=65536), the reductions and their fills
+// inside it; nothing is left outside.
 // CHECK-LABEL: func.func @softmax
 // CHECK: %[[C64:.+]] = arith.constant 64 : index
 // CHECK: scf.for %[[ROW:.+]] = %{{.+}} to %{{.+}} step %[[C64]]
@@ -19,7 +19,7 @@
 // CHECK: } {lazymlir.parallel_tiles = 131072 : i64, lazymlir.row_tiles}
 // CHECK-NOT: linalg.
 // CHECK: return
-// With 4 KiB of input per tile: tiles of 4 rows.
+// By default, 4 KiB of input per tile: tiles of 4 rows.
 // TILE4K-LABEL: func.func @softmax
 // TILE4K: scf.for %[[ROW:.+]] = %{{.+}} to %{{.+}} step %c4
 // TILE4K: tensor.extract_slice %{{.+}}[%[[ROW]], 0] [4, 256] [1, 1]
