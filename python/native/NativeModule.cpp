@@ -2,9 +2,9 @@
 //
 // Thin bindings over lazymlir::CpuExecutable. Buffers arrive through DLPack
 // (nanobind's ndarray) and never get copied: the compiled code reads and
-// writes torch's memory in place. Its one tie to torch: pooled_tensor hands
-// out pool memory as torch tensors (nanobind's pytorch framework tag, through
-// DLPack); no torch header is included.
+// writes torch's memory in place. Nothing here knows torch: output buffers
+// from the runtime's pool are made into torch tensors by lazymlir._device,
+// which takes the pool's functions by address (buffer_pool_functions).
 //
 //===----------------------------------------------------------------------===//
 
@@ -231,21 +231,16 @@ NB_MODULE(_native, m) {
           "cost. Raises CheckFailed like `run`. Releases the GIL.");
 
   m.def(
-      "pooled_tensor",
-      [](const std::vector<size_t> &shape, uint8_t code, uint8_t bits) {
-        size_t bytes = (bits + 7) / 8;
-        for (size_t size : shape)
-          bytes *= size;
-        void *block = allocateBuffer(bytes);
-        nb::capsule owner(block, [](void *p) noexcept { releaseBuffer(p); });
-        nb::dlpack::dtype dtype{code, bits, 1};
-        return nb::ndarray<nb::pytorch>(block, shape.size(), shape.data(),
-                                        owner, /*strides=*/nullptr, dtype);
+      "buffer_pool_functions",
+      [] {
+        void *(*allocate)(size_t) = &allocateBuffer;
+        void (*release)(void *) = &releaseBuffer;
+        return std::make_tuple(reinterpret_cast<uintptr_t>(allocate),
+                               reinterpret_cast<uintptr_t>(release));
       },
-      nb::arg("shape"), nb::arg("dtype_code"), nb::arg("bits"),
-      "A contiguous torch tensor of `shape` whose elements are DLPack's "
-      "(`dtype_code`, `bits`), from the runtime's buffer pool; its memory "
-      "goes back to the pool when the tensor is freed.");
+      "The addresses of the runtime's buffer pool functions, `void "
+      "*allocate(size_t bytes)` and `void release(void *)`: lazymlir._device "
+      "makes output tensors from the pool with them (set_buffer_pool).");
   m.def("host_wait_begin", &beginHostWait,
         "The host thread starts blocking on background runs.");
   m.def("host_wait_end", &endHostWait, "The host thread stops waiting.");

@@ -212,9 +212,15 @@ def test_large_outputs_of_every_dtype(native_built, dtype):
     del out, got
     gc.collect()
     assert _native.idle_buffer_bytes() >= x.nbytes
-    # A dtype compiled graphs never have: a pooled byte buffer, viewed.
+    # Any dtype, compiled graphs' or not, comes from the pool; it goes back
+    # when the tensor dies.
     half = run.output_buffer((256, 1024), torch.float16)
     assert half.dtype == torch.float16 and half.shape == (256, 1024) and half.is_contiguous()
+    half.fill_(2.0)
+    assert bool((half == 2.0).all())
+    idle = _native.idle_buffer_bytes()
+    del half
+    assert _native.idle_buffer_bytes() == idle + 256 * 1024 * 2
 
 
 def test_inference_mode(native_built):

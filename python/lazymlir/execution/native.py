@@ -75,11 +75,11 @@ def run_allocated(
     )
 
 
-def pooled_tensor(shape, dtype_code: int, bits: int) -> torch.Tensor:
-    """A contiguous torch tensor from the runtime's buffer pool (which also
-    serves compiled code's temporaries), of DLPack element type (``dtype_code``,
-    ``bits``); its memory goes back to the pool when the tensor dies."""
-    return _native.pooled_tensor(shape, dtype_code, bits)
+def buffer_pool_functions():
+    """The addresses of the runtime's buffer pool functions (allocate a
+    number of bytes, release a block), for lazymlir._device, which makes
+    output tensors from the pool (``_device.set_buffer_pool``)."""
+    return _native.buffer_pool_functions()
 
 
 def trim_buffer_pool() -> int:

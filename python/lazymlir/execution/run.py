@@ -22,7 +22,6 @@ from typing import List, Sequence
 import torch
 
 from .. import config, metrics
-from .. import dtypes as dtype_table
 from ..lowering import linalg
 from ..trace import dynamic, ir
 from . import cache, entries, profiler, tierup
@@ -292,15 +291,10 @@ def output_buffer(shape, dtype: torch.dtype) -> torch.Tensor:
     freed and allocated again with the same sizes every step, and a fresh
     large allocation is page-faulted in on its first write, which made a 4M
     element kernel 3x slower.  Small ones come from torch's allocator."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < _POOLED_BYTES:
-        return torch.empty(shape, dtype=dtype)
-    if entries._compiler is None:  # nothing compiled yet: the pool is the native module's
-        return torch.empty(shape, dtype=dtype)
-    code = dtype_table.dlpack_code(dtype)
-    if code is None:  # a dtype only eager graphs have: bytes, viewed
-        return entries._compiler.pooled_tensor((nbytes,), 1, 8).view(dtype).view(shape)
-    return entries._compiler.pooled_tensor(shape, *code)
+    pooled = entries.pooled_empty
+    if pooled is None or math.prod(shape) * dtype.itemsize < _POOLED_BYTES:
+        return torch.empty(shape, dtype=dtype)  # small, or nothing compiled yet
+    return pooled(shape, dtype)
 
 
 def empty_cache() -> int:
