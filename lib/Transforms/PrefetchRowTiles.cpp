@@ -108,24 +108,21 @@ struct PrefetchRowTilesPass
       Location loc = load.getLoc();
       Value source = slice.getSource();
       SmallVector<Value> indices;
-      for (auto [d, offset] : llvm::enumerate(slice.getMixedOffsets())) {
-        Value index = load.getIndices()[d];
-        Value base =
-            d == 0 ? iv : getValueOrCreateConstantIndexOp(b, loc, offset);
-        if (d == 0) {
-          // The same row of the next tile; the last tile fetches its own
-          // last rows again (never past the buffer).
-          Value next = arith::AddIOp::create(
-              b, loc, base, arith::ConstantIndexOp::create(b, loc, *step));
-          Value row = arith::AddIOp::create(b, loc, next, index);
-          Value rows = memref::DimOp::create(b, loc, source, 0);
-          Value lastRow = arith::SubIOp::create(
-              b, loc, rows, arith::ConstantIndexOp::create(b, loc, 1));
-          indices.push_back(arith::MinUIOp::create(b, loc, row, lastRow));
-        } else {
-          indices.push_back(arith::AddIOp::create(b, loc, base, index));
-        }
-      }
+      // The same row of the next tile; the last tile fetches its own last
+      // rows again (never past the buffer).
+      Value next = arith::AddIOp::create(
+          b, loc, iv, arith::ConstantIndexOp::create(b, loc, *step));
+      Value row = arith::AddIOp::create(b, loc, next, load.getIndices()[0]);
+      Value rows = memref::DimOp::create(b, loc, source, 0);
+      Value lastRow = arith::SubIOp::create(
+          b, loc, rows, arith::ConstantIndexOp::create(b, loc, 1));
+      indices.push_back(arith::MinUIOp::create(b, loc, row, lastRow));
+      // The other dimensions: the element the load reads.
+      for (auto [offset, index] :
+           llvm::zip_equal(llvm::drop_begin(slice.getMixedOffsets()),
+                           llvm::drop_begin(load.getIndices())))
+        indices.push_back(arith::AddIOp::create(
+            b, loc, getValueOrCreateConstantIndexOp(b, loc, offset), index));
       memref::PrefetchOp::create(b, loc, source, indices, /*isWrite=*/false,
                                  static_cast<uint32_t>(hint),
                                  /*isDataCache=*/true);
