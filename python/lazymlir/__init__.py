@@ -10,9 +10,9 @@ from . import frontend  # noqa: F401  (first: PrivateUse1 becomes "lazy" before 
 from . import config, metrics
 from .execution import cache
 from .frontend.tensor import LazyTensor, device
-from .frontend.barriers import kernel_count, mark_step, sync
+from .frontend.barriers import empty_cache, kernel_count, mark_step, sync
 from .frontend import ops, registration  # noqa: F401,E402  (op handlers, PrivateUse1 kernels)
-from .execution.run import empty_cache, wait_device_ops
+from .execution.run import wait_device_ops
 from .execution.profiler import profile
 from .frontend.marks import mark_dynamic, mark_static
 from .dynamo import skip as _dynamo_skip

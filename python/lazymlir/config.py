@@ -78,6 +78,12 @@ force_fallback: str = _env_str("LAZYMLIR_FORCE_FALLBACK", "") or ""
 # them in the calling thread, a debugging aid.
 async_execution: bool = _env_bool("LAZYMLIR_ASYNC", True)
 
+# Replay a step whose graph was compiled and run before from the device's C++
+# (LAZYMLIR_REPLAY, default on; lazymlir.execution.run.replay): a barrier, or a
+# mark_step() waited for at once, skips the Python of the cache hit path. 0:
+# every step takes that path (to rule the replay out when hunting a bug).
+replay: bool = _env_bool("LAZYMLIR_REPLAY", True)
+
 # Graphs submitted to the worker and not finished yet, at most: a step that
 # would exceed it waits (in mark_step() or the barrier that submits it) for
 # the oldest one.  When tracing is faster than running, an unbounded queue
@@ -166,6 +172,7 @@ _NAMES = (
     "force_eager",
     "force_fallback",
     "async_execution",
+    "replay",
     "max_in_flight",
     "recompile_warning_at",
     "profile",

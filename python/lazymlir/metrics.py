@@ -3,7 +3,8 @@
 Counters: ``MarkStep``, ``CachedCompile``, ``UncachedCompile``,
 ``CompileFallback`` (a graph that failed to compile and ran eagerly),
 ``EagerGraph`` (a graph run eagerly on purpose, ``LAZYMLIR_FORCE_EAGER``),
-``Sync`` (a barrier that executed a graph), ``InFlightWait`` (a submission
+``Sync`` (a barrier that executed a graph), ``Replay`` (a graph compiled
+before that the device's C++ ran without the Python path; a cache hit too), ``InFlightWait`` (a submission
 that waited for the oldest of ``LAZYMLIR_MAX_IN_FLIGHT`` unfinished graphs), ``RecompileShapeChange`` (a graph
 compiled again for new input shapes) and ``aten::<op>`` (an op that ran eagerly
 because the compiler does not cover it).

@@ -81,6 +81,30 @@ nb::list signatures(const std::vector<TensorSignature> &list) {
   return result;
 }
 
+// CpuExecutable::run on raw buffers as a C function, for lazymlir._device's
+// replay of a compiled step (which links no MLIR and gets this by address):
+// 0 when it ran; 1 when a runtime check failed; 2 on any other error
+// (counts, byte sizes). The caller holds no GIL.
+int runRaw(const void *executable, void *const *inputs,
+           const size_t *inputBytes, size_t numInputs, void *const *outputs,
+           const size_t *outputBytes, size_t numOutputs) noexcept {
+  try {
+    std::vector<RawBuffer> in, out;
+    in.reserve(numInputs);
+    out.reserve(numOutputs);
+    for (size_t i = 0; i < numInputs; ++i)
+      in.push_back({inputs[i], inputBytes[i]});
+    for (size_t i = 0; i < numOutputs; ++i)
+      out.push_back({outputs[i], outputBytes[i]});
+    static_cast<const CpuExecutable *>(executable)->run(in, out);
+    return 0;
+  } catch (const CheckFailed &) {
+    return 1;
+  } catch (...) {
+    return 2;
+  }
+}
+
 } // namespace
 
 NB_MODULE(_native, m) {
@@ -98,6 +122,13 @@ NB_MODULE(_native, m) {
           "outputs",
           [](const CpuExecutable &e) { return signatures(e.outputs()); },
           "[(element type, shape)] of the entry's results")
+      .def_prop_ro(
+          "address",
+          [](const CpuExecutable &e) {
+            return reinterpret_cast<uintptr_t>(&e);
+          },
+          "The executable's address, for raw_run_function's callers (valid "
+          "while this object lives)")
       .def_prop_ro("kernel_count", &CpuExecutable::kernelCount,
                    "Loop nests (kernels) in the compiled entry function")
       .def_prop_ro("has_runtime_checks", &CpuExecutable::hasRuntimeChecks,
@@ -241,6 +272,19 @@ NB_MODULE(_native, m) {
       "The addresses of the runtime's buffer pool functions, `void "
       "*allocate(size_t bytes)` and `void release(void *)`: lazymlir._device "
       "makes output tensors from the pool with them (set_buffer_pool).");
+  m.def(
+      "raw_run_function",
+      [] {
+        int (*run)(const void *, void *const *, const size_t *, size_t,
+                   void *const *, const size_t *, size_t) = &runRaw;
+        return reinterpret_cast<uintptr_t>(run);
+      },
+      "The address of `int run(const void *executable, void *const "
+      "*inputs, const size_t *input_bytes, size_t n_inputs, void *const "
+      "*outputs, const size_t *output_bytes, size_t n_outputs)`: a static "
+      "graph's run on raw contiguous buffers (as run_raw), called without the "
+      "GIL by lazymlir._device's replay; 0 when it ran, 1 when a runtime "
+      "check failed, 2 on any other error.");
   m.def("host_wait_begin", &beginHostWait,
         "The host thread starts blocking on background runs.");
   m.def("host_wait_end", &endHostWait, "The host thread stops waiting.");

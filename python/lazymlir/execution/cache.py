@@ -53,8 +53,17 @@ def lookup(key: tuple) -> Optional[Any]:
     return entry
 
 
+def count_hit() -> None:
+    """A hit that did not go through :func:`lookup` (the device's replay of
+    a step, run.replay)."""
+    global _hits
+    _hits += 1
+
+
 def insert(key: tuple, entry: Any, compile_seconds: float) -> None:
     global _compile_seconds
+    if key in _entries:
+        _forget()  # what the replay runs for this key changes
     _entries[key] = entry
     _compile_seconds += compile_seconds
 
@@ -64,6 +73,7 @@ def drop(kind: str) -> None:
     regions at exit: their executables go before the native runtime)."""
     for key in [k for k in _entries if k and k[0] == kind]:
         del _entries[key]
+    _forget()
 
 
 def note_disk(hit: bool) -> None:
@@ -97,11 +107,24 @@ def stats() -> CacheStats:
 # templates.
 _clear_hooks: List[Callable[[], None]] = []
 _wait_hooks: List[Callable[[], None]] = []
+_forget_hooks: List[Callable[[], None]] = []
 
 
 def on_clear(hook: Callable[[], None]) -> None:
     """Call ``hook`` whenever :func:`clear` runs (before the entries go)."""
     _clear_hooks.append(hook)
+
+
+def on_forget(hook: Callable[[], None]) -> None:
+    """Call ``hook`` whenever an entry is dropped or replaced (:func:`clear`,
+    :func:`drop`, :func:`insert` over an existing key): the device's replay
+    forgets the graphs it runs."""
+    _forget_hooks.append(hook)
+
+
+def _forget() -> None:
+    for hook in _forget_hooks:
+        hook()
 
 
 def on_wait_background_compiles(hook: Callable[[], None]) -> None:
@@ -115,6 +138,7 @@ def clear() -> None:
     global _hits, _misses, _compile_seconds, _disk_hits, _disk_misses
     for hook in _clear_hooks:
         hook()
+    _forget()
     _entries.clear()
     _shapes_by_structure.clear()
     _hits = _misses = _disk_hits = _disk_misses = 0

@@ -23,24 +23,23 @@ from . import cache
 # first compilation: the tracer, the lowering and eager execution work without it.
 _compiler = None
 _compiler_import_error = None
-# lazymlir._device.pooled_empty once the native compiler is loaded: output
-# buffers from the runtime's pool (run.output_buffer).
-pooled_empty = None
 
 
 def native_compiler():
     """The lazymlir.execution.native module, or None when the native build is
     missing."""
-    global _compiler, _compiler_import_error, pooled_empty
+    global _compiler, _compiler_import_error
     if _compiler is None and _compiler_import_error is None:
         try:
             from . import native
             from .. import _device
 
             # Output buffers come from the runtime's pool, made into torch
-            # tensors by the device's C++ (run.output_buffer).
+            # tensors by the device's C++ (run.output_buffer), and the
+            # device's replay of a compiled step calls the runtime directly
+            # (run.replay).
             _device.set_buffer_pool(*native.buffer_pool_functions())
-            pooled_empty = _device.pooled_empty
+            _device.set_run_function(native.raw_run_function())
             _compiler = native
             # The background compiler stops before the interpreter (and the
             # C++ runtime) shuts down.

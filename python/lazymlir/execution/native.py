@@ -82,6 +82,14 @@ def buffer_pool_functions():
     return _native.buffer_pool_functions()
 
 
+def raw_run_function() -> int:
+    """The address of the runtime's C function that runs a static graph on
+    raw buffers (``CpuExecutable.address``, then the buffers' addresses and
+    byte sizes), for lazymlir._device's replay of a compiled step
+    (``_device.set_run_function``)."""
+    return _native.raw_run_function()
+
+
 def trim_buffer_pool() -> int:
     """Return the pool's idle blocks to the system; the bytes returned."""
     return _native.trim_buffer_pool()

@@ -12,7 +12,6 @@ import copy
 import _thread
 import atexit
 import collections
-import math
 import operator
 import threading
 import time
@@ -20,8 +19,9 @@ import traceback
 from typing import List, Sequence
 
 import torch
+import torch.autograd.profiler as _autograd_profiler
 
-from .. import config, metrics
+from .. import _device, config, metrics
 from ..lowering import linalg
 from ..trace import dynamic, ir
 from . import cache, entries, profiler, tierup
@@ -68,6 +68,9 @@ def execute(outputs: Sequence[ir.Node], now: bool = False, condition: bool = Fal
             metrics.counter("CachedCompile")
     elif type(entry) is Compiled:
         metrics.counter("CachedCompile")
+        if entry.checked and entry.out_specs is not None and not entry.wrong:  # static: replayable
+            exe = entry.executable
+            _device.arm_replay(graph.key, exe, exe.address, entry.out_specs, exe.kernel_count)
     if type(entry) is Compiled and entry.dynamic:
         tierup.note_dynamic_run(graph, entry)  # a size that keeps coming back gets its static graph
     if entry is None and condition and _small_read(graph):
@@ -111,6 +114,34 @@ def execute(outputs: Sequence[ir.Node], now: bool = False, condition: bool = Fal
         job = _submit(entry, inputs, outs, deps)
     last_kernels = entry.kernel_count
     return graph.output_values(outs), job, last_kernels
+
+
+def replay(storages, now: bool = False) -> bool:
+    """Compute the pending values of ``storages`` (a mark_step's, or with
+    ``now`` a barrier's) by the device's replay (csrc/Replay.cpp) where
+    :func:`execute` would run their graph, compiled and run before, on this
+    thread: a barrier with nothing unfinished, or a mark_step whose last two
+    steps were waited for at once. Whether it did (if not, nothing
+    happened). No ``CollectTime``/``ExecuteTime`` timings: each line here
+    costs, with the caches cold."""
+    global last_kernels, _last_job, _handed
+    if not now and (_handed is not None or _waited_at_once < 2 or not config.async_execution):
+        return False
+    if not config.replay or (_in_flight and not idle()) or profiler.active or _autograd_profiler._is_profiler_enabled:
+        return False
+    kernels = _device.replay(storages, config.options_key())
+    if kernels is None:
+        return False
+    last_kernels = kernels
+    cache.count_hit()
+    metrics.counter("Sync")
+    metrics.counter("CachedCompile")
+    metrics.counter("Replay")
+    if not now:
+        metrics.counter("RunAtMarkStep")
+        _last_job = _DONE
+        _handed = (_DONE, time.perf_counter())  # hand_back
+    return True
 
 
 # A step handed back by mark_step() (its job, when) and not waited for yet,
@@ -281,30 +312,9 @@ def _execute_rest(outputs: Sequence[ir.Node], now: bool = False):
     return [o.data if o.data is not None else next(computed) for o in outputs], job, kernels
 
 
-# Outputs at least this large come from the runtime's buffer pool.
-_POOLED_BYTES = 128 * 1024
-
-
-def output_buffer(shape, dtype: torch.dtype) -> torch.Tensor:
-    """A contiguous output buffer.  Large ones come from the runtime's buffer
-    pool (returned to it when the tensor dies): a training step's outputs are
-    freed and allocated again with the same sizes every step, and a fresh
-    large allocation is page-faulted in on its first write, which made a 4M
-    element kernel 3x slower.  Small ones come from torch's allocator."""
-    pooled = entries.pooled_empty
-    if pooled is None or math.prod(shape) * dtype.itemsize < _POOLED_BYTES:
-        return torch.empty(shape, dtype=dtype)  # small, or nothing compiled yet
-    return pooled(shape, dtype)
-
-
-def empty_cache() -> int:
-    """Return the memory the runtime's buffer pool holds idle (outputs and
-    temporaries freed by earlier steps, kept for reuse) to the system, after
-    the graphs already submitted finish; returns how many bytes.  Like
-    ``torch.cuda.empty_cache()``: memory in use is not affected, and the
-    next steps page fresh blocks in again."""
-    wait_device_ops()
-    return 0 if entries._compiler is None else entries._compiler.trim_buffer_pool()
+# output_buffer(shape, dtype): a contiguous output buffer; from the runtime's
+# buffer pool when it is at least 128 KiB (csrc/PooledBuffers.cpp says why).
+output_buffer = _device.output_buffer
 
 
 # ----------------------------------------------------------------------------
@@ -459,6 +469,15 @@ def _submit(entry, inputs, outs, deps):
 # Jobs submitted to the worker and not seen finished, oldest first.
 _in_flight = collections.deque()
 
+# The job of every step the replay ran (done). The replay holds executables
+# while they are cached, and not past the interpreter's exit.
+_DONE = _Job()
+_DONE._finished = True
+_DONE._running.release()
+_device.install_replay(_Job)
+cache.on_forget(_device.forget_replays)
+atexit.register(_device.forget_replays)
+
 
 def _running(entry) -> bool:
     """Whether a submitted job of ``entry`` may still be queued or running
@@ -566,8 +585,11 @@ def wait_device_ops() -> None:
     """Block until every graph started so far (by mark_step() or a barrier) has
     finished, like torch._lazy.wait_device_ops(); raise the first error of a
     graph that failed and was not reported yet."""
-    if _last_job is not None:
-        _wait_for(_last_job)
+    job = _last_job
+    if job is _DONE:
+        _note_wait(job)  # a step the replay ran: done
+    elif job is not None:
+        _wait_for(job)
     if _unreported:
         first = _unreported[0]
         _unreported.clear()

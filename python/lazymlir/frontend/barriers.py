@@ -10,7 +10,7 @@ from typing import List
 import torch
 
 from .. import _device, metrics
-from ..execution import run
+from ..execution import entries, run
 from ..trace.ir import ADDRESSES_STORAGE
 from .tensor import _register, state
 
@@ -20,7 +20,10 @@ aten = torch.ops.aten
 def _sync(storages, now: bool = False, condition: bool = False) -> None:
     """Compute the pending base values of ``storages`` in one graph (``now``:
     the caller waits for them at once; ``condition``: for a Python branch on
-    one bool; see run.execute)."""
+    one bool; see run.execute): replayed by the device's C++ when their graph
+    was compiled and run before (run.replay), else through run.execute."""
+    if run.replay(storages, now):
+        return
     todo = _pending_bases(storages)
     if not todo:
         return
@@ -123,3 +126,14 @@ def kernel_count(tensor: torch.Tensor = None):
 def sync(tensors: List[torch.Tensor]) -> None:
     """Compute the given lazy tensors now, in one graph."""
     _sync([st.storage for st in map(state, tensors) if st is not None])
+
+
+def empty_cache() -> int:
+    """Return the memory the runtime's buffer pool holds idle (outputs and
+    temporaries freed by earlier steps, kept for reuse) to the system, after
+    the graphs already submitted finish; returns how many bytes.  Like
+    ``torch.cuda.empty_cache()``: memory in use is not affected, and the
+    next steps page fresh blocks in again."""
+    run.wait_device_ops()
+    native = entries.native_compiler()
+    return 0 if native is None else native.trim_buffer_pool()

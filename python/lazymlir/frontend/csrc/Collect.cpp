@@ -11,7 +11,7 @@
 // (interned); a fingerprint holds its canonical objects, so an address in it
 // is never another object's while the fingerprint exists.
 
-#include "PySlots.h"
+#include "Collect.h"
 
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Size.h>
@@ -70,15 +70,18 @@ struct Canon {
   std::unordered_map<std::pair<PyObject*, int>, Lift, c10::hash<std::pair<PyObject*, int>>> lifts;
   struct Seen {
     py::object key, inputPerms, outputPerms;
-    std::vector<py::object> held;  // the canonical objects its words name
+    std::vector<py::object> held;    // the canonical objects its words name
+    std::shared_ptr<Replay> replay;  // how the replay runs this step's graph (Replay.cpp)
   };
   std::unordered_map<std::vector<int64_t>, Seen, WordsHash> seen;
+  Seen* last = nullptr;  // the Seen of the last collect(), for arm_replay
 };
 Canon& gCanon = *new Canon;  // never destroyed: it holds Python objects past the interpreter's end
 
 constexpr size_t kMaxCanonical = 1 << 16, kMaxSeen = 1 << 10;
 
 void forgetCanonical() {
+  gCanon.last = nullptr;
   gCanon.seen.clear();
   gCanon.lifts.clear();
   gCanon.byAddress.clear();
@@ -124,92 +127,121 @@ void pushTensorWords(std::vector<int64_t>& words, const at::Tensor& t) {
   words.push_back(static_cast<int64_t>(t.scalar_type()));
 }
 
-py::object collect(py::sequence outputs, py::object options, bool full) {
+}  // namespace
+
+// The walk both collect() and the replay of a step make: from the outputs
+// back to device data, in key order, writing the fingerprint.
+void walkGraph(Walk& w, PyObject* const* outputs, size_t count, PyObject* options) {
   TORCH_CHECK(gCollect.graphType != nullptr, "lazymlir: the tracer is not installed (import lazymlir)");
   // Bounded (signatures of constants that change every step), and never
   // while a walk borrows the canonical objects.
   if (static_cast<size_t>(PyDict_GET_SIZE(gCanon.byValue.ptr())) >= kMaxCanonical) forgetCanonical();
-  std::unordered_map<PyObject*, Py_ssize_t> index;
-  std::vector<PyObject*> order;  // every node, in key order
-  std::vector<PyObject*> sigs;   // per op node in order: its canonical (lifted) signature
-  std::vector<int64_t> words;
-  py::list inputs, nodes, scalars;
-  struct Lifted {
-    PyObject* node;
-    size_t first;
-    PyObject* positions;
-  };
-  std::vector<Lifted> lifts;  // Graph.lifted, built when the key is
   std::vector<PyObject*> stack;
-  for (py::handle out : outputs) {
-    if (index.count(out.ptr())) continue;
-    stack.push_back(out.ptr());
+  for (size_t o = 0; o < count; ++o) {
+    if (w.index.count(outputs[o])) continue;
+    stack.push_back(outputs[o]);
     while (!stack.empty()) {
       PyObject* n = stack.back();
-      if (index.count(n)) {
+      if (w.index.count(n)) {
         stack.pop_back();
         continue;
       }
       PyObject* data = slot(n, gPy.node.data);
       if (data != Py_None) {  // device data: a graph input
-        index[n] = static_cast<Py_ssize_t>(order.size());
-        order.push_back(n);
-        words.push_back(-1);
-        pushTensorWords(words, THPVariable_Unpack(data));
-        inputs.append(n);
+        w.index[n] = static_cast<Py_ssize_t>(w.order.size());
+        w.order.push_back(n);
+        w.words.push_back(-1);
+        pushTensorWords(w.words, THPVariable_Unpack(data));
+        w.inputs.push_back(n);
         stack.pop_back();
         continue;
       }
       PyObject* ins = slot(n, gPy.node.inputs);
       const size_t before = stack.size();
       for (Py_ssize_t i = PyTuple_GET_SIZE(ins) - 1; i >= 0; --i)
-        if (!index.count(PyTuple_GET_ITEM(ins, i))) stack.push_back(PyTuple_GET_ITEM(ins, i));
+        if (!w.index.count(PyTuple_GET_ITEM(ins, i))) stack.push_back(PyTuple_GET_ITEM(ins, i));
       if (stack.size() != before) continue;  // its inputs first, the first one on top
       stack.pop_back();
-      index[n] = static_cast<Py_ssize_t>(order.size());
-      order.push_back(n);
+      w.index[n] = static_cast<Py_ssize_t>(w.order.size());
+      w.order.push_back(n);
       PyObject* sig = canonical(slot(n, gPy.node.sig));
       int lift = PyDict_Contains(gCollect.lift, PyTuple_GET_ITEM(sig, 0));
       if (lift < 0) throw py::error_already_set();
       if (lift) {
         const Canon::Lift& found = liftOf(n, sig);
         if (!found.positions.is_none()) {
-          lifts.push_back({n, static_cast<size_t>(scalars.size()), found.positions.ptr()});
+          w.lifts.push_back({n, w.scalars.size(), found.positions.ptr()});
           for (py::handle v : py::reinterpret_borrow<py::tuple>(found.values))
-            scalars.append(py::make_tuple(v, found.dtype));
+            w.scalars.push_back({v.ptr(), found.dtype.ptr()});
           sig = found.sig;
         }
       }
-      sigs.push_back(sig);
-      words.push_back(reinterpret_cast<int64_t>(sig));
-      words.push_back(PyTuple_GET_SIZE(ins));
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ins); ++i) words.push_back(index[PyTuple_GET_ITEM(ins, i)]);
-      nodes.append(n);
+      w.sigs.push_back(sig);
+      w.words.push_back(reinterpret_cast<int64_t>(sig));
+      w.words.push_back(PyTuple_GET_SIZE(ins));
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ins); ++i) w.words.push_back(w.index[PyTuple_GET_ITEM(ins, i)]);
+      w.nodes.push_back(n);
     }
   }
-  py::list outs(outputs.size());
-  py::tuple outIndex(outputs.size());
-  words.push_back(-2);
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    py::object o = outputs[i];
-    outs[i] = o;
-    outIndex[i] = py::int_(index[o.ptr()]);
-    words.push_back(index[o.ptr()]);
+  w.words.push_back(-2);
+  for (size_t o = 0; o < count; ++o) w.words.push_back(w.index[outputs[o]]);
+  PyObject* opts = canonical(options);
+  w.options = opts;
+  w.words.push_back(reinterpret_cast<int64_t>(opts));
+}
+
+std::shared_ptr<Replay>* seenReplay(const std::vector<int64_t>& words) {
+  auto seen = gCanon.seen.find(words);
+  return seen == gCanon.seen.end() ? nullptr : &seen->second.replay;
+}
+
+std::shared_ptr<Replay>* lastReplaySlot(PyObject* key) {
+  Canon::Seen* seen = gCanon.last;
+  if (seen == nullptr || seen->key.ptr() != key) return nullptr;
+  for (const py::object* perms : {&seen->inputPerms, &seen->outputPerms})
+    for (py::handle p : py::reinterpret_borrow<py::tuple>(*perms))
+      if (!p.is_none()) return nullptr;  // a memory format at the boundary: Python permutes
+  return &seen->replay;
+}
+
+void forgetReplays() {
+  for (auto& [words, seen] : gCanon.seen) seen.replay.reset();
+}
+
+namespace {
+
+py::object collect(py::sequence outputs, py::object options, bool full) {
+  std::vector<PyObject*> outPtrs;
+  outPtrs.reserve(outputs.size());
+  for (py::handle out : outputs) outPtrs.push_back(out.ptr());
+  Walk w;
+  walkGraph(w, outPtrs.data(), outPtrs.size(), options.ptr());
+  gCanon.last = nullptr;
+  py::list inputs(w.inputs.size()), nodes(w.nodes.size()), scalars(w.scalars.size());
+  for (size_t i = 0; i < w.inputs.size(); ++i) inputs[i] = py::handle(w.inputs[i]);
+  for (size_t i = 0; i < w.nodes.size(); ++i) nodes[i] = py::handle(w.nodes[i]);
+  for (size_t i = 0; i < w.scalars.size(); ++i)
+    scalars[i] = py::make_tuple(py::handle(w.scalars[i].first), py::handle(w.scalars[i].second));
+  py::list outs(outPtrs.size());
+  py::tuple outIndex(outPtrs.size());
+  for (size_t i = 0; i < outPtrs.size(); ++i) {
+    outs[i] = py::handle(outPtrs[i]);
+    outIndex[i] = py::int_(w.index[outPtrs[i]]);
   }
-  PyObject* opts = canonical(options.ptr());
-  words.push_back(reinterpret_cast<int64_t>(opts));
 
   auto graph = [&](py::object key, py::object lifted, py::object inputPerms, py::object outputPerms) {
     return call(gCollect.graphType, {key, inputs, nodes, outs, scalars, lifted, inputPerms, outputPerms});
   };
-  auto seen = gCanon.seen.find(words);
-  if (seen != gCanon.seen.end() && !full)  // lifted None: collect(full=True) gives it
+  auto seen = gCanon.seen.find(w.words);
+  if (seen != gCanon.seen.end() && !full) {  // lifted None: collect(full=True) gives it
+    gCanon.last = &seen->second;
     return graph(seen->second.key, py::none(), py::list(seen->second.inputPerms), py::list(seen->second.outputPerms));
+  }
 
   // First time (or asked for in full): the key, entry by entry.
-  py::list entries, inputPerms, outputPerms(outputs.size());
+  py::list entries, inputPerms, outputPerms(outPtrs.size());
   size_t op = 0;
-  for (PyObject* n : order) {
+  for (PyObject* n : w.order) {
     PyObject* data = slot(n, gPy.node.data);
     if (data != Py_None) {
       const at::Tensor& d = THPVariable_Unpack(data);
@@ -223,22 +255,23 @@ py::object collect(py::sequence outputs, py::object options, bool full) {
     }
     PyObject* ins = slot(n, gPy.node.inputs);
     py::tuple at(PyTuple_GET_SIZE(ins));
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ins); ++i) at[i] = py::int_(index[PyTuple_GET_ITEM(ins, i)]);
-    entries.append(py::make_tuple(py::handle(sigs[op++]), at));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ins); ++i) at[i] = py::int_(w.index[PyTuple_GET_ITEM(ins, i)]);
+    entries.append(py::make_tuple(py::handle(w.sigs[op++]), at));
   }
-  for (size_t i = 0; i < outputs.size(); ++i)
-    outputPerms[i] = permOf(THPVariable_Unpack(slot(py::object(outputs[i]).ptr(), gPy.node.meta)));
+  for (size_t i = 0; i < outPtrs.size(); ++i)
+    outputPerms[i] = permOf(THPVariable_Unpack(slot(outPtrs[i], gPy.node.meta)));
   py::tuple key = py::make_tuple(py::tuple(entries), outIndex, py::tuple(outputPerms), options);
   if (seen == gCanon.seen.end()) {
-    if (gCanon.seen.size() >= kMaxSeen) gCanon.seen.clear();
-    Canon::Seen entry{key, py::tuple(inputPerms), py::tuple(outputPerms), {}};
-    entry.held.reserve(sigs.size() + 1);
-    for (PyObject* s : sigs) entry.held.push_back(py::reinterpret_borrow<py::object>(s));
-    entry.held.push_back(py::reinterpret_borrow<py::object>(opts));
-    gCanon.seen.emplace(std::move(words), std::move(entry));
+    if (gCanon.seen.size() >= kMaxSeen) gCanon.seen.clear();  // gCanon.last is reset above
+    Canon::Seen entry{key, py::tuple(inputPerms), py::tuple(outputPerms), {}, nullptr};
+    entry.held.reserve(w.sigs.size() + 1);
+    for (PyObject* s : w.sigs) entry.held.push_back(py::reinterpret_borrow<py::object>(s));
+    entry.held.push_back(py::reinterpret_borrow<py::object>(w.options));
+    gCanon.last = &gCanon.seen.emplace(std::move(w.words), std::move(entry)).first->second;
   }
   py::dict lifted;
-  for (const Lifted& l : lifts) lifted[py::handle(l.node)] = py::make_tuple(py::int_(l.first), py::handle(l.positions));
+  for (const Walk::Lifted& l : w.lifts)
+    lifted[py::handle(l.node)] = py::make_tuple(py::int_(l.first), py::handle(l.positions));
   return graph(key, lifted, inputPerms, outputPerms);
 }
 

@@ -328,6 +328,7 @@ void defineTensor(py::module_& m) {
   m.add_object("state", py::reinterpret_steal<py::object>(PyCFunction_New(&stateDef, nullptr)));
   defineFastPath(m);
   defineCollect(m);
+  defineReplay(m);
   defineForeach(m);
 }
 

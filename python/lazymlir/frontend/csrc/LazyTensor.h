@@ -146,5 +146,6 @@ void forgetForeach();
 void defineForeach(py::module_& m);
 void defineFastPath(py::module_& m);
 void defineCollect(py::module_& m);  // Collect.cpp: ir.collect
+void defineReplay(py::module_& m);   // Replay.cpp: a compiled step run without Python
 
 }  // namespace lazymlir::device

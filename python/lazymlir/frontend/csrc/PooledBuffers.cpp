@@ -8,6 +8,7 @@
 
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace lazymlir::device {
@@ -44,11 +45,25 @@ at::Tensor pooledEmpty(c10::IntArrayRef shape, at::ScalarType dtype) {
 
 }  // namespace
 
+// An output buffer: large ones from the pool (a training step frees and
+// allocates its outputs with the same sizes every step; a fresh large
+// allocation is page-faulted in on its first write, which made a 4M-element
+// kernel 3x slower), small ones, or any before the pool is known, from
+// torch's allocator.
+at::Tensor outputBuffer(c10::IntArrayRef shape, at::ScalarType dtype) {
+  constexpr size_t kPooledBytes = 128 * 1024;
+  size_t bytes = c10::elementSize(dtype);
+  for (int64_t size : shape) bytes *= static_cast<size_t>(std::max<int64_t>(size, 0));
+  if (poolAllocate == nullptr || bytes < kPooledBytes) return at::empty(shape, at::TensorOptions().dtype(dtype));
+  return pooledEmpty(shape, dtype);
+}
+
 void definePooledBuffers(py::module_& m) {
   m.def("set_buffer_pool", &setBufferPool, py::arg("allocate"), py::arg("release"),
         "The buffer pool's allocate(bytes) and release(pointer) functions, as addresses.");
-  m.def("pooled_empty", &pooledEmpty, py::arg("shape"), py::arg("dtype"),
-        "A contiguous CPU tensor from the buffer pool; its memory goes back to the pool when it dies.");
+  m.def("output_buffer", &outputBuffer, py::arg("shape"), py::arg("dtype"),
+        "A contiguous CPU tensor for a graph's output: from the buffer pool when it is at least 128 KiB "
+        "(and the pool is known), else from torch's allocator.");
 }
 
 }  // namespace lazymlir::device
