@@ -183,3 +183,27 @@ def test_profiling_and_a_cleared_cache_take_the_python_path(native_built, at_onc
     assert metrics.counter_value("UncachedCompile") == compiles + 1  # not replayed from before the clear
     torch.testing.assert_close(steps(6).cpu(), (x.cpu() + 1).relu())
     assert metrics.counter_value("Replay") > replays
+
+
+def test_reading_a_replayed_steps_value_at_once_keeps_replaying(native_built, at_once):
+    """``mark_step(); loss.item()``: the read waits for the step at once as
+    wait_device_ops() would, so every step after the first few is replayed."""
+    x = torch.randn(64, 32)
+    w = torch.randn(32, 32, requires_grad=True)
+    lw = w.detach().to("lazy").requires_grad_()
+    lx = x.to("lazy")
+    for i in range(12):
+        loss = (lx @ lw).tanh().sum()
+        loss.backward()
+        with torch.no_grad():
+            lw -= 0.01 * lw.grad
+        lw.grad = None
+        lazymlir.mark_step()
+        expected = (x @ w).tanh().sum()
+        expected.backward()
+        with torch.no_grad():
+            w -= 0.01 * w.grad
+        w.grad = None
+        assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
+    assert metrics.counter_value("Replay") >= 12 - 5, metrics.metrics_report()
+    torch.testing.assert_close(lw.detach().cpu(), w.detach(), rtol=1e-4, atol=1e-4)

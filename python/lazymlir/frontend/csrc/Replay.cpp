@@ -96,9 +96,10 @@ std::optional<c10::Scalar> scalarOf(PyObject* value) {
 }
 
 // The pending base values of `storages` (mark_step's, or a barrier's),
-// computed by their armed graph; the graph's kernel count, or None when the
-// Python path must do it (no node has a new value then).
-py::object replay(py::sequence storages, py::object options) {
+// computed by their armed graph, each given `job` (a finished run._Job, or
+// None) as the job that computed it; the graph's kernel count, or None when
+// the Python path must do it (no node has a new value then).
+py::object replay(py::sequence storages, py::object options, py::object job) {
   if (gRun == nullptr || gJob.finished < 0) return py::none();
   std::vector<PyObject*> outputs;
   std::unordered_set<PyObject*> distinct;
@@ -158,14 +159,14 @@ py::object replay(py::sequence storages, py::object options) {
   r->running = false;
   if (failed) return py::none();  // the Python path runs it again, and raises what failed
 
-  // Node.set_data(value, None, kernels), for each output (the caller's
+  // Node.set_data(value, job, kernels), for each output (the caller's
   // storages hold them; the walk's other nodes may be gone by now).
   for (size_t i = 0; i < outputs.size(); ++i) {
     PyObject* n = outputs[i];
     py::object value = py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(outs[i])));
     if (!value) throw py::error_already_set();
     setSlot(n, gPy.node.data, value.ptr());
-    setSlot(n, gPy.node.job, Py_None);
+    setSlot(n, gPy.node.job, job.ptr());
     setSlot(n, gPy.node.kernels, r->kernels.ptr());
     setSlot(n, gPy.node.args, Py_None);
     setSlot(n, gPy.node.kwargs, Py_None);
@@ -185,9 +186,9 @@ void defineReplay(py::module_& m) {
         py::arg("kernels"),
         "The graph the last collect() returned (its key) is compiled: `executable` (an address, kept alive by "
         "`holder`) computes it into buffers of `out_specs`. Whether the replay can run it.");
-  m.def("replay", &replay, py::arg("storages"), py::arg("options"),
-        "Compute the pending values of `storages` with their armed graph: its kernel count, or None when the "
-        "Python path must.");
+  m.def("replay", &replay, py::arg("storages"), py::arg("options"), py::arg("job"),
+        "Compute the pending values of `storages` with their armed graph (`job`, finished, or None, becomes "
+        "their job): its kernel count, or None when the Python path must.");
   m.def("forget_replays", &forgetReplays, "Drop every armed graph (the compiled graphs were forgotten).");
 }
 
