@@ -273,6 +273,41 @@ struct TileContractionsPass
     return options;
   }
 
+  /// Whether the tile loops visit the columns (the innermost parallel loop)
+  /// outside the rows. Rows outside, each row of tiles reads all of B (the
+  /// operand that does not depend on the rows) again: when B is larger than
+  /// `stream-bytes`, it is not in the cache the next time and comes from
+  /// memory for every row of tiles (ViT's 512x4112 @ 4112x2048 weight
+  /// gradient, B 34 MB: 173 GFLOP/s against eager's 201, the step's
+  /// largest kernel). Columns outside, B is read once, a column strip of
+  /// tiles at a time, and A is read again for each strip instead: that
+  /// pays when A is the smaller (B at most `stream-bytes`, or A larger,
+  /// keeps the rows outside, as measured faster there).
+  bool columnsOutside(linalg::LinalgOp op) {
+    SmallVector<unsigned> parallel;
+    op.getParallelDims(parallel);
+    if (parallel.size() < 2)
+      return false;
+    unsigned rows = parallel[parallel.size() - 2], columns = parallel.back();
+    std::optional<int64_t> aBytes, bBytes;
+    for (OpOperand *input : op.getDpsInputOperands()) {
+      auto type = dyn_cast<ShapedType>(input->get().getType());
+      if (!type || !type.hasStaticShape() ||
+          !type.getElementType().isIntOrFloat())
+        return false;
+      AffineMap map = op.getMatchingIndexingMap(input);
+      int64_t bytes = type.getNumElements() *
+                      llvm::divideCeil(type.getElementTypeBitWidth(), 8);
+      bool byRows = map.isFunctionOfDim(rows);
+      bool byColumns = map.isFunctionOfDim(columns);
+      if (byRows && !byColumns)
+        aBytes = bytes;
+      else if (byColumns && !byRows)
+        bBytes = bytes;
+    }
+    return aBytes && bBytes && *bBytes > streamBytes && *bBytes > *aBytes;
+  }
+
   /// Tiles `contraction` (through its epilogue if it has one); returns the
   /// tiled contraction, or null if tiling failed (the op is then left as it
   /// was and lowers to loops).
@@ -283,16 +318,30 @@ struct TileContractionsPass
     linalg::GenericOp epilogue =
         fuseEpilogue ? findEpilogue(contraction) : nullptr;
     Operation *root = contraction;
+    SmallVector<unsigned> parallel;
+    contraction.getParallelDims(parallel);
+    // The root's loops that hold the rows and the columns.
+    unsigned rowLoop = 0, columnLoop = 0;
+    if (parallel.size() >= 2) {
+      rowLoop = parallel[parallel.size() - 2];
+      columnLoop = parallel.back();
+    }
     if (epilogue) {
       // The epilogue's loops are the contraction's parallel loops, in order.
-      SmallVector<unsigned> parallel;
-      contraction.getParallelDims(parallel);
       tiles = llvm::map_to_vector(parallel,
                                   [&](unsigned loop) { return tiles[loop]; });
       root = epilogue;
+      rowLoop = parallel.size() - 2;
+      columnLoop = parallel.size() - 1;
     }
 
     scf::SCFTileAndFuseOptions options = tileAndFuseOptions(contraction, tiles);
+    if (columnsOutside(contraction)) {
+      SmallVector<int64_t> order =
+          llvm::to_vector(llvm::seq<int64_t>(0, tiles.size()));
+      std::swap(order[rowLoop], order[columnLoop]);
+      options.tilingOptions.setInterchange(order);
+    }
     rewriter.setInsertionPoint(root);
     FailureOr<scf::SCFTileAndFuseResult> result =
         scf::tileConsumerAndFuseProducersUsingSCF(

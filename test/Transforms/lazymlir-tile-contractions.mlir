@@ -4,6 +4,7 @@
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions{im2col=0}),canonicalize,cse)" | FileCheck %s --check-prefix=NOIM2COL
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions{vectorize=0}),canonicalize,cse)" | FileCheck %s --check-prefix=NOVEC
 // RUN: lazymlir-opt %s --split-input-file --verify-diagnostics --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions))" -o /dev/null
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-tile-contractions{stream-bytes=100000000}),canonicalize,cse)" | FileCheck %s --check-prefix=STREAM
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d1)>
@@ -466,4 +467,40 @@ func.func @head_projection(%x: tensor<4x64x128xf32>, %w: tensor<128x4x32xf32>) -
     linalg.yield %a : f32
   } -> tensor<4x64x4x32xf32>
   return %r : tensor<4x64x4x32xf32>
+}
+
+// -----
+
+// B (4112x2048, 34 MB) larger than stream-bytes (16 MiB) and than A (8 MB):
+// the column tiles are visited outside the row tiles, so that each column
+// strip of B is read once for all rows (rows outside, B came from memory
+// once per row of tiles: ViT's weight gradient). stream-bytes past B's size
+// keeps the rows outside.
+// CHECK-LABEL: func.func @large_b
+// CHECK:         scf.for %{{.+}} = %c0 to %c2048 step %c32
+// CHECK:           scf.for %{{.+}} = %c0 to %c512 step %c8
+// CHECK:             scf.for {{.*}} to %c4112 step %c8 iter_args({{.*}}) -> (vector<8x32xf32>)
+// STREAM-LABEL: func.func @large_b
+// STREAM:         scf.for %{{.+}} = %c0 to %c512 step %c8
+// STREAM:           scf.for %{{.+}} = %c0 to %c2048 step %c32
+func.func @large_b(%a: tensor<512x4112xf32>, %b: tensor<4112x2048xf32>) -> tensor<512x2048xf32> {
+  %zero = arith.constant 0.0 : f32
+  %o = tensor.empty() : tensor<512x2048xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%o : tensor<512x2048xf32>) -> tensor<512x2048xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<512x4112xf32>, tensor<4112x2048xf32>) outs(%acc : tensor<512x2048xf32>) -> tensor<512x2048xf32>
+  return %r : tensor<512x2048xf32>
+}
+
+// -----
+
+// A larger than B (B 8 MB, under stream-bytes): the rows stay outside.
+// CHECK-LABEL: func.func @large_a
+// CHECK:         scf.for %{{.+}} = %c0 to %c2048 step %c8
+// CHECK:           scf.for %{{.+}} = %c0 to %c512 step %c32
+func.func @large_a(%a: tensor<2048x4112xf32>, %b: tensor<4112x512xf32>) -> tensor<2048x512xf32> {
+  %zero = arith.constant 0.0 : f32
+  %o = tensor.empty() : tensor<2048x512xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%o : tensor<2048x512xf32>) -> tensor<2048x512xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<2048x4112xf32>, tensor<4112x512xf32>) outs(%acc : tensor<2048x512xf32>) -> tensor<2048x512xf32>
+  return %r : tensor<2048x512xf32>
 }

@@ -243,6 +243,10 @@ def TileContractionsPass
        written once; the tile loops are marked `lazymlir.parallel_tiles`
        (with the contraction's iteration points) for
        lazymlir-parallelize-tiles, which may run them in parallel;
+       the tile loops visit rows of tiles outside columns, unless B (the
+       operand that does not depend on the rows) is larger than
+       `stream-bytes` (16 MiB) and than A: then columns outside, so that B
+       comes from memory once rather than once per row of tiles;
     4. tiles the reduction loops (the innermost by `tile-k`, others by 1)
        and vectorizes every tile (`vectorize`), leaving vector.contract on
        small static shapes for the vector lowering (outer products, i.e.
@@ -299,6 +303,11 @@ def TileContractionsPass
            "Rewrite 2-D convolutions as im2col + contraction first">,
     Option<"vectorize", "vectorize", "bool", /*default=*/"true",
            "Vectorize the tiles">,
+    Option<"streamBytes", "stream-bytes", "int64_t", /*default=*/"16777216",
+           "Visit the column tiles outside the row tiles when B (the "
+           "operand that does not depend on the rows) is larger than this "
+           "many bytes and than A: B is then read once instead of once per "
+           "row of tiles">,
   ];
 }
 

@@ -129,8 +129,7 @@ def replay(storages, now: bool = False) -> bool:
         return False
     if not config.replay or (_in_flight and not idle()) or profiler.active or _autograd_profiler._is_profiler_enabled:
         return False
-    # A mark_step's outputs get the finished _DONE as their job, as the
-    # Python path gives its finished job: reading one waits for it at once.
+    # A mark_step's outputs get the finished _DONE, as the Python path's get its job.
     kernels = _device.replay(storages, config.options_key(), None if now else _DONE)
     if kernels is None:
         return False
