@@ -207,3 +207,47 @@ def test_reading_a_replayed_steps_value_at_once_keeps_replaying(native_built, at
         assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
     assert metrics.counter_value("Replay") >= 12 - 5, metrics.metrics_report()
     torch.testing.assert_close(lw.detach().cpu(), w.detach(), rtol=1e-4, atol=1e-4)
+
+
+def test_channels_last_training_is_replayed(native_built):
+    """Inputs and outputs in channels_last (a memory format at the graph's
+    boundary): inputs go in as their memory is, outputs come back as views
+    in their memory format, as on the Python path."""
+    torch.manual_seed(0)
+
+    def net():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 8, 3, padding=1),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8, 4),
+        ).to(memory_format=torch.channels_last)
+
+    eager = net()
+    lazy = net()
+    lazy.load_state_dict(eager.state_dict())
+    lazy.to("lazy")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (eager, lazy)]
+    xs = [torch.randn(4, 3, 16, 16).to(memory_format=torch.channels_last) for _ in range(2)]
+    ys = [torch.randint(0, 4, (4,)) for _ in range(2)]
+    for i in range(10):
+        losses = []
+        for m, opt, dev in ((eager, opts[0], "cpu"), (lazy, opts[1], "lazy")):
+            opt.zero_grad()
+            loss = F.cross_entropy(m(xs[i % 2].to(dev)), ys[i % 2].to(dev))
+            loss.backward()
+            opt.step()
+            if dev == "lazy":
+                lazymlir.mark_step()
+            losses.append(loss.item())
+        assert losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-5)
+    assert metrics.counter_value("Replay") >= 4, metrics.metrics_report()
+    for p, q in zip(eager.parameters(), lazy.parameters()):
+        assert q.stride() == p.stride()
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-5)
+        assert q.detach().cpu().stride() == p.stride()
+    torch.testing.assert_close(lazy[1].running_var.cpu(), eager[1].running_var, rtol=1e-4, atol=1e-5)
+    assert_compiled()

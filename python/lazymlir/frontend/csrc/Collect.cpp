@@ -195,12 +195,10 @@ std::shared_ptr<Replay>* seenReplay(const std::vector<int64_t>& words) {
   return seen == gCanon.seen.end() ? nullptr : &seen->second.replay;
 }
 
-std::shared_ptr<Replay>* lastReplaySlot(PyObject* key) {
+std::shared_ptr<Replay>* lastReplaySlot(PyObject* key, py::object* outputPerms) {
   Canon::Seen* seen = gCanon.last;
   if (seen == nullptr || seen->key.ptr() != key) return nullptr;
-  for (const py::object* perms : {&seen->inputPerms, &seen->outputPerms})
-    for (py::handle p : py::reinterpret_borrow<py::tuple>(*perms))
-      if (!p.is_none()) return nullptr;  // a memory format at the boundary: Python permutes
+  *outputPerms = seen->outputPerms;
   return &seen->replay;
 }
 

@@ -42,9 +42,9 @@ struct Replay;  // Replay.cpp
 std::shared_ptr<Replay>* seenReplay(const std::vector<int64_t>& words);
 
 // The replay record slot of the graph the last collect() returned, when its
-// key is `key` and no memory format crosses its boundary (no permutations);
-// else nullptr.
-std::shared_ptr<Replay>* lastReplaySlot(PyObject* key);
+// key is `key` (else nullptr), and its outputs' permutations (ir.Graph's
+// output_perms: None, or the dimensions' order in memory, per output).
+std::shared_ptr<Replay>* lastReplaySlot(PyObject* key, py::object* outputPerms);
 
 // Drops every replay record (the compiled graphs were forgotten).
 void forgetReplays();

@@ -7,8 +7,8 @@
 // holds: layer norm of 4096x1024 floats paid ~100 us a step on top of its
 // 0.6-0.7 ms kernel, against eager's ~25 us. The replay makes the same walk
 // as collect(), finds the fingerprint's record (armed by the Python path
-// after a run of the same graph: a static compiled graph with no memory
-// format at its boundary), allocates the outputs, calls the compiled entry
+// after a run of the same graph: a static compiled graph), allocates the
+// outputs, calls the compiled entry
 // through the native runtime's C function (handed over by address: this
 // module knows nothing of MLIR) and gives the outputs their values, as
 // run.execute and Node.set_data do. Anything it does not cover (a graph not
@@ -33,8 +33,11 @@ at::Tensor outputBuffer(c10::IntArrayRef shape, at::ScalarType dtype);  // Poole
 struct Replay {
   py::object holder;  // keeps the executable alive (its Python object)
   const void* executable = nullptr;
-  std::vector<std::vector<int64_t>> outSizes;
+  std::vector<std::vector<int64_t>> outSizes;  // each output's buffer (contiguous)
   std::vector<at::ScalarType> outTypes;
+  // Per output, empty, or the permutation that views its buffer in the
+  // output's memory format (a channels_last result: ir.Graph.output_values).
+  std::vector<std::vector<int64_t>> outViews;
   py::object kernels;  // its kernel count (Node.kernels of the outputs)
   // One executable never runs on two threads at once (its runtime-check
   // flag is per graph): a second thread's replay leaves it to the Python path.
@@ -63,8 +66,9 @@ void setRunFunction(uintptr_t run) { gRun = reinterpret_cast<RunRaw>(run); }
 // run.execute's hit path for `key`'s graph, the one collect() just returned:
 // from now on the replay runs it (lastReplaySlot says whether it can).
 bool armReplay(py::object key, py::object holder, uintptr_t executable, py::sequence outSpecs, py::object kernels) {
-  std::shared_ptr<Replay>* slotted = lastReplaySlot(key.ptr());
-  if (slotted == nullptr) return false;
+  py::object outputPerms;
+  std::shared_ptr<Replay>* slotted = lastReplaySlot(key.ptr(), &outputPerms);
+  if (slotted == nullptr || py::len(outputPerms) != py::len(outSpecs)) return false;
   if (*slotted && (*slotted)->executable == reinterpret_cast<const void*>(executable)) return true;
   auto replay = std::make_shared<Replay>();
   replay->holder = holder;
@@ -76,6 +80,15 @@ bool armReplay(py::object key, py::object holder, uintptr_t executable, py::sequ
     PyObject* dtype = py::object(pair[1]).ptr();
     TORCH_CHECK(THPDtype_Check(dtype), "lazymlir: arm_replay: not a dtype");
     replay->outTypes.push_back(reinterpret_cast<THPDtype*>(dtype)->scalar_type);
+  }
+  for (py::handle perm : outputPerms) {
+    std::vector<int64_t> inverse;
+    if (!perm.is_none()) {
+      auto order = py::cast<std::vector<int64_t>>(perm);
+      inverse.resize(order.size());
+      for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
+    }
+    replay->outViews.push_back(std::move(inverse));
   }
   *slotted = std::move(replay);
   return true;
@@ -123,6 +136,9 @@ py::object replay(py::sequence storages, py::object options, py::object job) {
   }
   // The inputs' values, held through the run (which releases the GIL: the
   // trace may drop them meanwhile), then the lifted numbers as 0-dim tensors.
+  // An input in another memory format (channels_last) is passed as its
+  // memory is, as ir.Graph.input_values' permuted view of it would be: the
+  // fingerprint holds its strides, so the layout is the one compiled for.
   std::vector<at::Tensor> held;
   held.reserve(w.inputs.size() + w.scalars.size());
   for (PyObject* n : w.inputs) held.push_back(THPVariable_Unpack(slot(n, gPy.node.data)));
@@ -163,6 +179,7 @@ py::object replay(py::sequence storages, py::object options, py::object job) {
   // storages hold them; the walk's other nodes may be gone by now).
   for (size_t i = 0; i < outputs.size(); ++i) {
     PyObject* n = outputs[i];
+    if (!r->outViews[i].empty()) outs[i] = outs[i].permute(r->outViews[i]);
     py::object value = py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(outs[i])));
     if (!value) throw py::error_already_set();
     setSlot(n, gPy.node.data, value.ptr());
