@@ -117,10 +117,12 @@ struct PrefetchRowTilesPass
       Value lastRow = arith::SubIOp::create(
           b, loc, rows, arith::ConstantIndexOp::create(b, loc, 1));
       indices.push_back(arith::MinUIOp::create(b, loc, row, lastRow));
-      // The other dimensions: the element the load reads.
-      for (auto [offset, index] :
-           llvm::zip_equal(llvm::drop_begin(slice.getMixedOffsets()),
-                           llvm::drop_begin(load.getIndices())))
+      // The other dimensions: the element the load reads. (The offsets are
+      // a local: a range-for keeps only its outermost temporary alive, and
+      // drop_begin of getMixedOffsets()'s vector read it after its end.)
+      SmallVector<OpFoldResult> offsets = slice.getMixedOffsets();
+      for (auto [offset, index] : llvm::zip_equal(
+               llvm::drop_begin(offsets), llvm::drop_begin(load.getIndices())))
         indices.push_back(arith::AddIOp::create(
             b, loc, getValueOrCreateConstantIndexOp(b, loc, offset), index));
       memref::PrefetchOp::create(b, loc, source, indices, /*isWrite=*/false,
