@@ -124,7 +124,7 @@ def replay(storages, now: bool = False) -> bool:
     steps were waited for at once. Whether it did (if not, nothing
     happened). No ``CollectTime``/``ExecuteTime`` timings: each line here
     costs, with the caches cold."""
-    global last_kernels, _last_job, _handed
+    global last_kernels, _last_job
     if not now and (_handed is not None or _waited_at_once < 2 or not config.async_execution):
         return False
     if not config.replay or (_in_flight and not idle()) or profiler.active or _autograd_profiler._is_profiler_enabled:
@@ -141,7 +141,7 @@ def replay(storages, now: bool = False) -> bool:
     if not now:
         metrics.counter("RunAtMarkStep")
         _last_job = _DONE
-        _handed = (_DONE, time.perf_counter())  # hand_back
+        hand_back(_DONE)
     return True
 
 
