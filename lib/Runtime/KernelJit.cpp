@@ -14,9 +14,36 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/TargetSelect.h"
 
+#include <cstdint>
+#include <cstring>
 #include <mutex>
 
 namespace lazymlir {
+
+namespace {
+// float -> bfloat16 as eager's vectorized CPU conversion rounds (to nearest
+// even; every NaN -> 0xFFFF, where c10::BFloat16's scalar one gives 0x7FC0).
+// LLVM calls these for fptrunc to bf16 on hosts without a bf16 conversion
+// instruction (no AVX512-BF16: Zen 3), and libgcc has them from GCC 13 only.
+// The bf16 result is returned in xmm0, as a _Float16 is.
+_Float16 truncToBFloat16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  uint16_t out = (bits & 0x7fffffffu) > 0x7f800000u
+                     ? 0xffff
+                     : (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  _Float16 result;
+  std::memcpy(&result, &out, sizeof out);
+  return result;
+}
+extern "C" _Float16 lazymlirTruncSfBf2(float value) {
+  return truncToBFloat16(value);
+}
+// double -> bfloat16 through float, as c10 converts.
+extern "C" _Float16 lazymlirTruncDfBf2(double value) {
+  return truncToBFloat16(static_cast<float>(value));
+}
+} // namespace
 
 const char *tierName(Tier tier) { return tier == Tier::Full ? "full" : "fast"; }
 
@@ -66,6 +93,8 @@ KernelJit::KernelJit() {
   bind("__lazymlir_profile_begin",
        reinterpret_cast<void *>(&lazymlirProfileBegin));
   bind("__lazymlir_profile_end", reinterpret_cast<void *>(&lazymlirProfileEnd));
+  bind("__truncsfbf2", reinterpret_cast<void *>(&lazymlirTruncSfBf2));
+  bind("__truncdfbf2", reinterpret_cast<void *>(&lazymlirTruncDfBf2));
   for (const RuntimeSymbol &symbol : openMPEntryPoints())
     bind(symbol.name, symbol.address);
   llvm::cantFail(runtime->define(llvm::orc::absoluteSymbols(symbols)));

@@ -118,6 +118,22 @@ def test_low_precision_graphs_compile_with_eager_rounding(native_built, dtype):
     assert x.to("lazy").sum().item() == x.sum().item()
 
 
+@pytest.mark.parametrize("src", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_bfloat16_rounding_compiles_bit_for_bit(native_built, src):
+    """Casts to bfloat16 compile on hosts without a bf16 conversion
+    instruction (Zen 3: LLVM calls __truncsfbf2, which GCC 12's libgcc
+    lacks; the JIT binds the runtime's) and round as eager does: to nearest
+    even, ties, overflow to inf, subnormals, every NaN to 0xFFFF."""
+    specials = [1 + 2**-8, 1 + 3 * 2**-8, float("nan"), -float("nan"), float("inf"), -float("inf")]
+    specials += [3.4e38, -3.4e38, 1e-40, -1e-40, -0.0, 2**-133, 1.00390625]
+    noise = torch.randint(-(2**31), 2**31 - 1, (4096,), dtype=torch.int32, generator=torch.Generator().manual_seed(0))
+    x = torch.cat([torch.tensor(specials), noise.view(torch.float32)]).to(src)
+    metrics.reset()
+    out = (x.to("lazy") * 1).to(torch.bfloat16).cpu()
+    assert_compiled()
+    assert torch.equal(out.view(torch.int16), (x * 1).to(torch.bfloat16).view(torch.int16))
+
+
 def _autocast_training(name, dtype, steps=3):
     torch.manual_seed(0)
     if name == "mnist":
