@@ -184,7 +184,7 @@ def _compile_locked(graph: ir.Graph):
                     warnings.warn(
                         f"lazymlir: graph {name} ({len(graph.nodes)} ops) holds ops that do not compile; they run "
                         f"eagerly from now on, the rest compiles: "
-                        f"{', '.join(sorted(f'{op} on {list(dtypes)}' for op, dtypes in culprits))}",
+                        f"{', '.join(sorted(f'{op} on {list(dtypes)}' for op, (dtypes, *_) in culprits))}",
                         RuntimeWarning,
                         stacklevel=3,
                     )

@@ -250,8 +250,9 @@ class Eager:
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
 
 
-# Called with the (op, input dtypes) of each op found not to lower alone
-# (ops.py makes it run eagerly for those dtypes).
+# Called with the linalg.unsupported_key (op, configuration) of each op found
+# not to lower alone, or (op, input dtypes) from torch.compile's regions
+# (ops.py makes it run eagerly for that configuration, or those dtypes).
 unsupported_op_listeners: List[Callable] = []
 
 # Called with (graph name, ir.Graph, linalg text) for each graph lowered

@@ -2,14 +2,16 @@
 common ones of ``handlers``: functional ops, views, in-place and out=
 variants; the ``special`` ones; eager for RNG, collectives and what does not
 lower) and caches it on the op; ops found not to lower run eagerly for the
-input dtypes they failed with. And the C++ fast path's questions about an op
-(:func:`fast_info`, :func:`fast_meta`)."""
+configuration they failed with (marks.op_config: input dtypes and ranks,
+constants). And the C++ fast path's questions about an op (:func:`fast_info`,
+:func:`fast_meta`)."""
 
 import torch
 
 from .. import config
 from ..execution import entries
 from ..lowering.linalg import draws_random
+from ..lowering.marks import marked
 from .tensor import (
     _eager_dtypes,
     LAZY,
@@ -60,6 +62,7 @@ def fast_info(func):
     the recorded op's name in signatures; lifted: ir.LIFTED_OPS (its
     float constants are not in the metadata key)."""
     handler = _handler(func)
+    handler = getattr(handler, "recorded", handler)  # marked for some configurations: fast_meta refuses those
     if _records_functional(handler):
         recorded, kind = func, 0
     elif handler is _view and func is not aten.as_strided.default and func not in _eager_dtypes:
@@ -84,6 +87,11 @@ def fast_meta(func, args, kwargs):
     ViewStep of a view, the output meta of an in-place op that needs no
     cast; else None (then the call comes here)."""
     handler = _handler(func)
+    marks = getattr(handler, "marks", None)
+    if marks is not None:  # an op found not to lower for some configurations
+        if _marked_call(marks, args, kwargs):
+            return None
+        handler = handler.recorded
     if handler is _view:
         step = _view_step(func, state(args[0]), tuple(args[1:]), kwargs)
         return None if step is _FAILED else step
@@ -110,15 +118,12 @@ def fast_meta(func, args, kwargs):
     return hit[0] if ok else None
 
 
-def _tensor_dtypes(a, out: list) -> list:
-    """The dtypes of the tensors in ``a``, in the order _convert_all makes
-    them node inputs."""
-    if isinstance(a, torch.Tensor):
-        out.append(a.dtype)
-    elif type(a) is list or type(a) is tuple:
-        for x in a:
-            _tensor_dtypes(x, out)
-    return out
+def _marked_call(bad, args, kwargs) -> bool:
+    """Whether the op whose marks are ``bad`` is marked for this call: the
+    configuration of the node its handler would record (_convert_all's
+    inputs and constants)."""
+    _, _, _, _, inputs, frozen, _ = _convert_all(args, kwargs)
+    return marked(bad, inputs, frozen)
 
 
 def _handler_for(op):
@@ -132,10 +137,11 @@ def _handler_for(op):
         recorded = handler
 
         def handler(func, args, kwargs):
-            found = _tensor_dtypes(list(args) + list(kwargs.values()), [])
-            if tuple(found) in bad:
+            if _marked_call(bad, args, kwargs):
                 return _eager(func, args, kwargs)
             return recorded(func, args, kwargs)
+
+        handler.recorded, handler.marks = recorded, bad  # the fast path takes its other configurations
 
     set_handler(op, handler)
     return handler
@@ -148,8 +154,11 @@ def _forget_handlers() -> None:
 
 
 def _run_eagerly_from_now_on(key) -> None:
-    op, dtypes = key
-    _eager_dtypes.setdefault(op, set()).add(dtypes)
+    """``key``: (op, linalg.op_config) from the probe, or (op, input dtypes)
+    (torch.compile's regions): that configuration, or every one with those
+    dtypes, runs eagerly from now on; the op's others are still recorded."""
+    op, config = key
+    _eager_dtypes.setdefault(op, set()).add(config)
     forget_handler(op)  # rebuilt with the mark at the next dispatch
 
 

@@ -28,6 +28,7 @@ import torch
 
 from .. import _device
 from ..execution import run
+from ..lowering.marks import marked
 from ..trace.ir import AS_RESHAPE, dense_perm, freeze, Node, QUANTIZED_REPR, untrack
 
 aten = torch.ops.aten
@@ -278,7 +279,7 @@ def _view_node(step, v: Node) -> Node:
         # eagerly, the view stays in the chain (writes and as_strided
         # through it still reach the storage).
         bad = _eager_dtypes.get(op)
-        if bad is not None and (v.meta.dtype,) in bad:
+        if bad is not None and marked(bad, node.inputs, sig[1:]):
             return _eager_node(node)
     return node
 
@@ -342,7 +343,7 @@ def _op_node(op, args, kwargs, meta) -> Node:
     inputs = tuple(a for a in args if isinstance(a, Node))
     node = Node(op, args, kwargs, inputs, signature(op, args, kwargs), meta)
     bad = _eager_dtypes.get(op)
-    if bad is not None and tuple(i.meta.dtype for i in inputs) in bad:  # found not to lower
+    if bad is not None and marked(bad, inputs, node.sig[1:]):  # found not to lower
         return _eager_node(node)
     return node
 
@@ -556,7 +557,9 @@ def _write(t: torch.Tensor, new: Node) -> None:
         _register(s)
 
 
-# Ops found not to lower (runtime's probe), with the input dtypes they were
-# found with: run eagerly when dispatched with those, and when the tracer
-# itself emits them (scatters for writes through views).
+# Ops found not to lower (runtime's probe), with the configurations they
+# were found with (linalg.op_config: input dtypes and ranks, constants but
+# numbers): run eagerly when dispatched with one of those, and when the
+# tracer itself emits them (scatters for writes through views); other
+# configurations of the op are recorded.
 _eager_dtypes = {}

@@ -21,6 +21,7 @@ from .indexing import (
     _sort_bool,
     _sort_stable,
 )
+from .upsample import upsample_decompositions
 
 
 _decompositions = None
@@ -122,6 +123,9 @@ def decomposition_table():
         table[torch.ops.aten.native_layer_norm.default] = _layer_norm_f32(
             table.get(torch.ops.aten.native_layer_norm.default)
         )
+        # Upsampling (F.interpolate) and its backward: torch-mlir lowers
+        # nearest 2d only, torch._decomp has no backward (upsample.py).
+        table.update(upsample_decompositions())
         assert torch.ops.aten.sort.default not in table
         table[torch.ops.aten.sort.default] = _sort_bool
         _decompositions = table

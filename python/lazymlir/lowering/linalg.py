@@ -18,6 +18,7 @@ import torch
 
 from . import LoweringError
 from .decompositions import decomposition_table
+from .marks import op_config
 from .opmath import OpMathInterpreter, uses_low_precision
 
 
@@ -503,9 +504,10 @@ def _refuse_frontend_failures(gm: torch.fx.GraphModule) -> None:
 
 
 def unsupported_key(n) -> tuple:
-    """What the probe marks: the node's op and its inputs' dtypes (an op may
-    lower for float32 and not for int64)."""
-    return (n.op, tuple(i.meta.dtype for i in n.inputs))
+    """What the probe marks: the node's op and its :func:`op_config` (an op
+    may lower for float32 and not for int64, with align_corners=False and not
+    with True)."""
+    return (n.op, op_config(n.inputs, n.sig[1:]))
 
 
 def draws_random(name: str) -> bool:
