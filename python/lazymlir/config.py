@@ -88,9 +88,13 @@ replay: bool = _env_bool("LAZYMLIR_REPLAY", True)
 # would exceed it waits (in mark_step() or the barrier that submits it) for
 # the oldest one.  When tracing is faster than running, an unbounded queue
 # would hold every pending step's inputs and outputs (gigabytes over a few
-# hundred training steps); 2, like torch_xla, lets step k+1 be traced while
-# step k runs.
-max_in_flight: int = max(1, int(_env_str("LAZYMLIR_MAX_IN_FLIGHT", "2")))
+# hundred training steps).  1: mark_step() of step k+1 waits for step k, so
+# step k+1 is traced while step k runs, and step k+2 while k+1 runs; a step
+# that fails is known at the next mark_step(), which raises its error and
+# gives back what it wrote (frontend.barriers), before anything else is
+# traced on top of it.  Larger values queue more steps (more memory: each
+# holds a copy of what it writes) and a failure surfaces later.
+max_in_flight: int = max(1, int(_env_str("LAZYMLIR_MAX_IN_FLIGHT", "1")))
 
 
 def _default_cache_dir() -> Optional[str]:

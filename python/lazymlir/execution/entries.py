@@ -8,6 +8,8 @@ the listeners told of lowered graphs and of ops that do not lower.
 and dynamic variants; ``run.execute`` caches and runs them."""
 
 import atexit
+import linecache
+import re
 import threading
 import time
 import warnings
@@ -228,8 +230,32 @@ def run_fx(gm, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
     waiting thread that runs the graph itself (run._wait_for) may be
     inside torch.autocast, which would change the recorded dtypes."""
     with torch.no_grad(), torch.autocast("cpu", enabled=False):
-        for out, r in zip(outs, gm(*inputs)):
+        try:
+            results = gm(*inputs)
+        except Exception as e:
+            _name_failed_op(e)
+            raise
+        for out, r in zip(outs, results):
             out.copy_(r)
+
+
+_OP_CALL = re.compile(r"torch\.ops\.(\w+)\.(\w+)\.(\w+)\(")
+
+
+def _name_failed_op(e: BaseException) -> None:
+    """A note on the error an FX graph raised: the aten op of its line in
+    the graph's generated code (eager's messages, "index out of range in
+    self", do not name it)."""
+    tb = e.__traceback__
+    op = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename.startswith("<eval_with_key>"):
+            found = _OP_CALL.search(linecache.getline(code.co_filename, tb.tb_lineno, tb.tb_frame.f_globals))
+            op = ".".join(found.groups()) if found else op
+        tb = tb.tb_next
+    if op is not None:
+        e.add_note(f"lazymlir: raised by {op} in the step's graph, run eagerly")
 
 
 class Eager:

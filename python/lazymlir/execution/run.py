@@ -8,14 +8,12 @@ the caller goes on tracing (``LAZYMLIR_ASYNC=0``: in the caller); barriers wait
 for the job that writes what they read, ``wait_device_ops`` for all of them.
 """
 
-import copy
 import _thread
 import atexit
 import collections
 import operator
 import threading
 import time
-import traceback
 from typing import List, Sequence
 
 import torch
@@ -28,6 +26,7 @@ from . import cache, entries, profiler, tierup
 
 from .compilation import compile_graph
 from .entries import Compiled, Eager, Split
+from .errors import DependencyError, drop_frames, report, unreported as _unreported
 
 
 # The kernel count of the last graph execute() ran (None: it ran eagerly).
@@ -330,11 +329,6 @@ output_buffer = _device.output_buffer
 
 _worker = None
 _last_job = None
-_unreported: List[BaseException] = []  # errors of failed jobs, oldest first
-
-
-class DependencyError(RuntimeError):
-    """A graph did not run because a graph it reads from failed."""
 
 
 def _run_job(entry, inputs, outs, deps, background=True):
@@ -387,7 +381,7 @@ class _Job:
         try:
             _run_job(*args, background=background)
         except BaseException as e:
-            _drop_frames(e)
+            drop_frames(e)
             self._error = e
         del args
         self.entry = None  # only unfinished jobs need it (_running)
@@ -510,6 +504,15 @@ def _throttle() -> None:
         _wait_for(q.popleft())
 
 
+throttle = _throttle
+
+
+def wait_all() -> None:
+    """Block until every submitted job has finished; raises nothing."""
+    if _last_job is not None and _last_job is not _DONE:
+        _wait_for(_last_job)
+
+
 def _drain() -> None:
     """At interpreter exit: let the last job submitted (hence every job)
     finish before the worker's daemon thread is stopped."""
@@ -543,43 +546,7 @@ def wait(node: ir.Node) -> None:
     if e is None:
         node.job = None
         return
-    root = e.__cause__ if isinstance(e, DependencyError) else e
-    if root in _unreported:
-        _unreported.remove(root)
-    _reraise(e)
-
-
-def _drop_frames(e: BaseException) -> None:
-    """A job's error (and its causes) without traceback objects, their text
-    kept as a note. The job keeps the error for every waiter, and the job is
-    reached from lazy tensors' trace state, which C++ holds out of the cyclic
-    GC's sight: frames (the compiled graph and buffers in their locals, and,
-    when a waiting thread ran the job, through f_back the waiter's frames
-    holding lazy tensors) hanging off it would form cycles never collected."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if e.__traceback__ is not None:
-            e.add_note(
-                "lazymlir: raised while running a graph, at:\n" + "".join(traceback.format_tb(e.__traceback__)).rstrip()
-            )
-            e.__traceback__ = None
-        e = e.__cause__ or e.__context__
-
-
-def _reraise(e: BaseException):
-    """Raise a job's error here. A copy is raised where one can be made (same
-    type, arguments, notes and cause): the frames this raise passes through
-    (holding lazy tensors, whose trace state reaches the job and its error
-    through C++, where the cyclic GC cannot see) then never hang off the
-    error the job keeps (see _drop_frames)."""
-    try:
-        copied = copy.copy(e)
-    except Exception:
-        copied = None
-    if type(copied) is not type(e):
-        raise e
-    raise copied from e.__cause__
+    report(e)
 
 
 def wait_device_ops() -> None:
@@ -594,7 +561,7 @@ def wait_device_ops() -> None:
     if _unreported:
         first = _unreported[0]
         _unreported.clear()
-        _reraise(first)
+        report(first)
 
 
 profiler.wait_for_runs = wait_device_ops

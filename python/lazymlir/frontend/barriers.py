@@ -5,12 +5,14 @@ of the storages it needs (``run.execute``), or reads a few small ops eagerly
 (``run.read_eagerly``). Computed nodes become device data (plain CPU
 tensors), so nothing is computed twice."""
 
+import collections
 from typing import List
 
 import torch
 
 from .. import _device, metrics
 from ..execution import entries, run
+from ..execution import errors as run_errors
 from ..trace.ir import ADDRESSES_STORAGE
 from .tensor import _register, state
 
@@ -21,7 +23,10 @@ def _sync(storages, now: bool = False, condition: bool = False) -> None:
     """Compute the pending base values of ``storages`` in one graph (``now``:
     the caller waits for them at once; ``condition``: for a Python branch on
     one bool; see run.execute): replayed by the device's C++ when their graph
-    was compiled and run before (run.replay), else through run.execute."""
+    was compiled and run before (run.replay), else through run.execute.
+    First, an earlier step found failed is given back and its error raised
+    (:func:`_settle`)."""
+    _settle(storages, now)
     if run.replay(storages, now):
         return
     todo = _pending_bases(storages)
@@ -31,8 +36,133 @@ def _sync(storages, now: bool = False, condition: bool = False) -> None:
     results, job, kernels = run.execute(todo, now, condition)
     for node, value in zip(todo, results):
         node.set_data(value, job, kernels)
+    _record(storages, job)
     if not now and job is not None:
         run.hand_back(job)
+
+
+# ----------------------------------------------------------------------------
+# A step that fails changes nothing.  A write keeps the value its storage had
+# before its first pending write (Storage.prior); the barrier that computes
+# the storage moves it into the step's record here, with the node the step
+# computes, until the step is known to have finished well.  When a step
+# fails (an index out of range, a failed runtime check, a kernel error),
+# every storage it wrote gets that value back, and so does every pending
+# storage whose new value reads what a failed step computed: the step
+# traced on top of it (mark_step() only: the failure surfaces at the next
+# mark_step, which waits for the step before it: config.max_in_flight).
+# Tensors the failed step made have no earlier value: reading them raises
+# its error.
+
+# (job, [(storage, value before, value the job computes)]), oldest first.
+_steps = collections.deque()
+
+
+def _record(storages, job) -> None:
+    """After ``storages`` were computed by ``job`` (None: eagerly, done)."""
+    undo = []
+    for s in storages:
+        prior = s.prior
+        if prior is not None and s.base.data is not None:
+            s.prior = None
+            if job is not None and not (job.done() and job.exception() is None):
+                undo.append((s, prior, s.base))
+    if undo:
+        _steps.append((job, undo))
+
+
+def _prune() -> None:
+    """Forget the records of steps that finished well (their values before
+    are not kept alive past them)."""
+    while _steps and _steps[0][0].done() and _steps[0][0].exception() is None:
+        _steps.popleft()
+    if len(_steps) > 1 and any(job.done() and job.exception() is None for job, _ in _steps):
+        kept = [step for step in _steps if not (step[0].done() and step[0].exception() is None)]
+        _steps.clear()
+        _steps.extend(kept)
+
+
+def _settle(storages, now: bool) -> None:
+    """Before a barrier computes anything: a mark_step first waits until
+    fewer than config.max_in_flight steps are unfinished (the one before it,
+    by default); then a step found failed is given back (:func:`_give_back`)
+    and its error raised here."""
+    if not now:
+        run.throttle()
+    if not _steps:
+        return
+    _prune()
+    if any(job.done() and job.exception() is not None for job, _ in _steps):
+        error = _give_back(storages)
+        if error is not None:
+            run_errors.reraise(error)
+
+
+def _give_back(storages=()):
+    """Every step that failed gives back what it wrote (after the steps
+    still running finished); pending writes (``storages``, a barrier's,
+    and those registered) that read a failed value are dropped. The error of the oldest failed step (its cause, for a step
+    that failed because an earlier one did), or None."""
+    run.wait_all()
+    failed = [(job, undo) for job, undo in _steps if job.exception() is not None]
+    if not failed:
+        _prune()
+        return None
+    tainted = {}  # id(node) -> whether its value reads what a failed step computed
+
+    def reads_failed(root) -> bool:
+        todo = [root]
+        while todo:  # iterative: a step's trace is a long chain of nodes
+            node = todo[-1]
+            if id(node) in tainted:
+                todo.pop()
+            elif node.data is not None:
+                job = node.job
+                tainted[id(node)] = job is not None and job.done() and job.exception() is not None
+                todo.pop()
+            else:
+                missing = [i for i in node.inputs if id(i) not in tainted]
+                if missing:
+                    todo.extend(missing)
+                else:
+                    tainted[id(node)] = any(tainted[id(i)] for i in node.inputs)
+                    todo.pop()
+        return tainted[id(root)]
+
+    for s in list(storages) + _device.take_pending():
+        if s.base.data is None:
+            if not reads_failed(s.base):
+                _register(s)  # independent of the failure: stays pending
+            elif s.prior is not None:
+                _restore(s, s.prior)
+            # else made on a failed value, with none before: no longer pending
+            # (a read computes it, and raises the failed step's error)
+    for job, undo in reversed(failed):
+        for s, before, after in undo:
+            if s.base is after:
+                _restore(s, before)
+    errors = [job.exception() for job, _ in failed]
+    run_errors.forget(errors)
+    kept = [step for step in _steps if step[0].exception() is None]
+    _steps.clear()
+    _steps.extend(kept)
+    metrics.counter("FailedStepGivenBack", len(failed))
+    return run_errors.root(errors[0])
+
+
+def _restore(s, value) -> None:
+    s.base = value
+    s.prior = None
+    s.version += 1  # its views recompute their values from it
+
+
+def _on_failure() -> None:
+    """A barrier is about to raise a step's error (run.wait, wait_device_ops)."""
+    if _steps:
+        _give_back()
+
+
+run_errors.on_failure = _on_failure
 
 
 def _pending_bases(storages) -> list:
@@ -46,9 +176,12 @@ def _read_eagerly(storages) -> bool:
     was. The others it does not compute stay pending (registered again)."""
     if not run.read_eagerly(_pending_bases(storages)):
         return False
-    for st in storages[1:]:
+    for st in storages:
         if st.base.data is None:
-            _register(st)
+            if st is not storages[0]:
+                _register(st)
+        else:
+            st.prior = None  # computed eagerly: it cannot fail now
     return True
 
 
@@ -72,6 +205,8 @@ def _cpu_alias(t: torch.Tensor, condition: bool = False) -> torch.Tensor:
         if not (condition and _read_eagerly(storages)):
             _sync(storages, now=True, condition=condition)
     run.wait(s.base)
+    if _steps:
+        _prune()
     base = s.base.data
     m = s.meta
     stride = m.stride()

@@ -88,15 +88,21 @@ def device(index: int = 0) -> torch.device:
 
 
 class Storage:
-    """What aliases share: the value of the base tensor and a version number."""
+    """What aliases share: the value of the base tensor and a version number.
 
-    __slots__ = ("base", "version", "meta", "step", "__weakref__")
+    ``prior``: the value it held before its pending writes (a node with
+    data; None for a storage made by them), what a step that fails gives
+    back (``barriers``: the barrier that computes them moves it into the
+    step's record, so the old value is not kept alive past the step)."""
+
+    __slots__ = ("base", "version", "meta", "step", "prior", "__weakref__")
 
     def __init__(self, base: Node, meta: torch.Tensor):
         self.base = base
         self.version = 0
         self.meta = meta  # layout of the base tensor, as eager would have it
         self.step = -1  # the mark_step epoch in which it was last registered pending
+        self.prior = None
         untrack(self)
         if base.data is None:
             _register(self)
@@ -136,6 +142,7 @@ class StorageHandle:
             )
         if nbytes == 0 and s not in _freed:
             # Freed: the value is dropped, so that nothing keeps its data alive.
+            s.prior = None
             s.base = _zeros_node(s.meta.shape, s.meta.dtype, s.meta)
             s.version += 1
             _register(s)
@@ -539,6 +546,8 @@ def _write(t: torch.Tensor, new: Node) -> None:
     every alias sees it."""
     st = state(t)
     s = st.storage
+    if s.base.data is not None:
+        s.prior = s.base  # the value a failed step gives back
     chain = st.chain
     if not chain:
         s.base = new

@@ -426,8 +426,9 @@ PyMethodDef gMethods[] = {
 // tensor._fresh: a new tensor owning a new Storage (version 0, pending).
 at::Tensor fresh(PyObject* node, PyObject* meta) {
   const auto& st = gPy.storage;
-  py::object storage =
-      newSlotted(gPy.storageType, {{st.base, node}, {st.version, gPy.zero}, {st.meta, meta}, {st.step, gPy.minusOne}});
+  py::object storage = newSlotted(
+      gPy.storageType,
+      {{st.base, node}, {st.version, gPy.zero}, {st.meta, meta}, {st.step, gPy.minusOne}, {st.prior, Py_None}});
   registerPending(storage.ptr());
   return newTensor(meta, storage.ptr(), gPy.emptyTuple, node, gPy.zero);
 }
@@ -463,6 +464,8 @@ py::tuple substituted(PyObject* items, PyObject* base, PyObject* src) {
 // found already when it is a view).
 void writeValue(PyObject* self, PyObject* node, PyObject* recipes) {
   PyObject* storage = slot(self, gPy.state.storage);
+  PyObject* old = slot(storage, gPy.storage.base);
+  if (slot(old, gPy.node.data) != Py_None) setSlot(storage, gPy.storage.prior, old);  // what a failed step gives back
   py::object base = py::reinterpret_borrow<py::object>(node);
   if (recipes != nullptr) {
     PyObject* views = PyTuple_GET_ITEM(recipes, 0);
@@ -719,7 +722,7 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
   gPy.state = {slotOffset(stateType, "meta"), slotOffset(stateType, "storage"), slotOffset(stateType, "chain"),
                slotOffset(stateType, "value"), slotOffset(stateType, "version")};
   gPy.storage = {slotOffset(storageType, "base"), slotOffset(storageType, "version"), slotOffset(storageType, "meta"),
-                 slotOffset(storageType, "step")};
+                 slotOffset(storageType, "step"), slotOffset(storageType, "prior")};
   gPy.nodeType = reinterpret_cast<PyTypeObject*>(nodeType.release().ptr());
   gPy.stateType = reinterpret_cast<PyTypeObject*>(stateType.release().ptr());
   gPy.storageType = reinterpret_cast<PyTypeObject*>(storageType.release().ptr());

@@ -69,7 +69,7 @@ struct Python {
     Py_ssize_t meta, storage, chain, value, version;
   } state{};
   struct {
-    Py_ssize_t base, version, meta, step;
+    Py_ssize_t base, version, meta, step, prior;
   } storage{};
   struct {
     Py_ssize_t rest, kwargs, meta, sig;  // ViewStep's fields (a NamedTuple: indices)

@@ -190,6 +190,9 @@ py::object replay(py::sequence storages, py::object options, py::object job) {
     setSlot(n, gPy.node.sig, Py_None);
     setSlot(n, gPy.node.inputs, gPy.emptyTuple);
   }
+  // The step cannot fail now: the values before it need not be kept (barriers._sync).
+  for (py::handle s : storages)
+    if (slot(s.ptr(), gPy.storage.prior) != Py_None) setSlot(s.ptr(), gPy.storage.prior, Py_None);
   return r->kernels;
 }
 
