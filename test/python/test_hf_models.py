@@ -321,3 +321,75 @@ def test_vision_and_audio_family_trains_like_eager(native_built, fresh_cache, fa
     lazymlir.mark_step()
     _assert_step_like_eager(model, lazy, loss, lazy_loss)
     assert_compiled(*allowed)
+
+
+# Models that write through views reshape made of non-contiguous tensors
+# (aten._reshape_alias): Funnel's relative attention (`positional_attn *=
+# cls_mask`, in the forward) and SegFormer (in the backward).
+_VIEW_WRITERS = {
+    "funnel": (
+        lambda t: t.FunnelForMaskedLM(
+            t.FunnelConfig(
+                vocab_size=128,
+                block_sizes=[1, 1],
+                block_repeats=[1, 1],
+                num_decoder_layers=1,
+                d_model=32,
+                n_head=2,
+                d_head=16,
+                d_inner=64,
+                max_position_embeddings=64,
+                hidden_dropout=0.0,
+                attention_dropout=0.0,
+                activation_dropout=0.0,
+            )
+        ),
+        lambda t: (lambda ids: {"input_ids": ids, "labels": ids})(torch.randint(1, 128, (2, 12))),
+        # Its pooling's backward does not lower (it runs eagerly, alone).
+        {"aten::avg_pool2d_backward"},
+    ),
+    "segformer": (
+        lambda t: t.SegformerForSemanticSegmentation(
+            t.SegformerConfig(
+                num_encoder_blocks=2,
+                depths=[1, 1],
+                sr_ratios=[2, 1],
+                hidden_sizes=[8, 16],
+                patch_sizes=[7, 3],
+                strides=[4, 2],
+                num_attention_heads=[1, 2],
+                mlp_ratios=[2, 2],
+                decoder_hidden_size=16,
+                num_labels=3,
+                hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0,
+                drop_path_rate=0.0,
+                classifier_dropout_prob=0.0,
+            )
+        ),
+        lambda t: {"pixel_values": torch.randn(2, 3, 32, 32), "labels": torch.randint(0, 3, (2, 32, 32))},
+        set(),
+    ),
+}
+
+
+@pytest.mark.slow  # about a minute each: one large graph to compile
+@pytest.mark.parametrize("family", sorted(_VIEW_WRITERS))
+def test_view_writing_family_trains_like_eager(native_built, fresh_cache, family):
+    """A training step of a model that writes through reshape's views of
+    non-contiguous tensors: eager's loss and gradients, every graph
+    compiled (but an op known not to lower, which runs eagerly alone)."""
+    torch.manual_seed(0)
+    make, make_batch, allowed = _VIEW_WRITERS[family]
+    model = make(transformers).eval()
+    lazy = copy.deepcopy(model).to("lazy")
+    batch = make_batch(transformers)
+    loss = model(**batch).loss
+    loss.backward()
+    lazy_loss = lazy(**{k: v.to("lazy") for k, v in batch.items()}).loss
+    lazy_loss.backward()
+    lazymlir.mark_step()
+    _assert_step_like_eager(model, lazy, loss, lazy_loss)
+    assert metrics.counter_value("UncachedCompile") + metrics.counter_value("CachedCompile") > 0
+    assert metrics.counter_value("CompileFallback") == 0 and metrics.counter_value("EagerGraph") == 0
+    assert set(metrics.executed_fallback_ops()) <= allowed, metrics.metrics_report()

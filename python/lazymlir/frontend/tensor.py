@@ -371,6 +371,10 @@ _SCATTER_OPS = frozenset(
         aten.permute.default,
         aten.as_strided_scatter.default,
         aten.view.dtype,
+        aten.view_as_real.default,
+        aten.view_as_complex.default,
+        aten.conj_physical.default,
+        aten.neg.default,
     )
 )
 
@@ -379,7 +383,9 @@ def _scatter(step, base: Node, src: Node) -> Node:
     """The value of ``base`` after writing ``src`` into its view ``step``."""
     op, rest, kwargs, meta, sig = step
     out_meta = base.meta
-    if op in _RESHAPE_LIKE:
+    if op is aten.expand.default and meta.numel() != out_meta.numel() or op is aten.unfold.default:
+        return _indexed_scatter[0](step, base, src)  # no scatter op of their own, may overlap: view_writes
+    if op in _RESHAPE_LIKE:  # the same elements in the same order: a reshape of the value, whatever its strides
         return _op_node(aten.reshape.default, (src, list(base.meta.shape)), {}, out_meta)
     if op is aten.slice.Tensor:
         dim, start, end, stp = (list(rest) + [0, None, None, 1][len(rest) :])[:4]
@@ -396,10 +402,17 @@ def _scatter(step, base: Node, src: Node) -> Node:
         dims = [d % len(rest[0]) for d in rest[0]]
         inverse = [dims.index(i) for i in range(len(dims))]
         return _op_node(aten.permute.default, (src, inverse), {}, out_meta)
-    if op is aten.as_strided.default:
-        return _op_node(aten.as_strided_scatter.default, (base, src) + rest, {}, out_meta)
+    if op is aten.as_strided.default:  # as_strided_scatter, or (overlapping places) view_writes'
+        return _indexed_scatter[0](step, base, src)
     if op is aten.view.dtype:  # the same bytes, all of them
         return _op_node(aten.view.dtype, (src, base.meta.dtype), {}, out_meta)
+    if op is aten.view_as_real.default or op is aten.view_as_complex.default:  # each the other's inverse
+        inverse = aten.view_as_complex.default if op is aten.view_as_real.default else aten.view_as_real.default
+        return _op_node(inverse, (src,), {}, out_meta)
+    if op is aten._conj.default:  # the value under it is the conjugate of what is written
+        return _op_node(aten.conj_physical.default, (src,), {}, out_meta)
+    if op is aten._neg_view.default:
+        return _op_node(aten.neg.default, (src,), {}, out_meta)
     raise NotImplementedError(f"lazymlir: writing through a view made by {op} is not supported yet")
 
 
@@ -407,12 +420,16 @@ def _scatter(step, base: Node, src: Node) -> Node:
 # (ir.AS_RESHAPE: the views the FX graph records as reshapes).
 _RESHAPE_LIKE = AS_RESHAPE | {
     aten.reshape.default,
+    aten._reshape_alias.default,  # reshape's view (handlers._view_step: one with other strides is an as_strided)
     aten.unsqueeze.default,
     aten.squeeze.default,
     aten.squeeze.dim,
     aten.squeeze.dims,
-    aten.expand.default,  # only reachable for writes eager allows (size-1 dims)
+    aten.expand.default,  # adding size-1 dimensions only (a broadcast: view_writes)
 }
+
+# [view_writes.indexed_scatter], installed by it (a hook: view_writes imports this module).
+_indexed_scatter = []
 
 
 def _storage_view(t: torch.Tensor, size, stride, offset):
