@@ -4,13 +4,16 @@
 Every op of ``torch.testing._internal.common_methods_invocations.op_db`` runs
 its sample inputs twice, on lazy tensors and eagerly on the CPU, and the
 results are compared with ``torch.testing.assert_close`` (``equal_nan=True``)
-at the OpInfo's own tolerances (its ``toleranceOverride`` decorators for the
-dtype, the loosest of them), else at assert_close's defaults for the dtype.
+at the OpInfo's own tolerances for the dtype (``tolerance``), else at
+assert_close's defaults for the dtype.
 
-Samples: float32 for every op, int64 and bool for the ops whose CPU dtypes
-include them; by default the first ``--samples`` (3) of each dtype, generated
-under a fixed seed, so that every run (and a run of older code) sweeps the
-same samples.  ``--samples 0`` takes them all (~32,000: hours on two cores).
+Samples: float32 for every op, int64, bool, bfloat16 and float16 for the ops
+whose CPU dtypes include them; by default the first ``--samples`` (3) of each
+dtype, generated under a fixed seed, so that every run (and a run of older
+code) sweeps the same samples.  ``--samples 0`` takes them all (hours on two
+cores).  The totals are kept per dtype; the float32, int64 and bool ones
+(``BASELINE_DTYPES``) compare with sweeps from before bfloat16 and float16
+were swept.
 
 Each sample gets one class (``CLASSES``):
 
@@ -49,7 +52,8 @@ A worker that dies or times out is replaced, its sample is classified
 sample's dtype, index, class and reason), ``--out-md`` a Markdown summary;
 the totals table is printed.  ``make conformance`` runs the default sweep and
 writes ``docs/conformance/results.json`` and ``docs/conformance/summary.md``.
-``--subset`` sweeps ``SUBSET`` (a few samples of each op family), as
+``--subset`` sweeps ``SUBSET`` (a few samples of each op family; bfloat16 and
+float16 for ``SUBSET_LOW_PRECISION`` only), as
 ``test/python/test_conformance.py`` does in ``make test``.
 """
 
@@ -81,7 +85,10 @@ EQUAL = ("compiled-equal", "fallback-equal", "no-graph-equal")
 COMPARED = EQUAL + ("mismatch", "error", "crash", "timeout")
 FAILURES = ("mismatch", "error", "crash", "timeout")
 
-DTYPES = ("float32", "int64", "bool")
+DTYPES = ("float32", "int64", "bool", "bfloat16", "float16")
+# The dtypes swept before bfloat16 and float16 (the baselines hold only these).
+BASELINE_DTYPES = ("float32", "int64", "bool")
+LOW_PRECISION_DTYPES = ("bfloat16", "float16")
 
 # lazymlir's counters for a graph that ran eagerly instead of compiled (see
 # lazymlir.metrics and runtime): it failed to compile, was run eagerly on
@@ -147,6 +154,23 @@ SUBSET = (
     ("cat", 1),
     ("stack", 1),
 )
+# The subset's ops that also run in bfloat16 and float16 (the others: float32,
+# int64 and bool only), one or two of each family.
+SUBSET_LOW_PRECISION = (
+    "exp",
+    "sigmoid",
+    "add",
+    "mul",
+    "sum",
+    "mean",
+    "mm",
+    "addmm",
+    "nn.functional.conv2d",
+    "index_select",
+    "softmax",
+    "nn.functional.layer_norm",
+    "where",
+)
 
 TIMEOUT_S = 120.0
 
@@ -163,26 +187,47 @@ def load_ops() -> Dict[str, object]:
     return {op_key(op): op for op in op_db}
 
 
-def op_dtypes(op) -> List[str]:
-    """The dtypes (names, from ``DTYPES``) the op's samples are taken in."""
+def op_dtypes(op, dtypes: Iterable[str] = DTYPES) -> List[str]:
+    """The dtypes (names, from ``dtypes``) the op's samples are taken in."""
     import torch
 
     supported = op.supported_dtypes("cpu")
-    return [name for name in DTYPES if getattr(torch, name) in supported]
+    return [name for name in dtypes if getattr(torch, name) in supported]
+
+
+def subset_dtypes(ops: Dict[str, object]) -> Dict[str, List[str]]:
+    """The dtypes of each ``SUBSET`` op: bfloat16 and float16 only for
+    ``SUBSET_LOW_PRECISION``."""
+    return {
+        key: op_dtypes(
+            ops[key], DTYPES if key in SUBSET_LOW_PRECISION else [d for d in DTYPES if d not in LOW_PRECISION_DTYPES]
+        )
+        for key, _ in SUBSET
+    }
 
 
 def tolerance(op, dtype) -> Dict[str, float]:
-    """The OpInfo's loosest ``toleranceOverride`` for ``dtype`` as assert_close
-    keywords (``{}``: assert_close's defaults for the dtype)."""
-    from torch.testing._internal.common_device_type import toleranceOverride
+    """The OpInfo's tolerances for ``dtype`` as assert_close keywords, as
+    PyTorch's own tests take them: the loosest of its ``toleranceOverride``s
+    (atol, rtol) and ``precisionOverride``s (atol) for the dtype, each at
+    least assert_close's default for the dtype (``{}``: no override, the
+    defaults, which assert_close picks per result dtype)."""
+    from torch.testing._comparison import default_tolerances
+    from torch.testing._internal.common_device_type import precisionOverride, toleranceOverride
 
+    default_rtol, default_atol = default_tolerances(dtype)
     atol = rtol = None
     for info in op.decorators:
+        if getattr(info, "device_type", None) not in (None, "cpu"):  # another device's
+            continue
         for decorator in getattr(info, "decorators", (info,)):
             if isinstance(decorator, toleranceOverride) and dtype in decorator.d:
                 tol = decorator.d[dtype]
-                atol = max(atol or 0.0, tol.atol)
-                rtol = max(rtol or 0.0, tol.rtol)
+                atol = max(atol or default_atol, tol.atol)
+                rtol = max(rtol or default_rtol, tol.rtol)
+            elif isinstance(decorator, precisionOverride) and dtype in decorator.d:
+                atol = max(atol or default_atol, decorator.d[dtype])
+                rtol = rtol or default_rtol
     return {} if atol is None else {"atol": atol, "rtol": rtol}
 
 
@@ -417,10 +462,19 @@ def run_sweep(
     log=print,
 ) -> Dict[str, dict]:
     """Sweep ops in ``jobs`` workers (their output goes to ``worker_log``):
-    per op key, its ``counts`` per class, ``failures`` ([dtype, index, class,
-    reason]) and ``fallbacks`` (the fallback counters its samples raised)."""
+    per op key, its ``counts`` per class, ``by_dtype`` (dtype name -> counts
+    per class), ``failures`` ([dtype, index, class, reason]) and
+    ``fallbacks`` (the fallback counters its samples raised)."""
     keys = list(keys)
-    results = {key: {"counts": collections.Counter(), "failures": [], "fallbacks": set()} for key in keys}
+    results = {
+        key: {
+            "counts": collections.Counter(),
+            "by_dtype": collections.defaultdict(collections.Counter),
+            "failures": [],
+            "fallbacks": set(),
+        }
+        for key in keys
+    }
     queue = collections.deque((key, ops_dtypes[key], limits[key], None) for key in keys)
     ctx = multiprocessing.get_context("spawn")
     workers = [_Worker(ctx, worker_log) for _ in range(max(1, min(jobs, len(keys))))]
@@ -430,6 +484,7 @@ def run_sweep(
     def record(key, dtype_name, index, cls, reason, fallbacks=()):
         entry = results[key]
         entry["counts"][cls] += 1
+        entry["by_dtype"][dtype_name][cls] += 1
         entry["fallbacks"].update(fallbacks)
         if cls in FAILURES or (cls == "eager-error" and index < 0):
             entry["failures"].append([dtype_name, index, cls, reason])
@@ -500,6 +555,7 @@ def run_sweep(
     for entry in results.values():
         entry["failures"].sort(key=lambda f: (DTYPES.index(f[0]), f[1]))
         entry["fallbacks"] = sorted(entry["fallbacks"])
+        entry["by_dtype"] = {d: entry["by_dtype"][d] for d in DTYPES if d in entry["by_dtype"]}
     return results
 
 
@@ -512,6 +568,27 @@ def totals(results: Dict[str, dict]) -> collections.Counter:
     for entry in results.values():
         total.update(entry["counts"])
     return total
+
+
+def restrict(results: Dict[str, dict], dtypes: Iterable[str]) -> Dict[str, dict]:
+    """The results of the samples in ``dtypes`` alone (the ops with any).
+    Results without ``by_dtype`` (baselines from before it) are taken whole:
+    they hold ``BASELINE_DTYPES`` only."""
+    dtypes = tuple(dtypes)
+    out = {}
+    for key, entry in results.items():
+        if "by_dtype" in entry:
+            counts = collections.Counter()
+            for d in dtypes:
+                counts.update(entry["by_dtype"].get(d, {}))
+        elif set(BASELINE_DTYPES) <= set(dtypes):
+            counts = collections.Counter(entry["counts"])
+        else:
+            counts = collections.Counter()
+        if sum(counts.values()):
+            failures = [f for f in entry["failures"] if f[0] in dtypes]
+            out[key] = dict(entry, counts=counts, failures=failures)
+    return out
 
 
 def table(results: Dict[str, dict]) -> str:
@@ -534,9 +611,30 @@ def table(results: Dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def dtype_table(results: Dict[str, dict]) -> str:
+    """A Markdown table of the totals per dtype: samples per class (short
+    names), compared and equal, and the ops swept in the dtype."""
+    short = {"compiled-equal": "compiled", "fallback-equal": "fallback", "no-graph-equal": "no graph"}
+    head = ["dtype", "ops", "compared", "equal"] + [short.get(c, c) for c in CLASSES] + ["equal / compared"]
+    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
+    rows = [(d, restrict(results, (d,))) for d in DTYPES]
+    rows.append(("all", results))
+    for name, part in rows:
+        total = totals(part)
+        if not sum(total.values()):
+            continue
+        compared = sum(total[c] for c in COMPARED)
+        equal = sum(total[c] for c in EQUAL)
+        share = f"{100.0 * equal / compared:.1f}%" if compared else ""
+        cells = [name, len(part), compared, equal] + [total[c] for c in CLASSES] + [share]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(lines)
+
+
 def failing_ops(results: Dict[str, dict], heading: str = "###") -> str:
     """Markdown lists of the ops with failures, one per class under a
-    ``heading``, one line per op with its first failure's reason."""
+    ``heading``, one line per op: per dtype, the failing samples' indexes and
+    the first one's reason."""
     lines = []
     for cls in FAILURES:
         ops = [(k, e) for k, e in sorted(results.items()) if e["counts"].get(cls, 0)]
@@ -544,11 +642,17 @@ def failing_ops(results: Dict[str, dict], heading: str = "###") -> str:
             continue
         lines.append(f"\n{heading} {cls} ({len(ops)} ops)\n")
         for key, entry in ops:
-            failure = next(f for f in entry["failures"] if f[2] == cls)
-            lines.append(
-                f"- `{key}` ({entry['counts'][cls]}): {failure[0]}[{failure[1]}]: "
-                + failure[3].replace("|", "\\|").replace("\n", " ")
-            )
+            per_dtype = collections.defaultdict(list)
+            for failure in entry["failures"]:
+                if failure[2] == cls:
+                    per_dtype[failure[0]].append(failure)
+            parts = [
+                "{}[{}]: {}".format(
+                    dtype, ", ".join(str(f[1]) for f in fs), fs[0][3].replace("|", "\\|").replace("\n", " ")
+                )
+                for dtype, fs in per_dtype.items()
+            ]
+            lines.append(f"- `{key}` ({entry['counts'][cls]}): " + "; ".join(parts))
     return "\n".join(lines)
 
 
@@ -567,9 +671,13 @@ def to_json(results: Dict[str, dict], definition: dict) -> dict:
     return {
         "definition": definition,
         "totals": {cls: totals(results)[cls] for cls in CLASSES},
+        "totals_by_dtype": {
+            d: {cls: n for cls in CLASSES if (n := totals(restrict(results, (d,)))[cls])} for d in DTYPES
+        },
         "ops": {
             key: {
                 "counts": {cls: n for cls, n in sorted(entry["counts"].items())},
+                "by_dtype": {d: dict(sorted(c.items())) for d, c in entry.get("by_dtype", {}).items()},
                 "fallbacks": entry["fallbacks"],
                 "failures": entry["failures"],
             }
@@ -583,7 +691,7 @@ def write_json(data: dict, path: str) -> None:
     whose results changed as one changed line."""
     with open(path, "w") as f:
         f.write("{\n")
-        for name in ("definition", "totals"):
+        for name in ("definition", "totals", "totals_by_dtype"):
             f.write(f' "{name}": {json.dumps(data[name])},\n')
         f.write(' "ops": {\n')
         f.write(",\n".join(f"  {json.dumps(key)}: {json.dumps(e)}" for key, e in data["ops"].items()))
@@ -595,6 +703,11 @@ def from_json(data: dict) -> Dict[str, dict]:
     return {
         key: {
             "counts": collections.Counter(entry["counts"]),
+            **(
+                {"by_dtype": {d: collections.Counter(c) for d, c in entry["by_dtype"].items()}}
+                if "by_dtype" in entry
+                else {}
+            ),
             "failures": entry["failures"],
             "fallbacks": entry["fallbacks"],
         }
@@ -603,18 +716,34 @@ def from_json(data: dict) -> Dict[str, dict]:
 
 
 def summary(results: Dict[str, dict], definition: dict, before: Optional[Tuple[str, Dict[str, dict]]]) -> str:
-    """The Markdown summary: totals, the failing ops, the fallback counters,
-    and ``before`` ((file name, results) of a baseline) as "Before"."""
+    """The Markdown summary: totals per dtype, the totals of
+    ``BASELINE_DTYPES`` and of the low-precision dtypes, the failing ops, the
+    fallback counters, and ``before`` ((file name, results) of a baseline) as
+    "Before"."""
+    low = restrict(results, LOW_PRECISION_DTYPES)
     parts = [
         "# Conformance sweep: PyTorch OpInfo samples on the lazy device",
         "",
         "Written by `make conformance` (`tools/conformance.py`); per-op results in",
         "`results.json`. Samples: " + definition["samples"] + ".",
+        "Compared with `torch.testing.assert_close(equal_nan=True)` at the OpInfo's",
+        "CPU tolerance overrides for the dtype, else assert_close's defaults (bfloat16:",
+        "rtol 1.6e-2, atol 1e-5; float16: 1e-3, 1e-5; float32: 1.3e-6, 1e-5).",
         "",
-        "## Totals",
+        "## Totals per dtype",
         "",
-        table(results),
+        dtype_table(results),
         "",
+        "## Totals: " + ", ".join(BASELINE_DTYPES),
+        "",
+        "The dtypes of the baseline (see Before):",
+        "",
+        table(restrict(results, BASELINE_DTYPES)),
+        "",
+    ]
+    if low:
+        parts += ["## Totals: " + ", ".join(LOW_PRECISION_DTYPES), "", table(low), ""]
+    parts += [
         "## Ops with failures",
         failing_ops(results) or "\nNone.",
         "",
@@ -631,7 +760,9 @@ def summary(results: Dict[str, dict], definition: dict, before: Optional[Tuple[s
             "",
             "## Before",
             "",
-            f"The same sweep over older code, from `{name}`:",
+            f"The same sweep over older code, from `{name}`"
+            + ("" if any("by_dtype" in e for e in before_results.values()) else " (" + ", ".join(BASELINE_DTYPES) + ")")
+            + ":",
             "",
             table(before_results),
             "",
@@ -646,6 +777,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", help="comma-separated op keys (default: all of op_db)")
     parser.add_argument("--subset", action="store_true", help="the fast subset (SUBSET)")
     parser.add_argument("--samples", type=int, default=3, help="samples per op and dtype (0: all)")
+    parser.add_argument("--dtypes", help="comma-separated dtypes, of " + ", ".join(DTYPES) + " (default: all)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per sample")
     parser.add_argument("--worker-log", default=os.devnull, help="where the workers' stdout and stderr go")
@@ -668,18 +800,24 @@ def main(argv=None) -> int:
     unknown = sorted(set(limits) - set(ops))
     if unknown:
         parser.error("unknown ops: " + ", ".join(unknown))
-    ops_dtypes = {key: op_dtypes(ops[key]) for key in limits}
+    dtypes = args.dtypes.split(",") if args.dtypes else list(DTYPES)
+    if set(dtypes) - set(DTYPES):
+        parser.error("unknown dtypes: " + ", ".join(sorted(set(dtypes) - set(DTYPES))))
+    ops_dtypes = subset_dtypes(ops) if args.subset else {key: op_dtypes(ops[key]) for key in limits}
+    ops_dtypes = {key: [d for d in ds if d in dtypes] for key, ds in ops_dtypes.items()}
     keys = sorted(key for key in limits if ops_dtypes[key])
     definition = {
         "samples": ("the fast subset" if args.subset else f"the first {args.samples or 'all'} samples per op and dtype")
-        + " (float32; int64 and bool where the op takes them; seed 0)",
+        + " ("
+        + ", ".join(dtypes)
+        + " where the op takes them on the CPU; seed 0)",
         "torch": torch.__version__,
     }
-    print(f"{len(keys)} ops ({len(limits) - len(keys)} without float32/int64/bool on the CPU)")
+    print(f"{len(keys)} ops ({len(limits) - len(keys)} without {'/'.join(dtypes)} on the CPU)")
     start = time.monotonic()
     results = run_sweep(keys, limits, ops_dtypes, jobs=args.jobs, timeout=args.timeout, worker_log=args.worker_log)
     elapsed = time.monotonic() - start
-    print(table(results))
+    print(dtype_table(results))
     print(failing_ops(results))
     print(f"\n{len(keys)} ops in {elapsed:.0f} s")
     if args.out_json:
