@@ -164,15 +164,15 @@ _FAMILIES = {
 }
 
 
-def _assert_step_like_eager(model, lazy, loss, lazy_loss):
+def _assert_step_like_eager(model, lazy, loss, lazy_loss, floor=1e-3):
     """The lazy model's loss and gradients are eager's. A gradient that is
-    zero in exact arithmetic is float noise in both, compared against the
-    model's largest gradient."""
+    zero in exact arithmetic is float noise in both, compared against
+    ``floor`` times the model's largest gradient."""
     assert abs(loss.item() - lazy_loss.item()) < 1e-5, (loss.item(), lazy_loss.item())
     pairs = [(n, p, q) for (n, p), q in zip(model.named_parameters(), lazy.parameters()) if p.grad is not None]
     largest = max(p.grad.abs().max().item() for _, p, _ in pairs)
     for name, p, q in pairs:
-        scale = max(p.grad.abs().max().item(), 1e-3 * largest)  # the floor: zero-in-exact-arithmetic noise
+        scale = max(p.grad.abs().max().item(), floor * largest)  # the floor: zero-in-exact-arithmetic noise
         torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5 * scale, msg=name)
 
 
@@ -344,7 +344,7 @@ _VIEW_WRITERS = {
                 activation_dropout=0.0,
             )
         ),
-        lambda t: (lambda ids: {"input_ids": ids, "labels": ids})(torch.randint(1, 128, (2, 12))),
+        lambda t: {"input_ids": torch.randint(1, 128, (2, 12)), "labels": torch.randint(1, 128, (2, 12))},
         # Its pooling's backward does not lower (it runs eagerly, alone).
         {"aten::avg_pool2d_backward"},
     ),
@@ -389,7 +389,10 @@ def test_view_writing_family_trains_like_eager(native_built, fresh_cache, family
     lazy_loss = lazy(**{k: v.to("lazy") for k, v in batch.items()}).loss
     lazy_loss.backward()
     lazymlir.mark_step()
-    _assert_step_like_eager(model, lazy, loss, lazy_loss)
+    # Attention's key bias (zero in exact arithmetic) is noise of 1e-8 in
+    # both through Funnel's relative attention: compared against 1% of the
+    # largest gradient.
+    _assert_step_like_eager(model, lazy, loss, lazy_loss, floor=1e-2)
     assert metrics.counter_value("UncachedCompile") + metrics.counter_value("CachedCompile") > 0
     assert metrics.counter_value("CompileFallback") == 0 and metrics.counter_value("EagerGraph") == 0
     assert set(metrics.executed_fallback_ops()) <= allowed, metrics.metrics_report()
