@@ -10,8 +10,11 @@ from typing import List
 unreported: List[BaseException] = []
 
 # Called on the caller's thread right before a job's error is raised there
-# (frontend.barriers gives back what failed steps wrote).
+# (frontend.barriers gives back what failed steps wrote), and after
+# wait_device_ops() saw every job finish well (barriers forgets what the
+# steps wrote over).
 on_failure = None
+on_settled = None
 
 
 class DependencyError(RuntimeError):

@@ -26,6 +26,7 @@ from . import cache, entries, profiler, tierup
 
 from .compilation import compile_graph
 from .entries import Compiled, Eager, Split
+from . import errors
 from .errors import DependencyError, drop_frames, report, unreported as _unreported
 
 
@@ -562,6 +563,8 @@ def wait_device_ops() -> None:
         first = _unreported[0]
         _unreported.clear()
         report(first)
+    if errors.on_settled is not None:
+        errors.on_settled()
 
 
 profiler.wait_for_runs = wait_device_ops

@@ -163,6 +163,7 @@ def _on_failure() -> None:
 
 
 run_errors.on_failure = _on_failure
+run_errors.on_settled = _prune
 
 
 def _pending_bases(storages) -> list:
