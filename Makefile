@@ -82,7 +82,11 @@ gpu-bundles: build
 # and, from its core, gdb's backtrace of every thread (kept in build/stress).
 # STRESS_ARGS, e.g. --processes 200, or --env MALLOC_PERTURB_=165 --env
 # GLIBC_TUNABLES=glibc.malloc.tcache_count=0 (freed memory poisoned: a read
-# after free crashes at once instead of now and then).
+# after free crashes at once instead of now and then). STRESS_ARGS=--short
+# (issue 47): short processes instead (a small MLP, 4 Adam steps, float(loss)
+# after each mark_step), two at a time on one empty cache per pair, as in
+# test_compile_cache: the exit's races (a thread still running while the
+# interpreter finalizes) show there; e.g. STRESS_ARGS="--short --processes 400".
 stress: build
 	$(VPY) tools/stress.py $(STRESS_ARGS)
 

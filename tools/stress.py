@@ -25,6 +25,19 @@ core (in their own scratch directory): a failure's core is read with gdb
 ``--keep`` (build/stress). Exits 1 if any failed.
 
     python tools/stress.py [--processes 50] [--jobs 2] [--steps 6] [--env NAME=VALUE]
+
+``--short`` (issue 47): short processes instead, each running the script of
+test_compile_cache's ``test_two_processes_fill_one_cache_at_once``
+(:data:`SHORT_SCRIPT`): a small MLP trained with Adam for ``--steps`` (4)
+steps on the CPU and then on the lazy device, ``float(loss)`` after each
+``mark_step()``, at module level, the lazy losses and parameters checked
+against the CPU's; they start two at a time (``--jobs``) on ONE
+empty cache directory per pair, so both fill it at once, and exit at once.
+Most of such a process's life is imports, the first compiles and the exit:
+the exit's races (a thread still running while the interpreter finalizes)
+show here, not in long ones.
+
+    python tools/stress.py --short --processes 400
 """
 
 import argparse
@@ -73,6 +86,58 @@ def worker(args) -> int:
     return 0
 
 
+# --short's process: test_compile_cache's script (its module-level names,
+# the model, optimizer and loss among them, live until the interpreter
+# finalizes), with the lazy run checked against the CPU's: exit 3 if they
+# differ or nothing compiled.
+SHORT_SCRIPT = r"""
+import json, sys, warnings
+import torch, lazymlir
+from lazymlir import metrics
+
+STEPS = int(sys.argv[1])
+
+def make():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16),
+                               torch.nn.Tanh(), torch.nn.Linear(16, 3))
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    results = []
+    for device in ("cpu", "lazy"):
+        model = make().to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        torch.manual_seed(1)
+        losses = []
+        for step in range(STEPS):
+            x, y = torch.randn(8, 12), torch.randint(0, 3, (8,))
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            opt.step()
+            if device == "lazy":
+                lazymlir.mark_step()
+            losses.append(float(loss))
+        results.append((losses, [p.detach().cpu() for p in model.parameters()]))
+(eager_losses, eager_params), (lazy_losses, lazy_params) = results
+report = lazymlir.metrics.compile_report()
+r = {
+    "max_loss_diff": max(abs(a - b) for a, b in zip(eager_losses, lazy_losses)),
+    "max_param_diff": max(float((a - b).abs().max()) for a, b in zip(eager_params, lazy_params)),
+    "disk_hits": lazymlir.cache.stats().disk_hits,
+    "disk_misses": lazymlir.cache.stats().disk_misses,
+    "kernels_compiled": report["kernels_compiled"],
+    "compiled": metrics.counter_value("UncachedCompile") + metrics.counter_value("CachedCompile"),
+    "fallback": metrics.counter_value("CompileFallback") + metrics.counter_value("EagerGraph"),
+}
+print(json.dumps(r))
+if not (r["max_loss_diff"] < 1e-4 and r["max_param_diff"] < 1e-4 and r["compiled"] > 0 and r["fallback"] == 0):
+    print(f"lazy differs from the CPU, or did not compile: {r}", file=sys.stderr)
+    sys.exit(3)
+"""
+
+
 def _allow_core() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 
@@ -119,7 +184,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--processes", type=int, default=50)
     p.add_argument("--jobs", type=int, default=2, help="processes at a time")
-    p.add_argument("--steps", type=int, default=6, help="training steps per process (tier-up after 4)")
+    p.add_argument("--steps", type=int, help="training steps per process (6, tier-up after 4; --short: 4)")
+    p.add_argument(
+        "--short",
+        action="store_true",
+        help="short processes (a small MLP, float(loss) each step), two at a time on one empty cache per pair",
+    )
     p.add_argument("--model", default="bert", help="lazymlir.testing.hf_model kind")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per process")
     p.add_argument("--seed", type=int, default=0, help="seed of the jitter delays")
@@ -141,6 +211,8 @@ def main() -> int:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--jitter", type=float, default=0.0, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.steps is None:
+        args.steps = 4 if args.short else 6
     if args.worker:
         return worker(args)
 
@@ -153,33 +225,42 @@ def main() -> int:
     scratch = tempfile.mkdtemp(prefix="lazymlir-stress-")
     pending = list(range(args.processes))
     running = {}  # index -> (Popen, cache dir, stderr file, start)
+    # --short: processes 2k and 2k+1 share cache-k and start together, when
+    # both fit; the directory goes when both are done.
+    group = 2 if args.short else 1
+    users = {}  # cache dir -> processes running in it
     failures = []
     durations = []
     started = time.monotonic()
     try:
         while pending or running:
-            while pending and len(running) < args.jobs:
+            # A pair's second process starts with its first.
+            while pending and (pending[0] % group or len(running) + group <= max(args.jobs, group)):
                 i = pending.pop(0)
-                cache_dir = os.path.join(scratch, f"cache-{i}")
+                cache_dir = os.path.join(scratch, f"cache-{i // group}")
                 work_dir = os.path.join(scratch, f"cwd-{i}")  # where a core lands
-                os.makedirs(cache_dir)
+                os.makedirs(cache_dir, exist_ok=True)
+                users[cache_dir] = users.get(cache_dir, 0) + 1
                 os.makedirs(work_dir)
-                jitter = rng.uniform(0.0, 1.5) if i % 2 else 0.0
+                jitter = rng.uniform(0.0, 1.5) if i % 2 and not args.short else 0.0
                 env = dict(base_env, LAZYMLIR_CACHE_DIR=cache_dir)
                 err = open(os.path.join(scratch, f"stderr-{i}.txt"), "w+")
-                cmd = [
-                    args.python,
-                    "-X",
-                    "faulthandler",
-                    os.path.abspath(__file__),
-                    "--worker",
-                    "--steps",
-                    str(args.steps),
-                    "--model",
-                    args.model,
-                    "--jitter",
-                    f"{jitter:.3f}",
-                ]
+                if args.short:
+                    cmd = [args.python, "-X", "faulthandler", "-c", SHORT_SCRIPT, str(args.steps)]
+                else:
+                    cmd = [
+                        args.python,
+                        "-X",
+                        "faulthandler",
+                        os.path.abspath(__file__),
+                        "--worker",
+                        "--steps",
+                        str(args.steps),
+                        "--model",
+                        args.model,
+                        "--jitter",
+                        f"{jitter:.3f}",
+                    ]
                 proc = subprocess.Popen(
                     cmd, env=env, cwd=work_dir, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=_allow_core
                 )
@@ -220,7 +301,9 @@ def main() -> int:
                         if args.keep_cores:
                             shutil.move(core, os.path.join(keep, os.path.basename(core)))
                     print(f"    kept in {keep}" + (" (with gdb backtraces)" if cores else ""), flush=True)
-                shutil.rmtree(cache_dir, ignore_errors=True)
+                users[cache_dir] -= 1
+                if not users[cache_dir]:
+                    shutil.rmtree(cache_dir, ignore_errors=True)
                 shutil.rmtree(work_dir, ignore_errors=True)
                 if rc == 0 and done % 10 == 0:
                     print(f"[{done}/{args.processes}] {len(failures)} failed so far", flush=True)
@@ -230,9 +313,10 @@ def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
     wall = time.monotonic() - started
+    what = "short: an MLP, two at a time on one fresh cache per pair" if args.short else f"{args.model}, fresh cache"
     print(
-        f"\nstress: {args.processes} processes ({args.model}, {args.steps} steps each, fresh cache, "
-        f"{args.jobs} at a time) in {wall:.0f} s, {sum(durations) / max(1, len(durations)):.1f} s each"
+        f"\nstress: {args.processes} processes ({what}, {args.steps} steps each, "
+        f"{max(args.jobs, group)} at a time) in {wall:.0f} s, {sum(durations) / max(1, len(durations)):.1f} s each"
     )
     print(f"failed: {len(failures)}" + (f" ({', '.join(f'#{i}: {r}' for i, r, _ in failures)})" if failures else ""))
     for i, reason, tail in failures:
