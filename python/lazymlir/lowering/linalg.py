@@ -18,7 +18,7 @@ import torch
 
 from . import LoweringError
 from .decompositions import decomposition_table
-from .marks import op_config
+from .marks import op_config, probe_order
 from .opmath import OpMathInterpreter, uses_low_precision
 
 
@@ -552,10 +552,15 @@ def distinct_failures(items, key, fails, limit: int = 64) -> Set:
     return bad
 
 
-def find_unsupported(graph, limit: int = 64) -> Set:
+# How many distinct configurations find_unsupported tries at most.
+PROBE_LIMIT = 64
+
+
+def find_unsupported(graph, limit: int = None) -> Set:
     """The :func:`unsupported_key` of the ops of ``graph`` that do not lower
     on their own: each distinct one is tried once, alone, on zero inputs of
-    the same shapes and dtypes (:func:`distinct_failures`)."""
+    the same shapes and dtypes (:func:`distinct_failures`), each op's first
+    configuration first (marks.probe_order)."""
     from ..trace.ir import Graph, Node, map_nodes, to_fx
 
     def fails(n) -> bool:
@@ -583,6 +588,7 @@ def find_unsupported(graph, limit: int = 64) -> Set:
             return True
         return False
 
-    return distinct_failures(
-        graph.nodes, lambda n: unsupported_key(n) if isinstance(n.op, torch._ops.OpOverload) else None, fails, limit
-    )
+    def key(n):
+        return unsupported_key(n) if isinstance(n.op, torch._ops.OpOverload) else None
+
+    return distinct_failures(probe_order(graph.nodes, key), key, fails, PROBE_LIMIT if limit is None else limit)

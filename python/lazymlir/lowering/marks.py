@@ -34,3 +34,31 @@ def _numbers_blanked(frozen):
             return _NUMBER
         return tuple(_numbers_blanked(f) for f in frozen)
     return frozen
+
+
+def probe_order(nodes, key) -> list:
+    """``nodes`` with a distinct ``key(n)`` (an unsupported_key; None: not
+    tried), one per key, in the order the probe tries them (it tries at most
+    its limit): the first configuration of each op, then the first of each
+    op and input dtypes, then the others, each group in graph order. A large
+    graph has more configurations than the limit (Funnel's training step: 93,
+    from 55 ops and dtypes): tried in graph order, the backward ops at its end
+    went untried, so the one that did not lower (avg_pool2d_backward) was not
+    found and the whole graph ran eagerly."""
+    firsts, by_dtypes, others = [], [], []
+    seen, ops, op_dtypes = set(), set(), set()
+    for n in nodes:
+        k = key(n)
+        if k is None or k in seen:
+            continue
+        seen.add(k)
+        op, dtypes = k[0], k[1][0]
+        if op not in ops:
+            firsts.append(n)
+        elif (op, dtypes) not in op_dtypes:
+            by_dtypes.append(n)
+        else:
+            others.append(n)
+        ops.add(op)
+        op_dtypes.add((op, dtypes))
+    return firsts + by_dtypes + others
