@@ -70,41 +70,73 @@ def _check(mode, align_corners, shape, kw, dtype=torch.float32, tol=None, memory
     assert_compiled()  # no aten::upsample* counter: forward and backward compiled
 
 
+# The fast tier: one case per mode (forward and backward; align_corners
+# True and False, upsampling and downsampling among them); the others are slow.
+_FAST_CASES = {0, 5, 10, 11, 20, 21}
+
+
 @pytest.mark.parametrize(
-    "mode, align_corners, shape, kw", CASES, ids=[f"{c[0]}-{c[1]}-{len(c[2])}d-{i}" for i, c in enumerate(CASES)]
+    "mode, align_corners, shape, kw",
+    [pytest.param(*c, marks=() if i in _FAST_CASES else pytest.mark.slow) for i, c in enumerate(CASES)],
+    ids=[f"{c[0]}-{c[1]}-{len(c[2])}d-{i}" for i, c in enumerate(CASES)],
 )
 def test_upsample_forward_backward_compiled(native_built, mode, align_corners, shape, kw):
     _check(mode, align_corners, shape, kw)
 
 
-def test_upsample_explicit_scales_and_sizes(native_built):
+_aten = torch.ops.aten
+
+
+@pytest.mark.parametrize(
+    "fwd, bwd, extra",
+    [
+        pytest.param(
+            _aten.upsample_nearest2d.default, _aten.upsample_nearest2d_backward.default, (), marks=pytest.mark.slow
+        ),
+        pytest.param(
+            _aten._upsample_nearest_exact2d.default,
+            _aten._upsample_nearest_exact2d_backward.default,
+            (),
+            marks=pytest.mark.slow,
+        ),
+        (_aten.upsample_bilinear2d.default, _aten.upsample_bilinear2d_backward.default, (False,)),
+        pytest.param(
+            _aten.upsample_bicubic2d.default,
+            _aten.upsample_bicubic2d_backward.default,
+            (False,),
+            marks=pytest.mark.slow,
+        ),
+    ],
+    ids=["nearest", "nearest-exact", "bilinear", "bicubic"],
+)
+def test_upsample_explicit_scales_and_sizes(native_built, fwd, bwd, extra):
     """The ops themselves with scales that do not match their sizes (many
     outputs clamped onto the last input position): the backward's window
     still reaches them all."""
     x = torch.randn(2, 3, 5, 4)
     g = torch.randn(2, 3, 20, 9)
-    ops = torch.ops.aten
-    for fwd, bwd, extra in [
-        (ops.upsample_nearest2d.default, ops.upsample_nearest2d_backward.default, ()),
-        (ops._upsample_nearest_exact2d.default, ops._upsample_nearest_exact2d_backward.default, ()),
-        (ops.upsample_bilinear2d.default, ops.upsample_bilinear2d_backward.default, (False,)),
-        (ops.upsample_bicubic2d.default, ops.upsample_bicubic2d_backward.default, (False,)),
-    ]:
-        metrics.reset()
-        args = extra + (10.0, 3.0)  # scales: 5 * 10 > 20 rows, 4 * 3 > 9 columns
-        got = fwd(x.to("lazy"), [20, 9], *args).cpu()
-        got_grad = bwd(g.to("lazy"), [20, 9], list(x.shape), *args).cpu()
-        torch.testing.assert_close(got, fwd(x, [20, 9], *args), rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(got_grad, bwd(g, [20, 9], list(x.shape), *args), rtol=1e-5, atol=1e-5)
-        assert_compiled()
+    metrics.reset()
+    args = extra + (10.0, 3.0)  # scales: 5 * 10 > 20 rows, 4 * 3 > 9 columns
+    got = fwd(x.to("lazy"), [20, 9], *args).cpu()
+    got_grad = bwd(g.to("lazy"), [20, 9], list(x.shape), *args).cpu()
+    torch.testing.assert_close(got, fwd(x, [20, 9], *args), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_grad, bwd(g, [20, 9], list(x.shape), *args), rtol=1e-5, atol=1e-5)
+    assert_compiled()
 
 
-def test_upsample_float64_and_channels_last(native_built):
+@pytest.mark.slow
+def test_upsample_float64(native_built):
     _check("bicubic", False, (2, 3, 5, 7), dict(size=(11, 13)), dtype=torch.float64, tol=dict(rtol=1e-12, atol=1e-12))
+
+
+def test_upsample_channels_last(native_built):
     _check("bilinear", False, (2, 3, 5, 7), dict(scale_factor=2), memory_format=torch.channels_last)
 
 
-@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic"])
+@pytest.mark.parametrize(
+    "mode",
+    [pytest.param("nearest", marks=pytest.mark.slow), "bilinear", pytest.param("bicubic", marks=pytest.mark.slow)],
+)
 def test_upsample_bfloat16(native_built, mode):
     """bfloat16 computed as eager computes it (in float32, rounded once)."""
     _check(

@@ -114,11 +114,23 @@ _REAL_ONLY = {"clamp_", "relu_", "index_put_"}
 _COMPLEX_VIEWS = {"view_as_complex", "conj", "neg_view_of_mH"}
 
 
+# The fast tier: every op through these chains (a non-contiguous
+# _reshape_alias; a chain of slice, transpose, reshape and expand), and one op
+# through each other chain (the ops it takes, in turn from chain to chain);
+# the other cases are slow.
+_EVERY_OP = ("reshape_alias_transposed", "slice_transpose_reshape_expand")
+
+
 def _cases():
-    for chain, (_, _, overlapping) in CHAINS.items():
-        for op, (_, on_overlap) in OPS.items():
-            if (not overlapping or on_overlap) and not (chain in _COMPLEX_VIEWS and op in _REAL_ONLY):
-                yield chain, op
+    for i, (chain, (_, _, overlapping)) in enumerate(CHAINS.items()):
+        ops = [
+            op
+            for op, (_, on_overlap) in OPS.items()
+            if (not overlapping or on_overlap) and not (chain in _COMPLEX_VIEWS and op in _REAL_ONLY)
+        ]
+        for op in ops:
+            fast = chain in _EVERY_OP or op == ops[i % len(ops)]
+            yield pytest.param(chain, op, id=f"{chain}-{op}", marks=() if fast else pytest.mark.slow)
 
 
 def _run(chain, op, d):
