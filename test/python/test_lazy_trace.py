@@ -78,7 +78,7 @@ def test_detach_shares_storage():
 def test_inplace_dtype_and_broadcast():
     def f(x, i):
         x = x.clone()
-        x.add_(torch.ones(3))  # broadcast source
+        x.add_(torch.ones(3, device=x.device))  # broadcast source (a CPU one is refused, as on CUDA)
         i = i.clone()
         i.mul_(2.0) if False else i.add_(3)
         z = torch.zeros(2, 3, dtype=torch.float64, device=x.device)

@@ -4,6 +4,8 @@ random numbers from the CPU generator (RNG ops run eagerly on the CPU, so a
 seed gives eager's numbers); ``synchronize`` waits for the graphs in flight;
 streams and events that do nothing (the device's work runs in trace order)."""
 
+import sys
+
 import torch
 
 _CPU_GENERATOR = torch.default_generator
@@ -49,10 +51,14 @@ def get_device_name(device=None) -> str:
 
 
 def synchronize(device=None) -> None:
-    """Wait until every graph started so far has finished (raises a failed one's error)."""
-    from ..execution import run
-
-    run.wait_device_ops()
+    """Wait until every graph started so far has finished (raises a failed one's error). Also what
+    ``torch.accelerator.synchronize()`` and streams' and events' ``synchronize`` call (the device guard, through
+    ``_device.set_synchronize``)."""
+    if device is not None:
+        _check_index(device)
+    run = sys.modules.get("lazymlir.execution.run")
+    if run is not None:  # else lazymlir is not imported (only the device is, by torch's autoload): no graph ran
+        run.wait_device_ops()
 
 
 def manual_seed(seed: int) -> None:
@@ -124,7 +130,8 @@ class Stream:
 
 
 class Event:
-    """Complete as soon as recorded (see :class:`Stream`)."""
+    """Recorded on the device's only stream (see :class:`Stream`): ``synchronize`` waits for every graph in
+    flight, as the stream's does."""
 
     def __init__(self, enable_timing: bool = False, **kwargs):
         pass
@@ -139,7 +146,7 @@ class Event:
         return True
 
     def synchronize(self) -> None:
-        pass
+        synchronize()
 
 
 _STREAM = Stream()

@@ -60,6 +60,8 @@ def _infer(key, func, meta_args, meta_kwargs):
     if hit is not None:
         return hit
     try:
+        if func in _MASK_INDEXING and _cpu_mask(meta_args[1] if len(meta_args) > 1 else meta_kwargs["indices"]):
+            raise ValueError("a CPU bool mask: its output's shape is its value's")
         if func in _LAYOUT_FROM_CPU and any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in meta_args):
             meta = _intern_result(_cpu_layout(func, meta_args, meta_kwargs))
         else:
@@ -72,6 +74,20 @@ def _infer(key, func, meta_args, meta_kwargs):
         _meta_cache.clear()
     _meta_cache[key] = hit
     return hit
+
+
+# x[mask] with a CPU bool mask (CUDA takes CPU indices): the meta kernel
+# reads the real mask and gives its nonzero count as a static size, which the
+# key (the mask's shape) does not hold, and torch-mlir's lowering of a bool
+# index never finished. As with a lazy mask, the op runs eagerly.
+_MASK_INDEXING = {aten.index.Tensor, aten._unsafe_index.Tensor}
+
+
+def _cpu_mask(indices) -> bool:
+    return any(
+        isinstance(i, torch.Tensor) and i.device.type != "meta" and i.dtype in (torch.bool, torch.uint8)
+        for i in indices
+    )
 
 
 # Ops whose meta kernel does not give eager CPU's memory format: convolution's

@@ -4,7 +4,10 @@
 // is ordered by its trace, not by streams) and the PrivateUse1 hooks.
 //
 // Registered when the module is loaded (static initializers), before any
-// lazy tensor exists. Knows nothing of MLIR (docs/DESIGN.md, decision 2).
+// lazy tensor exists. Knows nothing of MLIR (docs/DESIGN.md, decision 2):
+// synchronizing the device (torch.accelerator.synchronize, a stream's or an
+// event's synchronize) calls back into Python (set_synchronize: the device
+// module's synchronize, which waits for the graphs in flight).
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
@@ -12,8 +15,15 @@
 #include <ATen/core/Generator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <thread>
 
 namespace lazymlir::device {
+
+namespace py = pybind11;
+
 namespace {
 
 constexpr c10::DeviceType kLazy = c10::DeviceType::PrivateUse1;
@@ -22,6 +32,20 @@ c10::Device lazyDevice() { return c10::Device(kLazy, 0); }
 
 void checkIndex(c10::DeviceIndex index) {
   TORCH_CHECK(index == 0 || index == -1, "lazymlir has a single lazy device, index 0 (got ", int(index), ")");
+}
+
+// lazymlir.frontend.device_module.synchronize (set_synchronize); kept for ever.
+PyObject* gSynchronize = nullptr;
+
+// Waits for the graphs in flight; raises the error of a failed one. Called
+// with or without the GIL (torch.accelerator.synchronize releases it).
+void synchronize() {
+  if (!Py_IsInitialized()) return;
+  py::gil_scoped_acquire gil;
+  if (gSynchronize == nullptr) return;  // the tracer is not loaded: no graph was ever started
+  PyObject* out = PyObject_CallNoArgs(gSynchronize);
+  if (out == nullptr) throw py::error_already_set();
+  Py_DECREF(out);
 }
 
 // Events carry no state: every event is recorded the moment it is asked to be
@@ -48,8 +72,14 @@ struct LazyGuardImpl final : c10::impl::DeviceGuardImplInterface {
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
   bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream&) const override {}
-  void synchronizeEvent(void*) const override {}
+  // The device's one stream is its graphs in trace order: synchronizing the
+  // stream, an event recorded on it or the device waits for all of them.
+  void synchronizeStream(const c10::Stream&) const override { synchronize(); }
+  void synchronizeEvent(void*) const override { synchronize(); }
+  void synchronizeDevice(const c10::DeviceIndex index) const override {
+    checkIndex(index);
+    synchronize();
+  }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
   double elapsedTime(void*, void*, const c10::DeviceIndex) const override { return 0.0; }
 };
@@ -97,5 +127,43 @@ struct RegisterHooks {
   }
 } registerHooks;
 
+// The autograd engine makes its device threads' queues once, at its first
+// backward, one per index of the largest device count among the device
+// guards registered then. A backward run before lazymlir._device was loaded
+// (torch imported with TORCH_DEVICE_BACKEND_AUTOLOAD=0, or without the entry
+// point installed, and lazymlir imported after it) leaves it no queue for
+// lazy:0 on a machine without another accelerator, and every backward on
+// the lazy device then fails an internal assert in Engine::ready_queue. The
+// engine keeps those queues in a protected member; this gives it the queue
+// and the thread its start_device_threads would have made. Only when the
+// engine has started (its reentrant pool exists) with no device queue at all:
+// nothing read the empty vector (CPU work never does), so the assignment
+// races with no reader. A backward started on another thread while lazymlir
+// is imported could still start the engine concurrently: not handled.
+struct EngineQueues : torch::autograd::Engine {
+  static auto queues() { return &EngineQueues::device_ready_queues_; }
+  static auto pool() { return &EngineQueues::thread_pool_shared_; }
+};
+
+bool addAutogradDeviceQueue() {
+  auto& engine = torch::autograd::Engine::get_default_engine();
+  auto& queues = engine.*EngineQueues::queues();
+  if (engine.*EngineQueues::pool() == nullptr || !queues.empty()) return false;  // not started, or lazy:0 has one
+  queues = {std::make_shared<torch::autograd::ReadyQueue>()};
+  std::thread thread(&torch::autograd::Engine::thread_init, &engine, 0, queues[0], true);
+  thread.detach();
+  return true;
+}
+
 }  // namespace
+
+void defineDeviceHooks(py::module_& m) {
+  m.def(
+      "set_synchronize", [](py::object fn) { Py_XSETREF(gSynchronize, fn.release().ptr()); }, py::arg("fn"),
+      "The callable that waits for the graphs in flight (the device guard's synchronize calls it)");
+  m.def("add_autograd_device_queue", &addAutogradDeviceQueue,
+        "Gives an autograd engine started before the lazy device existed the device queue lazy:0 needs; True when "
+        "it had none");
+}
+
 }  // namespace lazymlir::device

@@ -29,8 +29,10 @@
 #include <torch/library.h>
 
 #include <mutex>
-#include <vector>
+#include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 namespace lazymlir::device {
 
@@ -196,11 +198,85 @@ void pushResults(const c10::OperatorHandle& op, torch::jit::Stack* stack, const 
   }
 }
 
+// Devices as CUDA has them: an op on lazy tensors takes no tensor of another
+// device (recorded, a CPU tensor would become device data, and its gradient
+// a lazy tensor that autograd then refuses for it, at backward), except
+// those CUDA takes too: CPU tensors of no dimension (scalars, as
+// TensorIterator takes them), the source of a copy, advanced indexing's
+// indices, foreach ops' scalar lists (their elements' ops are checked), the
+// CPU lengths and batch sizes of packed sequences and CTC loss, and every
+// op of another namespace (collectives, custom ops: their kernels decide).
+enum class DeviceRule : int8_t { kCheck, kSkip, kNotIndices };
+
+DeviceRule deviceRuleOf(const c10::OperatorName& name) {
+  static const std::unordered_set<std::string> skip = {"_to_copy",
+                                                       "copy_",
+                                                       "copy",
+                                                       "_copy_from",
+                                                       "_copy_from_and_resize",
+                                                       "to",
+                                                       "is_same_size",
+                                                       "is_set_to",
+                                                       "_has_same_storage_numel",
+                                                       "tensor_split",
+                                                       "_pack_padded_sequence",
+                                                       "_pad_packed_sequence",
+                                                       "_pack_padded_sequence_backward",
+                                                       "lstm",
+                                                       "gru",
+                                                       "rnn_tanh",
+                                                       "rnn_relu",
+                                                       "ctc_loss",
+                                                       "_ctc_loss",
+                                                       "_ctc_loss_backward"};
+  static const std::unordered_set<std::string> indices = {
+      "index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put"};
+  if (name.name.rfind("aten::", 0) != 0) return DeviceRule::kSkip;
+  const std::string base = name.name.substr(6);
+  if (skip.count(base) || base.rfind("_foreach_", 0) == 0) return DeviceRule::kSkip;
+  return indices.count(base) ? DeviceRule::kNotIndices : DeviceRule::kCheck;
+}
+
+void checkDevice(const at::Tensor& t) {
+  if (!t.defined()) return;
+  const c10::Device device = t.device();
+  if (device.type() == kLazy || device.type() == c10::kMeta || (device.is_cpu() && t.dim() == 0)) return;
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
+              c10::Device(kLazy, 0), " and ", device, "!");
+}
+
+std::unordered_map<const c10::FunctionSchema*, DeviceRule> gDeviceRules;  // the GIL guards it
+
+void checkDevices(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  auto found = gDeviceRules.find(&op.schema());
+  if (found == gDeviceRules.end()) found = gDeviceRules.emplace(&op.schema(), deviceRuleOf(op.operator_name())).first;
+  if (found->second == DeviceRule::kSkip) return;
+  const size_t n = op.schema().arguments().size();
+  const c10::IValue* arguments = stack.data() + stack.size() - n;
+  for (size_t i = 0; i < n; ++i) {
+    if (i == 1 && found->second == DeviceRule::kNotIndices) continue;  // indices(self, indices, ...)
+    const c10::IValue& v = arguments[i];
+    if (v.isTensor()) {
+      checkDevice(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) checkDevice(t);
+    } else if (v.isList()) {  // Tensor?[]
+      for (const c10::IValue& x : v.toListRef())
+        if (x.isTensor()) checkDevice(x.toTensor());
+    }
+  }
+}
+
 void lazyKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   py::gil_scoped_acquire gil;
-  TORCH_CHECK(gDispatch != nullptr, "lazymlir: the lazy device's tracer is not installed (import lazymlir)");
+  TORCH_CHECK(gDispatch != nullptr,
+              "lazymlir: the lazy device's tracer is not loaded: `import lazymlir` before using the lazy device "
+              "(`import torch` only registers the device)");
   releaseDropped();
+  // The fast paths take lazy tensors and wrapped numbers only (other tensors
+  // come here): the device check costs them nothing.
   if (tryFast(op, stack) || tryForeach(op, stack)) return;
+  checkDevices(op, *stack);
   const auto& schema = op.schema();
   auto arguments = torch::jit::pop(*stack, schema.arguments().size());
   auto [args, kwargs] = toPythonCall(schema, arguments.data());
@@ -274,6 +350,11 @@ void aliasKernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit:
   torch::jit::push(stack, at::Tensor(impl->copyWith(c10::VariableVersion(0), /*allowMetadataChange=*/true)));
 }
 
+// The fallback of operators with no kernel of their own on the lazy device,
+// registered as the module loads: before install() (the device registered by
+// PyTorch's backend autoload, lazymlir not imported) an op on it says so.
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&lazyFallback>()); }
+
 // Registered at install(): every operator known then that has no
 // CompositeImplicitAutograd kernel (those decompose before reaching the
 // device); a kernel PyTorch registered for PrivateUse1 (c10d's collectives)
@@ -302,9 +383,6 @@ size_t registerKernels() {
                                                      std::nullopt, nullptr, "lazymlir lazy device"));
     ++count;
   }
-  gRegistrations.push_back(dispatcher.registerFallback(c10::DispatchKey::PrivateUse1,
-                                                       c10::KernelFunction::makeFromBoxedFunction<&lazyFallback>(),
-                                                       "lazymlir lazy device"));
   for (auto key : {c10::DispatchKey::SparsePrivateUse1, c10::DispatchKey::SparseCsrPrivateUse1})
     gRegistrations.push_back(dispatcher.registerFallback(
         key, c10::KernelFunction::makeFromBoxedFunction<&sparseKernel>(), "lazymlir lazy device"));

@@ -8,10 +8,12 @@
 namespace lazymlir::device {
 void defineTensor(pybind11::module_& m);
 void definePooledBuffers(pybind11::module_& m);
+void defineDeviceHooks(pybind11::module_& m);
 }  // namespace lazymlir::device
 
 PYBIND11_MODULE(_device, m) {
   m.doc() = "lazymlir's lazy device (C++ on PyTorch's PrivateUse1 key); private";
   lazymlir::device::defineTensor(m);
   lazymlir::device::definePooledBuffers(m);
+  lazymlir::device::defineDeviceHooks(m);
 }
