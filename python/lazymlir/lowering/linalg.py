@@ -579,7 +579,11 @@ def find_unsupported(graph, limit: int = None) -> Set:
         )
         outputs = [alone]
         if not isinstance(n.meta, torch.Tensor):  # multi-output: return its first tensor
-            outputs = [Node(operator.getitem, (alone, 0), {}, (alone,), (operator.getitem, 0), n.meta[0])]
+            # (not its first output: convolution_backward's output_mask
+            # [False, True, False] makes the first None, and a graph
+            # returning None does not lower, whatever the op)
+            i = next((i for i, m in enumerate(n.meta) if isinstance(m, torch.Tensor)), 0)
+            outputs = [Node(operator.getitem, (alone, i), {}, (alone,), (operator.getitem, i), n.meta[i])]
         nodes = [alone] + [o for o in outputs if o is not alone]
         single = Graph(None, list(leaves.values()), nodes, outputs)
         try:
