@@ -50,7 +50,10 @@ MASK32 = 0xFFFFFFFF
 
 def load_launch():
     """lazymlir.gpu.launch loaded from its file alone: the package's
-    __init__ (the tracer, torch-mlir, the native module) is never imported."""
+    __init__ (the tracer, torch-mlir, the native module) is never imported.
+    Where lazymlir is installed, ``import torch`` would load its device
+    (the ``torch.backends`` entry point, from the blocked package): off."""
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     for blocked in ("lazymlir", "lazymlir._native", "torch_mlir"):
         sys.modules.setdefault(blocked, None)  # an import of any of them fails loudly
     spec = importlib.util.spec_from_file_location("lazymlir_gpu_launch", os.path.abspath(LAUNCH))

@@ -162,15 +162,15 @@ func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {
 # indices: the flag global), integer division (checked divisors), pooling,
 # convolution, float64 and bool outputs.
 OPS = {
-    "index_put": lambda x, i: x.index_put((i,), torch.ones(16, 32), accumulate=True),
-    "scatter_add": lambda x, i: torch.zeros(64, 32).scatter_add(0, i[:, None].expand(16, 32), x[:16]),
+    "index_put": lambda x, i: x.index_put((i,), torch.ones(16, 32, device=x.device), accumulate=True),
+    "scatter_add": lambda x, i: torch.zeros(64, 32, device=x.device).scatter_add(0, i[:, None].expand(16, 32), x[:16]),
     "sort": lambda x, i: torch.sort(x, dim=1)[0],
     "topk": lambda x, i: torch.topk(x, 5, dim=1)[0],
     "cumsum": lambda x, i: torch.cumsum(x, 1),
     "gather": lambda x, i: torch.gather(x, 0, i[:, None].expand(16, 32)),
     "argmax": lambda x, i: torch.argmax(x, 1),
     "max_pool": lambda x, i: F.max_pool2d(x.view(1, 1, 64, 32), 2),
-    "conv": lambda x, i: F.conv2d(x.view(1, 1, 64, 32), torch.ones(4, 1, 3, 3)),
+    "conv": lambda x, i: F.conv2d(x.view(1, 1, 64, 32), torch.ones(4, 1, 3, 3, device=x.device)),
     "integer_division": lambda x, i: i // (i % 7 + 1) + torch.remainder(i, 5),
     "float64": lambda x, i: (x.double() * 2).sin(),
     "bool_result": lambda x, i: (x > 0) & (x < 0.5),

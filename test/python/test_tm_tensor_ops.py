@@ -76,7 +76,7 @@ def test_index_put_bool_mask(native_built):
     check(lambda x, m, v: torch.ops.aten.index_put(x, [m], v, True), x, mask, v)
     # A mask over leading dims selects rows.
     rows = torch.tensor([True, False, True, True, False, False])
-    check(lambda x, m: torch.ops.aten.index_put(x, [m], torch.arange(5.0)), x, rows)
+    check(lambda x, m: torch.ops.aten.index_put(x, [m], torch.arange(5.0, device=x.device)), x, rows)
     check(lambda x, m, v: torch.ops.aten.index_put(x, [m], v), x, rows, torch.randn(3, 5))
 
 
