@@ -325,8 +325,16 @@ def test_transformer_lm_training_over_sequence_lengths():
                 lazymlir.mark_step()
             losses.append(loss.item())
         torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-5)
-    for p, q in zip(ml.parameters(), me.parameters()):
-        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-3, atol=1e-4)
+    for (name, p), q in zip(ml.named_parameters(), me.parameters()):
+        p, q = p.detach().cpu(), q.detach()
+        if name.endswith("qkv.bias"):
+            # The key bias's gradient is zero in exact arithmetic (softmax
+            # ignores a shift per query): AdamW moves it by about lr a step
+            # in the direction of float noise, eager's and ours alike.
+            d = p.numel() // 3
+            torch.testing.assert_close(p[d : 2 * d], q[d : 2 * d], rtol=0, atol=2e-3 * len(lengths))
+            p, q = torch.cat([p[:d], p[2 * d :]]), torch.cat([q[:d], q[2 * d :]])
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
     c = counts()
     # The first step (AdamW's state), length 16 static, then one dynamic graph.
     assert (c["UncachedCompile"], c["DynamicCompile"], c["DynamicGraphHit"]) == (3, 1, 3), c
