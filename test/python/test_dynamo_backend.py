@@ -119,8 +119,10 @@ def test_mnist_cnn_trains_like_eager(native_built, fresh_cache):
 def test_hf_model_trains_like_eager(native_built, fresh_cache, name):
     model, make_batch, loss_fn = hf_model(name, llama_hidden=64)
     # AdamW's normalized update moves an element whose gradient is near zero
-    # (7e-9 against a median of 3e-3) by ~1e-5 for a float32 rounding of it.
-    _train_like_eager(model, torch.optim.AdamW, dict(lr=1e-3), lambda: make_batch("cpu"), loss_fn, atol=5e-5)
+    # (7e-9 against a median of 3e-3) by ~1e-5 for a float32 rounding of it
+    # (6e-5 on an AVX2 host, GPT-2's element (20, 31): eager's own kernels
+    # round differently there); a wrong update is off by ~lr = 1e-3.
+    _train_like_eager(model, torch.optim.AdamW, dict(lr=1e-3), lambda: make_batch("cpu"), loss_fn, atol=1e-4)
 
 
 def test_symbolic_sizes_compile_once(native_built, fresh_cache):
