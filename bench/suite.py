@@ -789,7 +789,11 @@ def measure_steps(w, peers, repeats):
     if "torch.compile" in peers or w.name.endswith("_tc") or w.name.startswith("tc_"):
         torch._dynamo.reset()
     if "torch._lazy" in peers:
-        r = _child(["--ltc-child", w.name, "--repeats", str(repeats)] + (["--smoke"] if SMOKE else []), LTC_TIMEOUT_S)
+        # torch._lazy's TorchScript backend owns "lazy" in its child: torch's
+        # backend autoload must not make lazymlir's device there.
+        ltc_env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+        args = ["--ltc-child", w.name, "--repeats", str(repeats)] + (["--smoke"] if SMOKE else [])
+        r = _child(args, LTC_TIMEOUT_S, ltc_env)
         if "error" in r:
             results["torch._lazy"] = {"cell": short(r["error"]), "error": r.get("log", r["error"])}
         else:
