@@ -74,10 +74,13 @@ def _record(storages, job) -> None:
 def _prune() -> None:
     """Forget the records of steps that finished well (their values before
     are not kept alive past them)."""
-    while _steps and _steps[0][0].done() and _steps[0][0].exception() is None:
-        _steps.popleft()
-    if len(_steps) > 1 and any(job.done() and job.exception() is None for job, _ in _steps):
-        kept = [step for step in _steps if not (step[0].done() and step[0].exception() is None)]
+    _keep(lambda job: not (job.done() and job.exception() is None))
+
+
+def _keep(wanted) -> None:
+    """Keep the records of the steps whose job is ``wanted``."""
+    kept = [step for step in _steps if wanted(step[0])]
+    if len(kept) != len(_steps):
         _steps.clear()
         _steps.extend(kept)
 
@@ -143,9 +146,7 @@ def _give_back(storages=()):
                 _restore(s, before)
     errors = [job.exception() for job, _ in failed]
     run_errors.forget(errors)
-    kept = [step for step in _steps if step[0].exception() is None]
-    _steps.clear()
-    _steps.extend(kept)
+    _keep(lambda job: job.exception() is None)
     metrics.counter("FailedStepGivenBack", len(failed))
     return run_errors.root(errors[0])
 
