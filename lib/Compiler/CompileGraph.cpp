@@ -27,6 +27,7 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 using namespace mlir;
@@ -230,6 +231,10 @@ CpuExecutable::compile(const std::string &source,
         std::lock_guard<std::mutex> lock(statsMutex);
         if (firstError.empty())
           firstError = error.what();
+      } catch (...) { // nothing may leave a thread's function (std::terminate)
+        std::lock_guard<std::mutex> lock(statsMutex);
+        if (firstError.empty())
+          firstError = "kernel " + kernel.name + ": an unknown exception";
       }
       std::lock_guard<std::mutex> lock(statsMutex);
       addTimes(stats, times);
@@ -238,13 +243,24 @@ CpuExecutable::compile(const std::string &source,
   unsigned workers = std::min<size_t>(
       std::max(1u, std::thread::hardware_concurrency()), kernels.size());
   std::vector<std::thread> threads;
-  for (unsigned i = 0; i < workers; ++i)
-    threads.emplace_back(work);
   auto joinAll = [&] {
     for (std::thread &thread : threads)
       if (thread.joinable())
         thread.join();
   };
+  // A joinable std::thread destroyed while an exception unwinds is
+  // std::terminate: a thread that cannot be started (std::system_error under
+  // a process limit) leaves its kernels to the others, or to this thread.
+  try {
+    for (unsigned i = 0; i < workers; ++i)
+      threads.emplace_back(work);
+  } catch (const std::system_error &) {
+    if (threads.empty())
+      work();
+  } catch (...) {
+    joinAll();
+    throw;
+  }
 
   std::string entryObject;
   bool hasChecks = false;

@@ -279,3 +279,38 @@ def test_import_torch_survives_a_device_that_cannot_load():
         print("ok")
     """)
     assert rc == 0 and out.strip().endswith("ok"), err[-3000:]
+
+
+def test_exit_leaves_the_autograd_device_thread_idle():
+    """Issue 47, item 3: at exit, after the user's atexit handlers, one small
+    backward runs through lazy:0's autograd thread (registration._quiesce_autograd),
+    so that thread has finished the last backward's graph task (whose last
+    references may decref Python objects, taking the GIL) before the
+    interpreter finalizes; its own tensors stay alive, so nothing of it is
+    left to free there. Without a backward in the process, nothing runs."""
+    script = textwrap.dedent(
+        """
+        import atexit, sys, threading, torch, lazymlir
+        backward = torch.Tensor.backward
+        def traced(self, *a, **k):
+            print("backward", self.device.type, "after-user-atexit" if done else "", flush=True)
+            return backward(self, *a, **k)
+        torch.Tensor.backward = traced
+        done = False
+        def user():
+            global done
+            done = True
+        atexit.register(user)
+        if sys.argv[1] == "train":
+            model = torch.nn.Linear(4, 2).to("lazy")
+            model(torch.ones(3, 4, device="lazy")).sum().backward()
+            print("grad", float(model.weight.grad.sum()), flush=True)
+        """
+    )
+    trained = subprocess.run([sys.executable, "-c", script, "train"], capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    lines = trained.stdout.split("\n")
+    assert lines[:2] == ["backward lazy ", "grad 24.0"], trained.stdout
+    assert lines[2:] == ["backward lazy after-user-atexit", ""], trained.stdout
+    idle = subprocess.run([sys.executable, "-c", script, "none"], capture_output=True, text=True, timeout=300)
+    assert idle.returncode == 0 and idle.stdout == "", idle.stdout + idle.stderr[-3000:]

@@ -423,8 +423,14 @@ class _Worker:
         finally:
             with self._lock:
                 self._busy = False
-                if self._queue:
-                    self._wake.notify()
+                self._wake.notify_all()  # the worker (a job queued) or wait_idle
+
+    def wait_idle(self) -> None:
+        """Until nothing is queued or running (at exit: the worker thread then
+        waits on its condition, holding no GIL and freeing nothing)."""
+        with self._lock:
+            while self._busy or self._queue:
+                self._wake.wait()
 
     def _loop(self):
         while True:
@@ -519,6 +525,8 @@ def _drain() -> None:
     finish before the worker's daemon thread is stopped."""
     if _last_job is not None:
         _last_job.exception()
+    if _worker is not None:
+        _worker.wait_idle()
 
 
 def _wait_for(job: _Job):

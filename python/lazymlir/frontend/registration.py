@@ -3,6 +3,7 @@ key (PrivateUse1) handing ops to :func:`tensor.dispatch`, the factory handlers
 (``empty``, ``empty_strided``, ``_copy_from``, ...), ``untyped_storage()`` of
 lazy tensors, and ``Module.to("lazy")`` keeping tied parameters tied."""
 
+import atexit
 import threading
 
 import torch
@@ -208,3 +209,36 @@ def _standard_path(forward):
 
 for _module in (torch.nn.TransformerEncoder, torch.nn.TransformerEncoderLayer, torch.nn.MultiheadAttention):
     _module.forward = _standard_path(_module.forward)
+
+
+# ----------------------------------------------------------------------------
+# Exit: autograd's lazy:0 thread left idle before the interpreter finalizes.
+
+_QUIESCE = []  # what the last backward at exit holds (dropped by finalization, on this thread)
+
+
+def _quiesce_autograd() -> None:
+    """Lazy:0's autograd thread runs a backward's nodes; after it wakes the
+    thread that called backward() it still releases the step's graph task,
+    and a last reference there to a tensor with a Python object decrefs it
+    (TensorImpl::decref_pyobject, noexcept), which takes the GIL. Once the
+    interpreter is finalizing, a thread that takes the GIL is ended with
+    pthread_exit, and inside a noexcept frame that is std::terminate
+    ("terminate called without an active exception", issue 47). The device
+    thread takes its tasks one at a time, so once a small backward through it
+    has returned, it has finished what it was doing before; that backward's
+    tensors stay alive here, so what is left of it on the thread touches no
+    Python object. Registered at import: atexit runs it after the user's
+    handlers and after the last job (run._drain)."""
+    if not _device.autograd_device_thread_started():
+        return
+    try:
+        x = torch.zeros((), device="lazy", requires_grad=True)
+        y = x * 1.0
+        _QUIESCE.extend((x, y))
+        y.backward()
+    except Exception:  # an exit never fails for this
+        pass
+
+
+atexit.register(_quiesce_autograd)

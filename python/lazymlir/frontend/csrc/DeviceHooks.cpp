@@ -155,12 +155,21 @@ bool addAutogradDeviceQueue() {
   return true;
 }
 
+// Whether the engine has started its device threads (at its first backward of
+// any device): lazy:0's thread then exists.
+bool autogradDeviceThreadStarted() {
+  auto& engine = torch::autograd::Engine::get_default_engine();
+  return engine.*EngineQueues::pool() != nullptr && !(engine.*EngineQueues::queues()).empty();
+}
+
 }  // namespace
 
 void defineDeviceHooks(py::module_& m) {
   m.def(
       "set_synchronize", [](py::object fn) { Py_XSETREF(gSynchronize, fn.release().ptr()); }, py::arg("fn"),
       "The callable that waits for the graphs in flight (the device guard's synchronize calls it)");
+  m.def("autograd_device_thread_started", &autogradDeviceThreadStarted,
+        "Whether the autograd engine has started its device threads (lazy:0's among them)");
   m.def("add_autograd_device_queue", &addAutogradDeviceQueue,
         "Gives an autograd engine started before the lazy device existed the device queue lazy:0 needs; True when "
         "it had none");
