@@ -218,3 +218,44 @@ def test_low_precision_results_take_the_dtypes_the_trace_recorded():
     g.output((g.call_function(operator.getitem, (node, 0)), g.call_function(operator.getitem, (node, 1))))
     linalg = linalg.lower(torch.fx.GraphModule({}, g), [torch.randn(4, 8).bfloat16()]).linalg
     assert "-> (tensor<4xf32>, tensor<4xbf16>)" in linalg, linalg[-600:]
+
+
+_NORMS = {
+    "layer_norm": lambda x, w, b, rm, rv: torch.ops.aten.native_layer_norm(x, [x.shape[-1]], w[: x.shape[-1]], b[: x.shape[-1]], 1e-5),
+    "group_norm": lambda x, w, b, rm, rv: torch.ops.aten.native_group_norm(x, w[:4], b[:4], 2, 4, 6, 2, 1e-5),
+    "batch_norm_train": lambda x, w, b, rm, rv: torch.ops.aten.native_batch_norm(x, w[:4], b[:4], rm, rv, True, 0.1, 1e-5)
+    + (rm, rv),
+    "batch_norm_eval": lambda x, w, b, rm, rv: torch.ops.aten._native_batch_norm_legit_no_training(
+        x, w[:4], b[:4], rm, rv, 0.1, 1e-5
+    ),
+    "batch_norm_no_stats": lambda x, w, b, rm, rv: torch.ops.aten._native_batch_norm_legit.no_stats(
+        x, w[:4], b[:4], True, 0.1, 1e-5
+    ),
+    "instance_norm": lambda x, w, b, rm, rv: (F.instance_norm(x, rm, rv, w[:4], b[:4], use_input_stats=True), rm, rv),
+}
+
+
+@pytest.mark.parametrize("params", ["same", "float32"])
+@pytest.mark.parametrize("dtype", LOW, ids=["bf16", "f16"])
+@pytest.mark.parametrize("norm", list(_NORMS))
+def test_normalization_statistics_take_eager_cpu_dtypes(native_built, fresh_cache, norm, dtype, params):
+    """Eager's CPU kernels return a normalization's saved (and running)
+    statistics in the input's dtype when it and the parameters are bfloat16
+    or float16, in float32 when a parameter is float32. The meta kernels say
+    float32 for the first (CUDA's choice) and the input's dtype for a mixed
+    group norm: the lazy results had other dtypes than eager's, and instance
+    norm, writing float32 running statistics into bfloat16 ones, failed to
+    run ("output #1: element type bf16, expected f32")."""
+    torch.manual_seed(0)
+    pdtype = dtype if params == "same" else torch.float32
+    x = torch.randn(2, 4, 6, dtype=dtype)
+    w, b = torch.randn(6, dtype=pdtype), torch.randn(6, dtype=pdtype)
+    rm, rv = torch.randn(4, dtype=pdtype), torch.rand(4, dtype=pdtype) + 0.5
+    eager = _NORMS[norm](x, w, b, rm.clone(), rv.clone())
+    lazy = [t.cpu() for t in _NORMS[norm](*(t.to("lazy") for t in (x, w, b)), rm.clone().to("lazy"), rv.clone().to("lazy"))]
+    exact = [t.double() for t in _NORMS[norm](*(t.double() for t in (x, w, b)), rm.clone().double(), rv.clone().double())]
+    assert [t.dtype for t in lazy] == [t.dtype for t in eager]
+    for e, l, r in zip(eager, lazy, exact):
+        if e.numel():  # at least as close to float64 as eager (or equal)
+            assert (l.double() - r).abs().max() <= (e.double() - r).abs().max() * 1.01 + 1e-6 or torch.equal(e, l)
+    assert_compiled()

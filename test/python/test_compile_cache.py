@@ -152,6 +152,20 @@ def test_default_location_and_disabled(native_built, tmp_path):
     assert not _entries(str(home / ".cache" / "lazymlir")) and not os.path.exists(xdg / "off"), r
 
 
+def test_disk_keys_cover_every_python_source_of_the_package():
+    """A disk entry is keyed by the sources that decided it: the tracer's
+    metadata (frontend/meta.py: an output's dtype), the lowering and the
+    runtime's Python, not execution/ alone (a stale graph from before a
+    frontend change then failed: "output #1: element type bf16, expected
+    f32")."""
+    from lazymlir.execution import cache
+
+    root = os.path.dirname(lazymlir.__file__)
+    hashed = {os.path.relpath(p, root) for p in cache._sources()}
+    for name in ("frontend/meta.py", "lowering/opmath.py", "trace/ir.py", "execution/cache.py", "config.py"):
+        assert name in hashed, sorted(hashed)
+
+
 def _mlp(width, depth):
     layers = []
     for _ in range(depth):

@@ -200,6 +200,21 @@ def _stable_repr(key: tuple) -> Optional[str]:
 _identity: Optional[str] = None
 
 
+def _package() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _sources() -> list:
+    """Every Python source of the package (the tracer's metadata and the
+    lowering decide a compiled graph as much as execution/ does), in a fixed
+    order."""
+    paths = []
+    for folder, dirs, files in sorted(os.walk(_package())):
+        dirs.sort()
+        paths += [os.path.join(folder, name) for name in sorted(files) if name.endswith(".py")]
+    return paths
+
+
 def _frontend_identity(native) -> str:
     """What besides the trace decides the compiled graph: this package's
     Python sources (the tracer and the lowering), torch, torch-mlir, the
@@ -207,14 +222,10 @@ def _frontend_identity(native) -> str:
     global _identity
     if _identity is None:
         h = hashlib.sha256()
-        here = os.path.dirname(os.path.abspath(__file__))
-        for folder, dirs, files in sorted(os.walk(here)):
-            dirs.sort()
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    path = os.path.join(folder, name)
-                    with open(path, "rb") as f:
-                        h.update(os.path.relpath(path, here).encode() + b"\0" + f.read())
+        here = _package()
+        for path in _sources():
+            with open(path, "rb") as f:
+                h.update(os.path.relpath(path, here).encode() + b"\0" + f.read())
         try:
             from importlib.metadata import version
 

@@ -65,7 +65,10 @@ def _infer(key, func, meta_args, meta_kwargs):
         if func in _LAYOUT_FROM_CPU and any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in meta_args):
             meta = _intern_result(_cpu_layout(func, meta_args, meta_kwargs))
         else:
-            meta = _intern_result(func(*meta_args, **meta_kwargs))
+            meta = func(*meta_args, **meta_kwargs)
+            if func in _NORM_STATISTICS:
+                meta = _cpu_statistics(meta, meta_args, meta_kwargs)
+            meta = _intern_result(meta)
         zero = _has_zero_size(meta) or _has_zero_size(meta_args) or _has_zero_size(list(meta_kwargs.values()))
         hit = (meta, not zero and _all_supported(meta) and _args_supported(meta_args, meta_kwargs), zero)
     except Exception:  # no meta kernel, a data-dependent shape, or a user error
@@ -74,6 +77,40 @@ def _infer(key, func, meta_args, meta_kwargs):
         _meta_cache.clear()
     _meta_cache[key] = hit
     return hit
+
+
+# Normalizations whose saved statistics (and running statistics) eager's CPU
+# kernels return in the input's dtype when it is bfloat16 or float16 and its
+# parameters are too, in float32 when a parameter is float32 ("mixed"). The
+# meta kernels (torch._refs, torch._decomp) keep float32 where the device is
+# not the CPU and give group norm's in the input's dtype even when mixed.
+_NORM_STATISTICS = {
+    aten.native_layer_norm.default,
+    aten.native_group_norm.default,
+    aten.native_batch_norm.default,
+    aten._native_batch_norm_legit.default,
+    aten._native_batch_norm_legit.no_stats,
+    aten._native_batch_norm_legit_functional.default,
+    aten._native_batch_norm_legit_no_training.default,
+}
+_REDUCED = (torch.bfloat16, torch.float16)
+
+
+def _cpu_statistics(meta, meta_args, meta_kwargs):
+    """``meta`` (the op's outputs) with every output after the first in the
+    dtype eager's CPU kernel gives it."""
+    tensors = [a for a in list(meta_args) + list(meta_kwargs.values()) if isinstance(a, torch.Tensor)]
+    if not tensors or tensors[0].dtype not in _REDUCED or not isinstance(meta, (tuple, list)):
+        return meta
+    mixed = any(t.dtype == torch.float32 for t in tensors[1:])
+    dtype = torch.float32 if mixed else tensors[0].dtype
+    return type(meta)(
+        [meta[0]]
+        + [
+            m.to(dtype) if isinstance(m, torch.Tensor) and m.is_floating_point() and m.dtype != dtype else m
+            for m in meta[1:]
+        ]
+    )
 
 
 # x[mask] with a CPU bool mask (CUDA takes CPU indices): the meta kernel

@@ -84,13 +84,9 @@ def _batch_norm(func, args, kwargs):
         return _functional(func, args, kwargs)
     common = (a["input"], a["weight"], a["bias"], rm, rv)
     if not a["training"]:
-        outs = _functional(aten._native_batch_norm_legit_no_training.default, common + (a["momentum"], a["eps"]), {})
-        if not isinstance(outs, (tuple, list)):
-            return outs
-        # Eager CPU returns empty saved statistics in evaluation mode (the meta
-        # kernel says [C], and so would the graph).
-        empty = torch.empty(0, dtype=outs[1].dtype)
-        return outs[0], _from_cpu(empty), _from_cpu(empty.clone())
+        return _batch_norm_no_training(
+            aten._native_batch_norm_legit_no_training.default, common + (a["momentum"], a["eps"]), {}
+        )
     if state(rm) is None or state(rv) is None:
         return _eager(func, args, kwargs)
     outs = _functional(aten._native_batch_norm_legit_functional.default, common + (True, a["momentum"], a["eps"]), {})
@@ -98,6 +94,17 @@ def _batch_norm(func, args, kwargs):
     _write(rm, _value(new_rm))
     _write(rv, _value(new_rv))
     return out, save_mean, save_invstd
+
+
+def _batch_norm_no_training(func, args, kwargs):
+    """Eager CPU returns empty saved statistics in evaluation mode (the meta
+    kernel says [C], the lowering's CPU decomposition [0]): the graph records
+    the normalized output only."""
+    outs = _functional(func, args, kwargs)
+    if not isinstance(outs, (tuple, list)):
+        return outs
+    empty = torch.empty(0, dtype=outs[1].dtype)
+    return outs[0], _from_cpu(empty), _from_cpu(empty.clone())
 
 
 def _batch_norm_backward(func, args, kwargs):
@@ -369,6 +376,7 @@ _SPECIAL = {
     aten._unsafe_view.default: _view,
     aten.resize_.default: _resize_,
     aten.native_batch_norm.default: _batch_norm,
+    aten._native_batch_norm_legit_no_training.default: _batch_norm_no_training,
     aten.native_batch_norm_backward.default: _batch_norm_backward,
     aten.native_dropout.default: _native_dropout,
     aten.set_.source_Tensor: _unsupported,

@@ -58,16 +58,37 @@ def uses_low_precision(gm: torch.fx.GraphModule, example_inputs) -> bool:
     return False
 
 
+# Normalizations whose eager CPU kernels take a bfloat16/float16 input with
+# float32 parameters and compute in float32 ("mixed"); their decompositions,
+# traced on CPU fake tensors, would round the statistics to the input's dtype
+# and compute the rest from the rounded ones.
+_MIXED_PARAMETERS = frozenset(
+    {
+        _aten.native_layer_norm.default,
+        _aten.native_group_norm.default,
+        _aten.native_batch_norm.default,
+        _aten._native_batch_norm_legit.default,
+        _aten._native_batch_norm_legit.no_stats,
+        _aten._native_batch_norm_legit_functional.default,
+        _aten._native_batch_norm_legit_no_training.default,
+    }
+)
+
+
 def _opmath_dtype(target, args, kwargs):
     """The low-precision dtype ``target`` computes in when every floating
     argument has it (None: nothing to do: other dtypes, mixed ones, which
-    promote to float32 anyway, or an op whose dtype is explicit)."""
+    promote to float32 anyway, or an op whose dtype is explicit); for a
+    normalization, float32 parameters next to it too."""
     if not isinstance(target, torch._ops.OpOverload) or target in _NO_OPMATH or target.is_view:
         return None
     found = None
+    mixed = target in _MIXED_PARAMETERS
     for a in torch.utils._pytree.tree_leaves((args, kwargs)):
         if isinstance(a, torch.Tensor):
             if a.dtype.is_floating_point or a.dtype.is_complex:
+                if mixed and a.dtype == torch.float32:
+                    continue
                 if a.dtype not in _LOW_PRECISION or (found is not None and a.dtype != found):
                     return None
                 found = a.dtype
@@ -95,7 +116,7 @@ class OpMathInterpreter(torch.fx.Interpreter):
     def call_function(self, target, args, kwargs):
         low = _opmath_dtype(target, args, kwargs)
         dtypes = self._dtypes
-        if low is None or dtypes is None:
+        if dtypes is None:
             return super().call_function(target, args, kwargs)
 
         def up(a):
@@ -103,7 +124,11 @@ class OpMathInterpreter(torch.fx.Interpreter):
                 _aten._to_copy.default(a, dtype=torch.float32) if isinstance(a, torch.Tensor) and a.dtype == low else a
             )
 
-        args, kwargs = torch.utils._pytree.tree_map(up, (args, kwargs))
+        if low is not None:
+            args, kwargs = torch.utils._pytree.tree_map(up, (args, kwargs))
+        # Mixed dtypes run as recorded; their results too take the trace's
+        # dtypes (a decomposition may differ from eager's kernel: layer norm
+        # of bfloat16 with float32 parameters keeps float32 statistics).
         result = target(*args, **kwargs)
         results = result if isinstance(result, (tuple, list)) else (result,)
         if len(results) != len(dtypes):
