@@ -37,6 +37,9 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
   }
+  // Large float32 matrix products: the runtime's packed GEMM
+  // (lazymlir-gemm-calls makes them calls once they are on buffers).
+  pm.addNestedPass<func::FuncOp>(createMarkGemmsPass());
   TileContractionsPassOptions tiling;
   tiling.fuseEpilogue = options.fusion;
   pm.addNestedPass<func::FuncOp>(createTileContractionsPass(tiling));
@@ -92,6 +95,9 @@ void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(createPrivatizeTileScratchPass());
 
   addBufferizeWithOutParams(pm);
+  GemmCallsPassOptions gemms;
+  gemms.threads = options.threads;
+  pm.addPass(createGemmCallsPass(gemms));
   pm.addNestedPass<func::FuncOp>(createHoistRedundantTransfersPass());
   // Per-tile temporaries (accumulators) are allocated once, outside the tile
   // loops, and on the stack when small: no malloc per tile.

@@ -1,6 +1,7 @@
 //===- KernelJit.cpp - the process's JIT for kernels and graphs -----------===//
 
 #include "KernelJit.h"
+#include "lazymlir/Runtime/Gemm.h"
 #include "BufferPool.h"
 #include "OpenMP.h"
 #include "Profiling.h"
@@ -94,6 +95,8 @@ KernelJit::KernelJit() {
        reinterpret_cast<void *>(&lazymlirProfileBegin));
   bind("__lazymlir_profile_end", reinterpret_cast<void *>(&lazymlirProfileEnd));
   bind("__truncsfbf2", reinterpret_cast<void *>(&lazymlirTruncSfBf2));
+  bind("lazymlir_sgemm_batched",
+       reinterpret_cast<void *>(&lazymlir_sgemm_batched));
   bind("__truncdfbf2", reinterpret_cast<void *>(&lazymlirTruncDfBf2));
   for (const RuntimeSymbol &symbol : openMPEntryPoints())
     bind(symbol.name, symbol.address);

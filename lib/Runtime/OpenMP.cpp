@@ -210,6 +210,22 @@ void forkCall(Ident *, int32_t argc, Microtask task, ...) {
     gomp().parallel(&runMember, &fork, threads, 0);
 }
 
+} // namespace
+
+void runOnTeam(int threads, void (*fn)(void *), void *data) {
+  if (threads <= 1 || !gomp().parallel || numThreads() > 1) {
+    bool outer = std::exchange(alone, true);
+    fn(data);
+    alone = outer;
+    return;
+  }
+  gomp().parallel(fn, data, static_cast<unsigned>(threads), 0);
+}
+
+int teamCores() { return cores(); }
+
+namespace {
+
 constexpr int32_t kStaticSchedule = 34; // kmp_sch_static, unchunked
 
 // This thread's share of [*lower, *upper] (inclusive): a contiguous block,

@@ -25,6 +25,15 @@ struct RuntimeSymbol {
 /// The __kmpc_* functions to bind in the JIT, by name.
 const std::vector<RuntimeSymbol> &openMPEntryPoints();
 
+/// Runs fn(data) on every thread of a team of `threads` (libgomp's, the one
+/// compiled parallel loops use); on the calling thread alone when `threads`
+/// is 1, when libgomp is missing, or when the caller is already a member of
+/// a team (no nested parallelism).
+void runOnTeam(int threads, void (*fn)(void *), void *data);
+
+/// The cores a team uses by default.
+int teamCores();
+
 /// Marks the current thread as running compiled code in the background
 /// (CpuExecutable::run) until destroyed.
 class BackgroundScope {

@@ -93,6 +93,9 @@ bool isCandidate(linalg::LinalgOp op) {
   if (!isTiledKind(op) || !op.hasPureTensorSemantics() ||
       op.getNumDpsInits() != 1)
     return false;
+  // The runtime's GEMM computes it (lazymlir-mark-gemms).
+  if (op->hasAttr("lazymlir.gemm"))
+    return false;
   // Contractions with `?` dimensions are tiled like static ones (full tiles
   // of static shape, a peeled remainder); a convolution's window needs
   // static sizes (im2col, the 1-D downscale).

@@ -10,6 +10,7 @@
 
 #include "lazymlir/Compiler/CompileGpu.h"
 #include "lazymlir/Runtime/CpuExecutable.h"
+#include "lazymlir/Runtime/Gemm.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -285,6 +286,36 @@ NB_MODULE(_native, m) {
       "graph's run on raw contiguous buffers (as run_raw), called without the "
       "GIL by lazymlir._device's replay; 0 when it ran, 1 when a runtime "
       "check failed, 2 on any other error.");
+  m.def(
+      "sgemm",
+      [](int64_t m, int64_t n, int64_t k, uintptr_t a, int64_t aRow,
+         int64_t aCol, uintptr_t b, int64_t bRow, int64_t bCol, uintptr_t c,
+         int64_t cRow, int64_t cCol, const std::string &isa, int threads) {
+        GemmArgs args{m,
+                      n,
+                      k,
+                      reinterpret_cast<const float *>(a),
+                      aRow,
+                      aCol,
+                      reinterpret_cast<const float *>(b),
+                      bRow,
+                      bCol,
+                      reinterpret_cast<float *>(c),
+                      cRow,
+                      cCol};
+        nb::gil_scoped_release release;
+        return sgemmWith(args, isa, threads);
+      },
+      nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("a"),
+      nb::arg("a_row"), nb::arg("a_col"), nb::arg("b"), nb::arg("b_row"),
+      nb::arg("b_col"), nb::arg("c"), nb::arg("c_row"), nb::arg("c_col"),
+      nb::arg("isa") = "", nb::arg("threads") = 0,
+      "For tests and benchmarks: C += A x B with the runtime's float32 GEMM "
+      "(what compiled contractions call) on float32 buffers given by address "
+      "and element strides; `isa` (avx512f, avx2, sse2; '' the host's) and "
+      "`threads` (0: every core). False when the host lacks the ISA.");
+  m.def("gemm_kernel", &gemmKernelDescription,
+        "The GEMM micro-kernel and cache blocking chosen for this host.");
   m.def("host_wait_begin", &beginHostWait,
         "The host thread starts blocking on background runs.");
   m.def("host_wait_end", &endHostWait, "The host thread stops waiting.");

@@ -421,6 +421,53 @@ def ApproximateMathPass
   ];
 }
 
+def MarkGemmsPass : Pass<"lazymlir-mark-gemms", "mlir::func::FuncOp"> {
+  let summary = "Mark the float32 contractions the runtime's packed GEMM "
+                "computes (lazymlir-gemm-calls makes them calls)";
+  let description = [{
+    A contraction on tensors of float32 with static shapes whose loops each
+    play one role, batch (in A, B and C), rows M (A and C), columns N (B
+    and C) or reduction K (A and B), where each role's loops sit side by
+    side in each operand in loop order (so that, laid out row by row, they
+    read as one dimension: batch x sequence rows, a reduction over batch x
+    sequence, a batch of attention heads), and whose M, N and K are at least
+    `min-size` and M x N x K at least `min-work`, gets the unit attribute
+    `lazymlir.gemm`. lazymlir-tile-contractions leaves such an op alone; after
+    bufferization lazymlir-gemm-calls replaces it with a call of the runtime's
+    GEMM, whose micro-kernel and cache blocking are chosen on the host that
+    runs it (lib/Runtime/Gemm.cpp). Operand transposes are read in place.
+  }];
+  let options = [
+    Option<"minSize", "min-size", "int64_t", /*default=*/"16",
+           "Smallest M, N and K">,
+    Option<"minWork", "min-work", "int64_t", /*default=*/"262144",
+           "Smallest M x N x K (64^3 by default)">,
+  ];
+}
+
+def GemmCallsPass : Pass<"lazymlir-gemm-calls", "mlir::ModuleOp"> {
+  let summary = "Replace the contractions lazymlir-mark-gemms marked, now on "
+                "buffers, with calls of the runtime's GEMM";
+  let description = [{
+    Each linalg op marked `lazymlir.gemm` becomes a call of
+    `lazymlir_sgemm_batched(batch, m, n, k, a, a_batch, a_row, a_col, b,
+    b_batch, b_row, b_col, c, c_batch, c_row, c_col, threads)` (all i64,
+    declared in the module): addresses of each operand's first element and
+    element strides of each role, read from the buffers' static layouts,
+    and C += A x B as the op computed (its init is already in C). An op whose
+    buffer does not read as a matrix (a role's dimensions not contiguous, a
+    dynamic stride) keeps its linalg form, with a remark, and becomes loops.
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect", "mlir::func::FuncDialect",
+    "mlir::memref::MemRefDialect",
+  ];
+  let options = [
+    Option<"threads", "threads", "int64_t", /*default=*/"0",
+           "Threads of each call (0: every core)">,
+  ];
+}
+
 def MergeLoopRunsPass
     : Pass<"lazymlir-merge-loop-runs", "mlir::func::FuncOp"> {
   let summary = "Merge runs of adjacent loops every operand reads "

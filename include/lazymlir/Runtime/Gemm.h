@@ -1,0 +1,86 @@
+//===- Gemm.h - packed float32 GEMM kernels chosen for the host -*- C++ -*-===//
+//
+// What compiled code calls for a float32 matrix product large enough to pay
+// for packing (lazymlir-gemm-calls rewrites such linalg contractions into a
+// call of lazymlir_sgemm_batched): C += A x B, every operand addressed by a base
+// pointer and an element stride per dimension, so that transposed operands
+// (a linear layer's weight, its gradients' A^T and B^T) are read in place.
+//
+// The kernel is the one of GotoBLAS and BLIS: B packed into KC x NR slivers
+// and A into MR x KC ones, so that a register-blocked micro-kernel streams
+// both from the L1 cache while MR x NR accumulators stay in registers. What
+// is chosen at run time, on the host the code runs on (never constants
+// fitted to one machine):
+//   - the micro-kernel, by the ISA the CPU reports (AVX-512F: 14 x 32 in
+//     zmm registers; AVX2 with FMA: 6 x 16 in ymm; else SSE2: 6 x 8);
+//   - KC, MC and NC from the L1d, L2 and L3 sizes the C library reads from
+//     the CPU (half of L1 for a B sliver, half of L2 for an A block);
+//   - the threads: every core, the larger of M and N split into chunks
+//     taken from a shared counter (a core busy elsewhere takes fewer).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LAZYMLIR_RUNTIME_GEMM_H
+#define LAZYMLIR_RUNTIME_GEMM_H
+
+#include <cstdint>
+#include <string>
+
+namespace lazymlir {
+
+/// One product C[m, n] += sum_k A[m, k] * B[k, n]; strides in elements.
+struct GemmArgs {
+  int64_t m, n, k;
+  const float *a;
+  int64_t aRow, aCol; // A[i, p] = a[i * aRow + p * aCol]
+  const float *b;
+  int64_t bRow, bCol; // B[p, j] = b[p * bRow + j * bCol]
+  float *c;
+  int64_t cRow, cCol; // C[i, j] = c[i * cRow + j * cCol]
+};
+
+/// The cache blocking of one micro-kernel on this host.
+struct GemmBlocking {
+  int mr, nr;     // the micro-kernel's tile
+  int64_t kc, mc, nc;
+};
+
+/// A kernel of one ISA: the rows [rowBegin, rowEnd) and columns
+/// [colBegin, colEnd) of C, on the calling thread.
+using GemmChunkFn = void (*)(const GemmArgs &, const GemmBlocking &,
+                             int64_t rowBegin, int64_t rowEnd,
+                             int64_t colBegin, int64_t colEnd);
+
+/// `batch` products C_i += A_i x B_i, operand i's at its pointer + i x its
+/// batch stride (elements), on `threads` threads (0: every core; one when
+/// called from a thread that is already one of a parallel region's team):
+/// each product split between them, or, when the products are small and
+/// many (attention heads), the products.
+void sgemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
+                  int64_t bBatch, int64_t cBatch, int threads);
+
+/// The micro-kernel and blocking chosen for this host, in words
+/// ("avx512f 14x32, kc 128 mc 504 nc 4096"); `isa` forces one ("avx512f",
+/// "avx2", "sse2") for tests, "" the host's.
+std::string gemmKernelDescription();
+
+/// For tests and benchmarks: the product with the kernel of `isa` ("" the
+/// host's) on `threads` threads (0: every core). False when the host lacks
+/// that ISA.
+bool sgemmWith(const GemmArgs &args, const std::string &isa, int threads);
+
+} // namespace lazymlir
+
+// The entry point compiled code calls (bound in the JIT by name); pointers
+// and strides as 64-bit integers.
+// `batch` products, operand i's at its address + i x its batch stride;
+// `threads` 0: every core.
+extern "C" void lazymlir_sgemm_batched(int64_t batch, int64_t m, int64_t n,
+                                       int64_t k, int64_t a, int64_t aBatch,
+                                       int64_t aRow, int64_t aCol, int64_t b,
+                                       int64_t bBatch, int64_t bRow,
+                                       int64_t bCol, int64_t c, int64_t cBatch,
+                                       int64_t cRow, int64_t cCol,
+                                       int64_t threads);
+
+#endif // LAZYMLIR_RUNTIME_GEMM_H

@@ -1,0 +1,255 @@
+//===- GemmCalls.cpp - float32 contractions as calls of the runtime GEMM --===//
+//
+// lazymlir-mark-gemms (on tensors, before lazymlir-tile-contractions) marks
+// the float32 contractions that the runtime's packed GEMM computes
+// (lazymlir_sgemm_batched, lib/Runtime/Gemm.cpp: a micro-kernel and cache
+// blocking chosen on the host at run time); lazymlir-gemm-calls (on memrefs,
+// after bufferization) replaces each marked one by that call. Between them
+// the marked op is left alone (lazymlir-tile-contractions skips it) and
+// bufferizes as any linalg op: its init (a fill, a bias) is written into the
+// result's buffer first and the call accumulates into it, as the op did.
+//
+//===----------------------------------------------------------------------===//
+
+#include "lazymlir/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
+
+namespace lazymlir {
+#define GEN_PASS_DEF_MARKGEMMSPASS
+#define GEN_PASS_DEF_GEMMCALLSPASS
+#include "lazymlir/Transforms/Passes.h.inc"
+} // namespace lazymlir
+
+using namespace mlir;
+
+namespace {
+
+constexpr StringLiteral kGemmMarker = "lazymlir.gemm";
+constexpr StringLiteral kGemmFunction = "lazymlir_sgemm_batched";
+
+/// The loops of a contraction by role: batch (in A, B and C), rows M (A and
+/// C), columns N (B and C) and reduction K (A and B), each in loop order.
+struct Roles {
+  SmallVector<unsigned> batch, m, n, k;
+};
+
+/// The roles of `op`'s loops, if it is C += A x B with every loop in one of
+/// them (maps that are projected permutations, no loop in one operand only).
+std::optional<Roles> rolesOf(linalg::LinalgOp op) {
+  if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1)
+    return std::nullopt;
+  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+  for (AffineMap map : maps)
+    if (!map.isProjectedPermutation())
+      return std::nullopt;
+  SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
+  Roles roles;
+  for (unsigned loop = 0; loop < op.getNumLoops(); ++loop) {
+    bool inA = maps[0].isFunctionOfDim(loop);
+    bool inB = maps[1].isFunctionOfDim(loop);
+    bool inC = maps[2].isFunctionOfDim(loop);
+    bool parallel = iterators[loop] == utils::IteratorType::parallel;
+    if (parallel && inA && inB && inC)
+      roles.batch.push_back(loop);
+    else if (parallel && inA && !inB && inC)
+      roles.m.push_back(loop);
+    else if (parallel && !inA && inB && inC)
+      roles.n.push_back(loop);
+    else if (!parallel && inA && inB && !inC)
+      roles.k.push_back(loop);
+    else
+      return std::nullopt;
+  }
+  if (roles.m.empty() || roles.n.empty() || roles.k.empty())
+    return std::nullopt;
+  return roles;
+}
+
+/// Where `loops` (in loop order) sit in the operand read through `map`: at
+/// consecutive positions in that order (so that, in a buffer laid out row
+/// by row, they read as one dimension), or not at all.
+std::optional<SmallVector<unsigned>> positionsOf(AffineMap map,
+                                                 ArrayRef<unsigned> loops) {
+  SmallVector<unsigned> positions;
+  for (unsigned loop : loops)
+    for (auto [position, expr] : llvm::enumerate(map.getResults()))
+      if (cast<AffineDimExpr>(expr).getPosition() == loop)
+        positions.push_back(position);
+  if (positions.empty())
+    return positions;
+  for (size_t i = 1; i < positions.size(); ++i)
+    if (positions[i] != positions[i - 1] + 1)
+      return std::nullopt;
+  return positions;
+}
+
+bool isF32(Value value) {
+  return getElementTypeOrSelf(value.getType()).isF32();
+}
+
+struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    getOperation().walk([&](linalg::LinalgOp op) {
+      if (!op.hasPureTensorSemantics() ||
+          !linalg::isaContractionOpInterface(op) || op.hasDynamicShape() ||
+          !llvm::all_of(op->getOperands(), isF32))
+        return;
+      std::optional<Roles> roles = rolesOf(op);
+      if (!roles)
+        return;
+      SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+      for (AffineMap map : maps)
+        for (ArrayRef<unsigned> group :
+             {ArrayRef<unsigned>(roles->batch), ArrayRef<unsigned>(roles->m),
+              ArrayRef<unsigned>(roles->n), ArrayRef<unsigned>(roles->k)})
+          if (!positionsOf(map, group))
+            return;
+      SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+      auto product = [&](ArrayRef<unsigned> loops) {
+        int64_t size = 1;
+        for (unsigned loop : loops)
+          size *= ranges[loop];
+        return size;
+      };
+      int64_t m = product(roles->m), n = product(roles->n),
+              k = product(roles->k);
+      if (m < minSize || n < minSize || k < minSize ||
+          m * n * k < static_cast<int64_t>(minWork))
+        return;
+      op->setAttr(kGemmMarker, UnitAttr::get(op->getContext()));
+    });
+  }
+};
+
+/// One operand's view of a role: its element stride, from the buffer's
+/// static layout, when the role's dimensions read as one (the outer ones'
+/// strides the inner ones' times their sizes); 0 for a role it lacks.
+std::optional<int64_t> roleStride(MemRefType type, AffineMap map,
+                                  ArrayRef<unsigned> loops) {
+  std::optional<SmallVector<unsigned>> positions = positionsOf(map, loops);
+  if (!positions)
+    return std::nullopt;
+  if (positions->empty())
+    return 0;
+  SmallVector<int64_t> strides;
+  int64_t offset;
+  if (failed(type.getStridesAndOffset(strides, offset)))
+    return std::nullopt;
+  for (unsigned position : *positions)
+    if (ShapedType::isDynamic(strides[position]))
+      return std::nullopt;
+  for (size_t i = 0; i + 1 < positions->size(); ++i) {
+    unsigned outer = (*positions)[i], inner = (*positions)[i + 1];
+    if (strides[outer] != strides[inner] * type.getDimSize(inner))
+      return std::nullopt;
+  }
+  return strides[positions->back()];
+}
+
+struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<linalg::LinalgOp> marked;
+    module.walk([&](linalg::LinalgOp op) {
+      if (op->hasAttr(kGemmMarker))
+        marked.push_back(op);
+    });
+    if (marked.empty())
+      return;
+    MLIRContext *ctx = module.getContext();
+    OpBuilder builder(ctx);
+    Type i64 = builder.getI64Type();
+    auto callee = module.lookupSymbol<func::FuncOp>(kGemmFunction);
+    if (!callee) {
+      builder.setInsertionPointToStart(module.getBody());
+      callee = func::FuncOp::create(
+          builder, module.getLoc(), kGemmFunction,
+          builder.getFunctionType(SmallVector<Type>(17, i64), {}));
+      callee.setPrivate();
+    }
+    for (linalg::LinalgOp op : marked) {
+      op->removeAttr(kGemmMarker);
+      if (!op.hasPureBufferSemantics()) {
+        op->emitRemark("lazymlir-gemm-calls: not bufferized; left as is");
+        continue;
+      }
+      std::optional<Roles> roles = rolesOf(op);
+      SmallVector<Value> operands = {op.getDpsInputOperand(0)->get(),
+                                     op.getDpsInputOperand(1)->get(),
+                                     op.getDpsInitOperand(0)->get()};
+      SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+      // Per operand: the strides of batch, the row role and the column role
+      // (A: M, K; B: K, N; C: M, N).
+      SmallVector<std::array<int64_t, 3>> strides;
+      bool ok = roles.has_value();
+      for (unsigned i = 0; ok && i < 3; ++i) {
+        auto type = cast<MemRefType>(operands[i].getType());
+        ArrayRef<unsigned> rows = i == 1 ? roles->k : roles->m;
+        ArrayRef<unsigned> columns = i == 0 ? roles->k : roles->n;
+        std::optional<int64_t> batch = roleStride(type, maps[i], roles->batch),
+                               row = roleStride(type, maps[i], rows),
+                               column = roleStride(type, maps[i], columns);
+        ok = batch && row && column;
+        if (ok)
+          strides.push_back({*batch, *row, *column});
+      }
+      if (!ok) {
+        // Loops (lazymlir-lower-to-loops): slow, never wrong.
+        op->emitRemark("lazymlir-gemm-calls: an operand's layout does not "
+                       "read as a matrix; left to the loops");
+        continue;
+      }
+      SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+      auto product = [&](ArrayRef<unsigned> loops) {
+        int64_t size = 1;
+        for (unsigned loop : loops)
+          size *= ranges[loop];
+        return size;
+      };
+      builder.setInsertionPoint(op);
+      Location loc = op.getLoc();
+      auto constant = [&](int64_t value) -> Value {
+        return arith::ConstantIntOp::create(builder, loc, i64, value);
+      };
+      // The address of an operand's first element, as an i64.
+      auto address = [&](Value buffer) -> Value {
+        auto type = cast<MemRefType>(buffer.getType());
+        Value base =
+            memref::ExtractAlignedPointerAsIndexOp::create(builder, loc, buffer);
+        auto metadata =
+            memref::ExtractStridedMetadataOp::create(builder, loc, buffer);
+        Value bytes = arith::MulIOp::create(
+            builder, loc, metadata.getOffset(),
+            arith::ConstantIndexOp::create(
+                builder, loc, type.getElementTypeBitWidth() / 8));
+        Value at = arith::AddIOp::create(builder, loc, base, bytes);
+        return arith::IndexCastOp::create(builder, loc, i64, at);
+      };
+      SmallVector<Value> args = {constant(product(roles->batch)),
+                                 constant(product(roles->m)),
+                                 constant(product(roles->n)),
+                                 constant(product(roles->k))};
+      for (unsigned i = 0; i < 3; ++i) {
+        args.push_back(address(operands[i]));
+        for (int64_t stride : strides[i])
+          args.push_back(constant(stride));
+      }
+      args.push_back(constant(threads));
+      func::CallOp::create(builder, loc, callee, args);
+      op->erase();
+    }
+  }
+};
+
+} // namespace
