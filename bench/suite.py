@@ -72,6 +72,7 @@ lm2's first 2 steps <= 5 s cold and <= 1 s warm (issue 16).
 import argparse
 import datetime
 import fnmatch
+import glob
 import importlib
 import importlib.util
 import json
@@ -828,18 +829,51 @@ def measure_compile(w, peers, cache_dirs):
     return results
 
 
+# ISA extensions a kernel may be specialized for (issue 48: a result holds
+# only with its host named).
+_ISA_FLAGS = (
+    "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
+    "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",
+)  # fmt: skip
+
+
+def _caches():
+    """The caches of CPU 0 from sysfs: {"L1d": "32K", "L2": "512K", ...}."""
+    caches = {}
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            read = lambda name: open(os.path.join(index, name)).read().strip()  # noqa: E731
+            level, kind, size = read("level"), read("type"), read("size")
+        except OSError:
+            continue
+        if kind != "Instruction":
+            caches[f"L{level}" + ("d" if kind == "Data" else "")] = size
+    return caches
+
+
 def machine_info(smoke):
     model = platform.processor() or "?"
+    family = model_number = "?"
+    isa = []
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-            flags = open("/proc/cpuinfo").read()
-        isa = [f for f in ("avx512f", "avx2", "fma") if f" {f}" in flags]
+            text = f.read()
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            key, value = key.strip(), value.strip()
+            if key == "model name" and model == (platform.processor() or "?"):
+                model = value
+            elif key == "cpu family" and family == "?":
+                family = value
+            elif key == "model" and model_number == "?":
+                model_number = value
+            elif key == "flags" and not isa:
+                flags = set(value.split())
+                isa = [f for f in _ISA_FLAGS if f in flags]
     except OSError:
-        isa = []
+        pass
+    from lazymlir import _native
+
     torch.manual_seed(0)
     n = (8 if smoke else 64) * 1024 * 1024
     src, dst = torch.randn(n), torch.empty(n)
@@ -851,7 +885,12 @@ def machine_info(smoke):
     copy_s, mm_s = statistics.median(samples["copy"]), statistics.median(samples["mm"])
     return {
         "cpu": model,
+        "family": family,
+        "model": model_number,
         "isa": isa,
+        "caches": _caches(),
+        "gemm_kernel": _native.gemm_kernel(),
+        "fma_peak_gflops": _native.fma_peak(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
@@ -987,8 +1026,14 @@ def main():
     except OSError:
         commit = None
     print(
-        f"machine: {info['cpu']} ({','.join(info['isa'])}), {info['cores']} cores, {info['torch_threads']} torch "
-        f"threads; torch {info['torch']}; commit {commit}"
+        f"machine: {info['cpu']} (family {info['family']} model {info['model']}; {','.join(info['isa'])}), "
+        f"{info['cores']} cores, caches "
+        + ", ".join(f"{k} {v}" for k, v in info["caches"].items())
+        + f", {info['torch_threads']} torch threads; torch {info['torch']}; commit {commit}"
+    )
+    print(
+        f"FMA peak: {info['fma_peak_gflops']:.0f} GFLOP/s (measured, every core); "
+        f"lazymlir's GEMM kernel here: {info['gemm_kernel']}"
     )
     print(f"memory bandwidth: {info['bandwidth_gbs']:.1f} GB/s ({info['bandwidth_how']})")
     print(f"matmul peak: {info['matmul_gflops']:.0f} GFLOP/s ({info['matmul_how']})")
@@ -1048,7 +1093,8 @@ def main():
             print(
                 f"{row['label']}: GFLOP/s "
                 + ", ".join(f"{p} {v:.0f}" for p, v in g.items())
-                + f" (peak {info['matmul_gflops']:.0f})"
+                + f" (eager's 2048 {info['matmul_gflops']:.0f}; FMA peak {info['fma_peak_gflops']:.0f}: lazymlir at "
+                + f"{100 * g.get('lazymlir', 0) / info['fma_peak_gflops']:.0f}%)"
             )
     os.makedirs(args.out, exist_ok=True)
     result = {

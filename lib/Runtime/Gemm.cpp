@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 namespace lazymlir {
@@ -16,6 +17,8 @@ namespace lazymlir {
   GemmBlocking tile();                                                        \
   void chunk(const GemmArgs &, const GemmBlocking &, int64_t, int64_t,        \
              int64_t, int64_t);                                               \
+  float fmaLoop(int64_t);                                                     \
+  int lanes();                                                                \
   }
 GEMM_ISA(avx512)
 GEMM_ISA(avx2)
@@ -177,6 +180,44 @@ bool sgemmWith(const GemmArgs &args, const std::string &isa, int threads) {
   run(args, isa.empty() ? hostKernel() : kernelFor(isa),
       threads > 0 ? threads : teamCores());
   return true;
+}
+
+namespace {
+struct PeakJob {
+  float (*loop)(int64_t);
+  int64_t iterations;
+  std::atomic<float> sink{0.0f};
+};
+void runPeak(void *data) {
+  PeakJob &job = *static_cast<PeakJob *>(data);
+  job.sink.store(job.loop(job.iterations), std::memory_order_relaxed);
+}
+} // namespace
+
+double measureFmaPeak() {
+  const Kernel &kernel = hostKernel();
+  std::string isa = kernel.isa;
+  float (*loop)(int64_t) = isa == "avx512f" ? &avx512::fmaLoop
+                           : isa == "avx2"  ? &avx2::fmaLoop
+                                            : &sse2::fmaLoop;
+  int lanes = isa == "avx512f" ? avx512::lanes()
+              : isa == "avx2"  ? avx2::lanes()
+                               : sse2::lanes();
+  int threads = teamCores();
+  double best = 0.0;
+  for (int round = 0; round < 3; ++round) {
+    PeakJob job;
+    job.loop = loop;
+    job.iterations = 4'000'000;
+    auto start = std::chrono::steady_clock::now();
+    runOnTeam(threads, &runPeak, &job);
+    double seconds = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    double flops = 2.0 * 12 * lanes * job.iterations * threads;
+    best = std::max(best, flops / seconds / 1e9);
+  }
+  return best;
 }
 
 std::string gemmKernelDescription() {

@@ -314,6 +314,14 @@ NB_MODULE(_native, m) {
       "(what compiled contractions call) on float32 buffers given by address "
       "and element strides; `isa` (avx512f, avx2, sse2; '' the host's) and "
       "`threads` (0: every core). False when the host lacks the ISA.");
+  m.def(
+      "fma_peak",
+      [] {
+        nb::gil_scoped_release release;
+        return measureFmaPeak();
+      },
+      "The host's float32 multiply-add peak in GFLOP/s, measured on every "
+      "core with the GEMM kernel's ISA (about 0.1 s).");
   m.def("gemm_kernel", &gemmKernelDescription,
         "The GEMM micro-kernel and cache blocking chosen for this host.");
   m.def("host_wait_begin", &beginHostWait,

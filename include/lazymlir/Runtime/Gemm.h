@@ -64,6 +64,10 @@ void sgemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
 /// "avx2", "sse2") for tests, "" the host's.
 std::string gemmKernelDescription();
 
+/// The host's multiply-add peak in GFLOP/s, measured: every core running
+/// independent FMA chains of the chosen ISA's vectors (best of 3 rounds).
+double measureFmaPeak();
+
 /// For tests and benchmarks: the product with the kernel of `isa` ("" the
 /// host's) on `threads` threads (0: every core). False when the host lacks
 /// that ISA.
