@@ -12,13 +12,13 @@
 
 namespace lazymlir {
 
-#define GEMM_ISA(ns)                                                          \
-  namespace ns {                                                              \
-  GemmBlocking tile();                                                        \
-  void chunk(const GemmArgs &, const GemmBlocking &, int64_t, int64_t,        \
-             int64_t, int64_t);                                               \
-  float fmaLoop(int64_t);                                                     \
-  int lanes();                                                                \
+#define GEMM_ISA(ns)                                                           \
+  namespace ns {                                                               \
+  GemmBlocking tile();                                                         \
+  void chunk(const GemmArgs &, const GemmBlocking &, int64_t, int64_t,         \
+             int64_t, int64_t);                                                \
+  float fmaLoop(int64_t);                                                      \
+  int lanes();                                                                 \
   }
 GEMM_ISA(avx512)
 GEMM_ISA(avx2)
@@ -53,9 +53,9 @@ GemmBlocking blockingFor(GemmBlocking tile) {
   tile.kc = std::clamp<int64_t>(roundDown(l1 / 2 / (tile.nr * 4), 8), 64, 1024);
   tile.mc = std::clamp<int64_t>(roundDown(l2 / 2 / (tile.kc * 4), tile.mr),
                                 tile.mr, 4096 / tile.mr * tile.mr);
-  tile.nc = std::clamp<int64_t>(
-      roundDown(l3 / 2 / cores / (tile.kc * 4), tile.nr), tile.nr,
-      8192 / tile.nr * tile.nr);
+  tile.nc =
+      std::clamp<int64_t>(roundDown(l3 / 2 / cores / (tile.kc * 4), tile.nr),
+                          tile.nr, 8192 / tile.nr * tile.nr);
   return tile;
 }
 
@@ -77,8 +77,9 @@ bool hostHas(const std::string &isa) {
 }
 
 const Kernel &hostKernel() {
-  static const Kernel kernel = kernelFor(
-      hostHas("avx512f") ? "avx512f" : hostHas("avx2") ? "avx2" : "sse2");
+  static const Kernel kernel = kernelFor(hostHas("avx512f") ? "avx512f"
+                                         : hostHas("avx2")  ? "avx2"
+                                                            : "sse2");
   return kernel;
 }
 
@@ -211,9 +212,9 @@ double measureFmaPeak() {
     job.iterations = 4'000'000;
     auto start = std::chrono::steady_clock::now();
     runOnTeam(threads, &runPeak, &job);
-    double seconds = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     double flops = 2.0 * 12 * lanes * job.iterations * threads;
     best = std::max(best, flops / seconds / 1e9);
   }
@@ -225,8 +226,7 @@ std::string gemmKernelDescription() {
   return std::string(k.isa) + " " + std::to_string(k.blocking.mr) + "x" +
          std::to_string(k.blocking.nr) + ", kc " +
          std::to_string(k.blocking.kc) + " mc " +
-         std::to_string(k.blocking.mc) + " nc " +
-         std::to_string(k.blocking.nc);
+         std::to_string(k.blocking.mc) + " nc " + std::to_string(k.blocking.nc);
 }
 
 } // namespace lazymlir

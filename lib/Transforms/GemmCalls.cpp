@@ -225,21 +225,20 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
       // The address of an operand's first element, as an i64.
       auto address = [&](Value buffer) -> Value {
         auto type = cast<MemRefType>(buffer.getType());
-        Value base =
-            memref::ExtractAlignedPointerAsIndexOp::create(builder, loc, buffer);
+        Value base = memref::ExtractAlignedPointerAsIndexOp::create(
+            builder, loc, buffer);
         auto metadata =
             memref::ExtractStridedMetadataOp::create(builder, loc, buffer);
         Value bytes = arith::MulIOp::create(
             builder, loc, metadata.getOffset(),
-            arith::ConstantIndexOp::create(
-                builder, loc, type.getElementTypeBitWidth() / 8));
+            arith::ConstantIndexOp::create(builder, loc,
+                                           type.getElementTypeBitWidth() / 8));
         Value at = arith::AddIOp::create(builder, loc, base, bytes);
         return arith::IndexCastOp::create(builder, loc, i64, at);
       };
-      SmallVector<Value> args = {constant(product(roles->batch)),
-                                 constant(product(roles->m)),
-                                 constant(product(roles->n)),
-                                 constant(product(roles->k))};
+      SmallVector<Value> args = {
+          constant(product(roles->batch)), constant(product(roles->m)),
+          constant(product(roles->n)), constant(product(roles->k))};
       for (unsigned i = 0; i < 3; ++i) {
         args.push_back(address(operands[i]));
         for (int64_t stride : strides[i])

@@ -306,10 +306,10 @@ NB_MODULE(_native, m) {
         nb::gil_scoped_release release;
         return sgemmWith(args, isa, threads);
       },
-      nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("a"),
-      nb::arg("a_row"), nb::arg("a_col"), nb::arg("b"), nb::arg("b_row"),
-      nb::arg("b_col"), nb::arg("c"), nb::arg("c_row"), nb::arg("c_col"),
-      nb::arg("isa") = "", nb::arg("threads") = 0,
+      nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("a"), nb::arg("a_row"),
+      nb::arg("a_col"), nb::arg("b"), nb::arg("b_row"), nb::arg("b_col"),
+      nb::arg("c"), nb::arg("c_row"), nb::arg("c_col"), nb::arg("isa") = "",
+      nb::arg("threads") = 0,
       "For tests and benchmarks: C += A x B with the runtime's float32 GEMM "
       "(what compiled contractions call) on float32 buffers given by address "
       "and element strides; `isa` (avx512f, avx2, sse2; '' the host's) and "

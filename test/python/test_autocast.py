@@ -221,10 +221,13 @@ def test_low_precision_results_take_the_dtypes_the_trace_recorded():
 
 
 _NORMS = {
-    "layer_norm": lambda x, w, b, rm, rv: torch.ops.aten.native_layer_norm(x, [x.shape[-1]], w[: x.shape[-1]], b[: x.shape[-1]], 1e-5),
+    "layer_norm": lambda x, w, b, rm, rv: torch.ops.aten.native_layer_norm(
+        x, [x.shape[-1]], w[: x.shape[-1]], b[: x.shape[-1]], 1e-5
+    ),
     "group_norm": lambda x, w, b, rm, rv: torch.ops.aten.native_group_norm(x, w[:4], b[:4], 2, 4, 6, 2, 1e-5),
-    "batch_norm_train": lambda x, w, b, rm, rv: torch.ops.aten.native_batch_norm(x, w[:4], b[:4], rm, rv, True, 0.1, 1e-5)
-    + (rm, rv),
+    "batch_norm_train": lambda x, w, b, rm, rv: (
+        torch.ops.aten.native_batch_norm(x, w[:4], b[:4], rm, rv, True, 0.1, 1e-5) + (rm, rv)
+    ),
     "batch_norm_eval": lambda x, w, b, rm, rv: torch.ops.aten._native_batch_norm_legit_no_training(
         x, w[:4], b[:4], rm, rv, 0.1, 1e-5
     ),
@@ -252,10 +255,14 @@ def test_normalization_statistics_take_eager_cpu_dtypes(native_built, fresh_cach
     w, b = torch.randn(6, dtype=pdtype), torch.randn(6, dtype=pdtype)
     rm, rv = torch.randn(4, dtype=pdtype), torch.rand(4, dtype=pdtype) + 0.5
     eager = _NORMS[norm](x, w, b, rm.clone(), rv.clone())
-    lazy = [t.cpu() for t in _NORMS[norm](*(t.to("lazy") for t in (x, w, b)), rm.clone().to("lazy"), rv.clone().to("lazy"))]
-    exact = [t.double() for t in _NORMS[norm](*(t.double() for t in (x, w, b)), rm.clone().double(), rv.clone().double())]
+    lazy = [
+        t.cpu() for t in _NORMS[norm](*(t.to("lazy") for t in (x, w, b)), rm.clone().to("lazy"), rv.clone().to("lazy"))
+    ]
+    exact = [
+        t.double() for t in _NORMS[norm](*(t.double() for t in (x, w, b)), rm.clone().double(), rv.clone().double())
+    ]
     assert [t.dtype for t in lazy] == [t.dtype for t in eager]
-    for e, l, r in zip(eager, lazy, exact):
+    for e, got, r in zip(eager, lazy, exact):
         if e.numel():  # at least as close to float64 as eager (or equal)
-            assert (l.double() - r).abs().max() <= (e.double() - r).abs().max() * 1.01 + 1e-6 or torch.equal(e, l)
+            assert (got.double() - r).abs().max() <= (e.double() - r).abs().max() * 1.01 + 1e-6 or torch.equal(e, got)
     assert_compiled()

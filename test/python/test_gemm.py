@@ -6,13 +6,11 @@ lazymlir-mark-gemms marks. Results against float64 and eager; the calls
 proven from the compiled code."""
 
 import glob
-import os
 
 import pytest
 import torch
 from conftest import assert_compiled
 
-import lazymlir
 from lazymlir import _native, config
 
 ISAS = ["avx512f", "avx2", "sse2"]
@@ -118,8 +116,8 @@ def test_lazy_products_call_the_runtime_gemm(native_built, fresh_cache, tmp_path
     lin.bias.grad = None
     with config.patch(dump_dir=str(tmp_path)):
         lazy = run("lazy")
-    for e, l in zip(eager, lazy):
-        assert torch.allclose(e, l, rtol=1e-4, atol=1e-4), (e - l).abs().max()
+    for e, got in zip(eager, lazy):
+        assert torch.allclose(e, got, rtol=1e-4, atol=1e-4), (e - got).abs().max()
     assert_compiled()
     # forward, input gradient, weight gradient, the heads, the biased product
     assert _compiled_calls(tmp_path) >= 5, _compiled_calls(tmp_path)

@@ -2,8 +2,8 @@
 //
 // What compiled code calls for a float32 matrix product large enough to pay
 // for packing (lazymlir-gemm-calls rewrites such linalg contractions into a
-// call of lazymlir_sgemm_batched): C += A x B, every operand addressed by a base
-// pointer and an element stride per dimension, so that transposed operands
+// call of lazymlir_sgemm_batched): C += A x B, every operand addressed by a
+// base pointer and an element stride per dimension, so that transposed operands
 // (a linear layer's weight, its gradients' A^T and B^T) are read in place.
 //
 // The kernel is the one of GotoBLAS and BLIS: B packed into KC x NR slivers
@@ -41,15 +41,15 @@ struct GemmArgs {
 
 /// The cache blocking of one micro-kernel on this host.
 struct GemmBlocking {
-  int mr, nr;     // the micro-kernel's tile
+  int mr, nr; // the micro-kernel's tile
   int64_t kc, mc, nc;
 };
 
 /// A kernel of one ISA: the rows [rowBegin, rowEnd) and columns
 /// [colBegin, colEnd) of C, on the calling thread.
 using GemmChunkFn = void (*)(const GemmArgs &, const GemmBlocking &,
-                             int64_t rowBegin, int64_t rowEnd,
-                             int64_t colBegin, int64_t colEnd);
+                             int64_t rowBegin, int64_t rowEnd, int64_t colBegin,
+                             int64_t colEnd);
 
 /// `batch` products C_i += A_i x B_i, operand i's at its pointer + i x its
 /// batch stride (elements), on `threads` threads (0: every core; one when
