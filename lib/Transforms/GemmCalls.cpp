@@ -17,6 +17,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -100,7 +101,7 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
   void runOnOperation() override {
     getOperation().walk([&](linalg::LinalgOp op) {
       if (!op.hasPureTensorSemantics() ||
-          !linalg::isaContractionOpInterface(op) || op.hasDynamicShape() ||
+          !linalg::isaContractionOpInterface(op) ||
           !llvm::all_of(op->getOperands(), isF32))
         return;
       std::optional<Roles> roles = rolesOf(op);
@@ -113,46 +114,60 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
               ArrayRef<unsigned>(roles->n), ArrayRef<unsigned>(roles->k)})
           if (!positionsOf(map, group))
             return;
+      // Sizes known now must be large enough; a `?` role (rows of a ragged
+      // batch, a growing sequence) is taken as large.
       SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-      auto product = [&](ArrayRef<unsigned> loops) {
+      auto product = [&](ArrayRef<unsigned> loops) -> std::optional<int64_t> {
         int64_t size = 1;
-        for (unsigned loop : loops)
+        for (unsigned loop : loops) {
+          if (ShapedType::isDynamic(ranges[loop]))
+            return std::nullopt;
           size *= ranges[loop];
+        }
         return size;
       };
-      int64_t m = product(roles->m), n = product(roles->n),
-              k = product(roles->k);
-      if (m < minSize || n < minSize || k < minSize ||
-          m * n * k < static_cast<int64_t>(minWork))
+      std::optional<int64_t> m = product(roles->m), n = product(roles->n),
+                             k = product(roles->k);
+      for (std::optional<int64_t> size : {m, n, k})
+        if (size && *size < minSize)
+          return;
+      if (m && n && k && *m * *n * *k < static_cast<int64_t>(minWork))
         return;
       op->setAttr(kGemmMarker, UnitAttr::get(op->getContext()));
     });
   }
 };
 
-/// One operand's view of a role: its element stride, from the buffer's
-/// static layout, when the role's dimensions read as one (the outer ones'
-/// strides the inner ones' times their sizes); 0 for a role it lacks.
-std::optional<int64_t> roleStride(MemRefType type, AffineMap map,
-                                  ArrayRef<unsigned> loops) {
+/// One operand's view of a role: its element stride, when the role's
+/// dimensions read as one (the outer ones' strides the inner ones' times
+/// their sizes): a constant from a static layout, or, for a buffer laid out
+/// row by row (identity layout) with `?` sizes, the innermost one's stride
+/// read at run time (kDynamicStride); 0 for a role it lacks.
+constexpr int64_t kDynamicStride = ShapedType::kDynamic;
+
+std::optional<std::pair<int64_t, unsigned>>
+roleStride(MemRefType type, AffineMap map, ArrayRef<unsigned> loops) {
   std::optional<SmallVector<unsigned>> positions = positionsOf(map, loops);
   if (!positions)
     return std::nullopt;
   if (positions->empty())
-    return 0;
+    return std::make_pair(int64_t(0), 0u);
+  if (type.getLayout().isIdentity() && !type.hasStaticShape())
+    return std::make_pair(kDynamicStride, positions->back());
   SmallVector<int64_t> strides;
   int64_t offset;
   if (failed(type.getStridesAndOffset(strides, offset)))
     return std::nullopt;
   for (unsigned position : *positions)
-    if (ShapedType::isDynamic(strides[position]))
+    if (ShapedType::isDynamic(strides[position]) ||
+        ShapedType::isDynamic(type.getDimSize(position)))
       return std::nullopt;
   for (size_t i = 0; i + 1 < positions->size(); ++i) {
     unsigned outer = (*positions)[i], inner = (*positions)[i + 1];
     if (strides[outer] != strides[inner] * type.getDimSize(inner))
       return std::nullopt;
   }
-  return strides[positions->back()];
+  return std::make_pair(strides[positions->back()], positions->back());
 }
 
 struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
@@ -191,15 +206,15 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
       SmallVector<AffineMap> maps = op.getIndexingMapsArray();
       // Per operand: the strides of batch, the row role and the column role
       // (A: M, K; B: K, N; C: M, N).
-      SmallVector<std::array<int64_t, 3>> strides;
+      SmallVector<std::array<std::pair<int64_t, unsigned>, 3>> strides;
       bool ok = roles.has_value();
       for (unsigned i = 0; ok && i < 3; ++i) {
         auto type = cast<MemRefType>(operands[i].getType());
         ArrayRef<unsigned> rows = i == 1 ? roles->k : roles->m;
         ArrayRef<unsigned> columns = i == 0 ? roles->k : roles->n;
-        std::optional<int64_t> batch = roleStride(type, maps[i], roles->batch),
-                               row = roleStride(type, maps[i], rows),
-                               column = roleStride(type, maps[i], columns);
+        auto batch = roleStride(type, maps[i], roles->batch),
+             row = roleStride(type, maps[i], rows),
+             column = roleStride(type, maps[i], columns);
         ok = batch && row && column;
         if (ok)
           strides.push_back({*batch, *row, *column});
@@ -210,39 +225,44 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
                        "read as a matrix; left to the loops");
         continue;
       }
-      SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-      auto product = [&](ArrayRef<unsigned> loops) {
-        int64_t size = 1;
-        for (unsigned loop : loops)
-          size *= ranges[loop];
-        return size;
-      };
       builder.setInsertionPoint(op);
       Location loc = op.getLoc();
       auto constant = [&](int64_t value) -> Value {
         return arith::ConstantIntOp::create(builder, loc, i64, value);
       };
-      // The address of an operand's first element, as an i64.
-      auto address = [&](Value buffer) -> Value {
+      auto toI64 = [&](Value index) -> Value {
+        return arith::IndexCastOp::create(builder, loc, i64, index);
+      };
+      // Each role's size: the product of its loops' (`?` ones read from
+      // the buffers).
+      SmallVector<Range> ranges = op.createLoopRanges(builder, loc);
+      auto product = [&](ArrayRef<unsigned> loops) -> Value {
+        Value size = arith::ConstantIndexOp::create(builder, loc, 1);
+        for (unsigned loop : loops)
+          size = arith::MulIOp::create(
+              builder, loc, size,
+              getValueOrCreateConstantIndexOp(builder, loc, ranges[loop].size));
+        return toI64(size);
+      };
+      SmallVector<Value> args = {product(roles->batch), product(roles->m),
+                                 product(roles->n), product(roles->k)};
+      for (unsigned i = 0; i < 3; ++i) {
+        Value buffer = operands[i];
         auto type = cast<MemRefType>(buffer.getType());
-        Value base = memref::ExtractAlignedPointerAsIndexOp::create(
-            builder, loc, buffer);
         auto metadata =
             memref::ExtractStridedMetadataOp::create(builder, loc, buffer);
+        // The address of the operand's first element.
+        Value base = memref::ExtractAlignedPointerAsIndexOp::create(
+            builder, loc, buffer);
         Value bytes = arith::MulIOp::create(
             builder, loc, metadata.getOffset(),
             arith::ConstantIndexOp::create(builder, loc,
                                            type.getElementTypeBitWidth() / 8));
-        Value at = arith::AddIOp::create(builder, loc, base, bytes);
-        return arith::IndexCastOp::create(builder, loc, i64, at);
-      };
-      SmallVector<Value> args = {
-          constant(product(roles->batch)), constant(product(roles->m)),
-          constant(product(roles->n)), constant(product(roles->k))};
-      for (unsigned i = 0; i < 3; ++i) {
-        args.push_back(address(operands[i]));
-        for (int64_t stride : strides[i])
-          args.push_back(constant(stride));
+        args.push_back(toI64(arith::AddIOp::create(builder, loc, base, bytes)));
+        for (auto [stride, position] : strides[i])
+          args.push_back(stride == kDynamicStride
+                             ? toI64(metadata.getStrides()[position])
+                             : constant(stride));
       }
       args.push_back(constant(threads));
       func::CallOp::create(builder, loc, callee, args);

@@ -6,9 +6,10 @@
 // The MLP's forward (Linear 784->128, relu, Linear 128->10, log_softmax)
 // with a dynamic batch and the weights as arguments, as torch-mlir imports
 // it (torch.export.Dim on the batch): one compiled graph for every batch
-// size. The linear layers are tiled and vectorized as the static ones are
-// (8x32 FMAs on full tiles; the remainder rows one at a time), the tile
-// loops run in parallel with threads > 1, and no dynamic size
+// size. The first linear layer is a call of the runtime GEMM with the
+// batch read from the buffer (lazymlir-gemm-calls), the second (10
+// outputs, too narrow for it) is tiled and vectorized as static ones are,
+// the tile loops run in parallel with threads > 1, and no dynamic size
 // (ShapedType::kDynamic, INT64_MIN) ever reaches the code as a constant.
 // Only streaming stores are skipped (the output's size is unknown), and
 // say so on stderr.
@@ -20,7 +21,7 @@
 // CHECK-NOT: -9223372036854775808
 // CHECK: llvm.func @main(
 // CHECK-NOT: -9223372036854775808
-// CHECK: llvm.intr.fmuladd({{.*}}) : (vector<32xf32>, vector<32xf32>, vector<32xf32>)
+// CHECK: llvm.call @lazymlir_sgemm_batched(
 // CHECK-NOT: -9223372036854775808
 // The result (batch x 10, allocated by the caller at the run's size) is
 // written in place: no temporary copied into the out-parameter

@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-mark-gemms | FileCheck %s --check-prefix=MARK
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-mark-gemms="min-work=1000000000" | FileCheck %s --check-prefix=SMALL
-// RUN: lazymlir-opt %s --split-input-file --lazymlir-gemm-calls="threads=2" --cse | FileCheck %s --check-prefix=CALL
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-gemm-calls="threads=2" --canonicalize --cse | FileCheck %s --check-prefix=CALL
 
 // A linear layer on batch x sequence rows (two M loops, side by side in A
 // and C) with its weight read transposed in place (B = W^T: K innermost).
@@ -33,6 +33,7 @@ func.func @linear(%x: tensor<8x16x128xf32>, %w: tensor<256x128xf32>) -> tensor<8
 // MARK-LABEL: func.func @not_gemms
 // MARK-NOT:   lazymlir.gemm
 // MARK-LABEL: func.func @heads
+// MARK-LABEL: func.func @ragged
 // SMALL-LABEL: func.func @not_gemms
 #a2 = affine_map<(m, n, k1, k2) -> (k1, m, k2)>
 #b2 = affine_map<(m, n, k1, k2) -> (k1, k2, n)>
@@ -104,5 +105,23 @@ func.func @strided(%x: memref<4x32x64xf32, strided<[4096, 64, 1]>>, %w: memref<6
     %t = arith.addf %acc, %m : f32
     linalg.yield %t : f32
   }
+  return
+}
+
+// -----
+
+// `?` rows and columns, buffers laid out row by row: M and N are read from
+// the buffers, and so are the strides of B's and C's rows (N elements).
+// CALL-LABEL: func.func @ragged
+// CALL-DAG:   %[[ROWS:.*]] = memref.dim %arg0, %c0
+// CALL-DAG:   %[[M:.*]] = arith.index_cast %[[ROWS]] : index to i64
+// CALL-DAG:   %[[COLS:.*]] = memref.dim %arg1, %c1
+// CALL-DAG:   %[[N:.*]] = arith.index_cast %[[COLS]] : index to i64
+// CALL-DAG:   extract_strided_metadata %arg1
+// CALL-DAG:   %[[BROW:.*]] = arith.index_cast %strides#0 : index to i64
+// CALL:       call @lazymlir_sgemm_batched(%c1_i64, %[[M]], %[[N]], %c128_i64, %{{.*}}, %c0_i64, %c128_i64, %c1_i64, %{{.*}}, %c0_i64, %[[BROW]], %c1_i64, %{{.*}}, %c0_i64, %{{.*}}, %c1_i64, %c2_i64)
+// CALL-NOT:   linalg.matmul
+func.func @ragged(%x: memref<?x128xf32>, %w: memref<128x?xf32>, %y: memref<?x?xf32>) {
+  linalg.matmul {lazymlir.gemm} ins(%x, %w : memref<?x128xf32>, memref<128x?xf32>) outs(%y : memref<?x?xf32>)
   return
 }

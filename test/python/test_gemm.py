@@ -5,12 +5,14 @@ reports), called by compiled graphs for the contractions
 lazymlir-mark-gemms marks. Results against float64 and eager; the calls
 proven from the compiled code."""
 
+import copy
 import glob
 
 import pytest
 import torch
 from conftest import assert_compiled
 
+import lazymlir
 from lazymlir import _native, config
 
 ISAS = ["avx512f", "avx2", "sse2"]
@@ -121,3 +123,23 @@ def test_lazy_products_call_the_runtime_gemm(native_built, fresh_cache, tmp_path
     assert_compiled()
     # forward, input gradient, weight gradient, the heads, the biased product
     assert _compiled_calls(tmp_path) >= 5, _compiled_calls(tmp_path)
+
+
+def test_dynamic_rows_call_the_runtime_gemm(native_built, fresh_cache, tmp_path):
+    """A batch dimension marked dynamic (one graph for every batch size): the
+    linear layers' products are calls whose M is read from the buffers at
+    run time; every batch size equals eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(300, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128))
+    lazy_model = copy.deepcopy(model).to("lazy")
+    with config.patch(dump_dir=str(tmp_path)):
+        for rows in (64, 37, 130):
+            x = torch.randn(rows, 300)
+            xl = x.to("lazy")
+            lazymlir.mark_dynamic(xl, 0)
+            got = lazy_model(xl).cpu()
+            assert torch.allclose(got, model(x).detach(), rtol=1e-4, atol=1e-4), rows
+    assert_compiled()
+    assert _compiled_calls(tmp_path) >= 2
+    text = "".join(open(p).read() for p in glob.glob(f"{tmp_path}/*.linalg.mlir"))
+    assert "?x300xf32" in text, "the graph was not compiled with a dynamic batch"
