@@ -238,18 +238,9 @@ extern "C" void lazymlir_sgemm_batched(int64_t batch, int64_t m, int64_t n,
                                        int64_t bCol, int64_t c, int64_t cBatch,
                                        int64_t cRow, int64_t cCol,
                                        int64_t threads) {
-  lazymlir::GemmArgs args{m,
-                          n,
-                          k,
-                          reinterpret_cast<const float *>(a),
-                          aRow,
-                          aCol,
-                          reinterpret_cast<const float *>(b),
-                          bRow,
-                          bCol,
-                          reinterpret_cast<float *>(c),
-                          cRow,
-                          cCol};
+  lazymlir::GemmArgs args = lazymlir::gemmArgs(
+      m, n, k, static_cast<uintptr_t>(a), aRow, aCol, static_cast<uintptr_t>(b),
+      bRow, bCol, static_cast<uintptr_t>(c), cRow, cCol);
   lazymlir::sgemmBatched(args, batch, aBatch, bBatch, cBatch,
                          static_cast<int>(threads));
 }

@@ -291,18 +291,8 @@ NB_MODULE(_native, m) {
       [](int64_t m, int64_t n, int64_t k, uintptr_t a, int64_t aRow,
          int64_t aCol, uintptr_t b, int64_t bRow, int64_t bCol, uintptr_t c,
          int64_t cRow, int64_t cCol, const std::string &isa, int threads) {
-        GemmArgs args{m,
-                      n,
-                      k,
-                      reinterpret_cast<const float *>(a),
-                      aRow,
-                      aCol,
-                      reinterpret_cast<const float *>(b),
-                      bRow,
-                      bCol,
-                      reinterpret_cast<float *>(c),
-                      cRow,
-                      cCol};
+        GemmArgs args =
+            gemmArgs(m, n, k, a, aRow, aCol, b, bRow, bCol, c, cRow, cCol);
         nb::gil_scoped_release release;
         return sgemmWith(args, isa, threads);
       },

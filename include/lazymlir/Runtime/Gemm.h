@@ -39,6 +39,26 @@ struct GemmArgs {
   int64_t cRow, cCol; // C[i, j] = c[i * cRow + j * cCol]
 };
 
+/// The arguments of a product whose operands are given by address (as
+/// compiled code and the Python binding pass them).
+inline GemmArgs gemmArgs(int64_t m, int64_t n, int64_t k, uintptr_t a,
+                         int64_t aRow, int64_t aCol, uintptr_t b, int64_t bRow,
+                         int64_t bCol, uintptr_t c, int64_t cRow,
+                         int64_t cCol) {
+  return {m,
+          n,
+          k,
+          reinterpret_cast<const float *>(a),
+          aRow,
+          aCol,
+          reinterpret_cast<const float *>(b),
+          bRow,
+          bCol,
+          reinterpret_cast<float *>(c),
+          cRow,
+          cCol};
+}
+
 /// The cache blocking of one micro-kernel on this host.
 struct GemmBlocking {
   int mr, nr; // the micro-kernel's tile
