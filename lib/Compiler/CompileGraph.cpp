@@ -21,6 +21,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <atomic>
@@ -92,6 +93,15 @@ std::vector<Kernel> extractKernels(ModuleOp module) {
     clone->removeAttr(kOutlinedKernelAttr);
     clone.setPublic();
     holder->push_back(clone);
+    // The runtime functions it calls (lazymlir_sgemm_batched), declared in
+    // its module too: the JIT binds them by name.
+    llvm::StringSet<> declared;
+    clone.walk([&](func::CallOp call) {
+      auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
+      if (callee && callee.isExternal() &&
+          declared.insert(callee.getName()).second)
+        holder->push_back(cast<func::FuncOp>(callee->clone()));
+    });
     Kernel kernel{func.getName().str(), {}};
     llvm::raw_string_ostream os(kernel.text);
     holder->print(os);

@@ -100,7 +100,11 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
 
   void runOnOperation() override {
     getOperation().walk([&](linalg::LinalgOp op) {
+      // Only a whole contraction: one that an earlier pass fused into a
+      // loop (a row reduction's rows, lazymlir-fuse-row-reductions) is a
+      // slice per iteration, tiled where it is.
       if (!op.hasPureTensorSemantics() ||
+          !isa<func::FuncOp>(op->getParentOp()) ||
           !linalg::isaContractionOpInterface(op) ||
           !llvm::all_of(op->getOperands(), isF32))
         return;
@@ -197,6 +201,12 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
       op->removeAttr(kGemmMarker);
       if (!op.hasPureBufferSemantics()) {
         op->emitRemark("lazymlir-gemm-calls: not bufferized; left as is");
+        continue;
+      }
+      if (!isa<func::FuncOp>(op->getParentOp())) {
+        // Moved into a loop since it was marked: a call per iteration could
+        // run inside a parallel loop's scope. Loops, slow but right.
+        op->emitRemark("lazymlir-gemm-calls: inside a loop; left to the loops");
         continue;
       }
       std::optional<Roles> roles = rolesOf(op);
