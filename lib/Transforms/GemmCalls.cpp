@@ -34,6 +34,8 @@ namespace {
 
 constexpr StringLiteral kGemmMarker = "lazymlir.gemm";
 constexpr StringLiteral kGemmFunction = "lazymlir_sgemm_batched";
+/// On each call: shapes, bytes and flops for lazymlir-instrument-kernels.
+constexpr StringLiteral kGemmSite = "lazymlir.gemm_site";
 
 /// The loops of a contraction by role: batch (in A, B and C), rows M (A and
 /// C), columns N (B and C) and reduction K (A and B), each in loop order.
@@ -275,7 +277,34 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
                              : constant(stride));
       }
       args.push_back(constant(threads));
-      func::CallOp::create(builder, loc, callee, args);
+      auto call = func::CallOp::create(builder, loc, callee, args);
+      // What the profiler's table says of this call (instrument-kernels):
+      // the operands' shapes, their bytes and the flops when static.
+      std::string shapes;
+      int64_t bytes = 0;
+      for (Value buffer : operands) {
+        auto type = cast<MemRefType>(buffer.getType());
+        if (!shapes.empty())
+          shapes += ", ";
+        for (int64_t size : type.getShape())
+          shapes += (ShapedType::isDynamic(size) ? std::string("?")
+                                                 : std::to_string(size)) +
+                    "x";
+        shapes += "f32";
+        if (type.hasStaticShape())
+          bytes += type.getNumElements() * 4;
+      }
+      SmallVector<int64_t> loopRanges = op.getStaticLoopRanges();
+      int64_t flops = 2;
+      for (int64_t size : loopRanges)
+        flops = ShapedType::isDynamic(size) || flops == 0 ? 0 : flops * size;
+      call->setAttr(
+          kGemmSite,
+          builder.getDictionaryAttr(
+              {builder.getNamedAttr("shapes", builder.getStringAttr(shapes)),
+               builder.getNamedAttr("bytes", builder.getI64IntegerAttr(bytes)),
+               builder.getNamedAttr("flops",
+                                    builder.getI64IntegerAttr(flops))}));
       op->erase();
     }
   }

@@ -184,7 +184,10 @@ struct InstrumentKernelsPass
     SmallVector<std::pair<func::CallOp, func::FuncOp>> calls;
     entryFunc.walk([&](func::CallOp call) {
       auto callee = symbols.lookup<func::FuncOp>(call.getCallee());
-      if (callee && callee->hasAttr(lazymlir::kOutlinedKernelAttr))
+      // Outlined kernels, and the runtime GEMM's calls (lazymlir-gemm-calls
+      // left what the table says of them on the call).
+      if (callee && (callee->hasAttr(lazymlir::kOutlinedKernelAttr) ||
+                     call->hasAttr("lazymlir.gemm_site")))
         calls.emplace_back(call, callee);
     });
     func::FuncOp begin = declare(module, symbols, kBegin);
@@ -196,7 +199,7 @@ struct InstrumentKernelsPass
     for (auto [index, pair] : llvm::enumerate(calls)) {
       auto [call, callee] = pair;
       auto [it, inserted] = flops.try_emplace(callee, 0);
-      if (inserted)
+      if (inserted && !callee.isExternal())
         it->second = estimateFlops(callee);
       OpBuilder b(call);
       Location loc = call.getLoc();
@@ -206,6 +209,18 @@ struct InstrumentKernelsPass
       func::CallOp::create(b, loc, end, ValueRange{site});
 
       Builder attrs(ctx);
+      if (auto gemm =
+              call->getAttrOfType<DictionaryAttr>("lazymlir.gemm_site")) {
+        sites.push_back(DictionaryAttr::get(
+            ctx,
+            {attrs.getNamedAttr("kernel",
+                                attrs.getStringAttr(callee.getSymName())),
+             attrs.getNamedAttr("ops", attrs.getStringAttr(originOps(loc))),
+             attrs.getNamedAttr("shapes", gemm.get("shapes")),
+             attrs.getNamedAttr("bytes", gemm.get("bytes")),
+             attrs.getNamedAttr("flops", gemm.get("flops"))}));
+        continue;
+      }
       sites.push_back(DictionaryAttr::get(
           ctx,
           {attrs.getNamedAttr("kernel",

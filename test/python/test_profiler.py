@@ -33,7 +33,8 @@ def test_profile_table_rows_and_results(native_built, fresh_cache):
     torch.testing.assert_close(out.cpu(), _mlp(*args))
     assert_compiled()
     rows = p.rows()
-    assert rows and all(r.kernel.startswith("__lazymlir_k_") for r in rows), rows
+    # Compiled kernels, and calls of the runtime GEMM (lazymlir-gemm-calls).
+    assert rows and all(r.kernel.startswith(("__lazymlir_k_", "lazymlir_sgemm")) for r in rows), rows
     # Every kernel ran once per step; sorted by total time.
     assert {r.calls for r in rows} == {3}, rows
     assert [r.seconds for r in rows] == sorted((r.seconds for r in rows), reverse=True)
@@ -72,7 +73,7 @@ def test_chrome_trace(native_built, fresh_cache, tmp_path):
     g = graphs[0]
     for k in kernels:  # each kernel call lies inside its graph's run
         assert g["ts"] <= k["ts"] and k["ts"] + k["dur"] <= g["ts"] + g["dur"] + 1e-3, (g, k)
-        assert k["args"]["kernel"].startswith("__lazymlir_k_") and k["tid"] == g["tid"]
+        assert k["args"]["kernel"].startswith(("__lazymlir_k_", "lazymlir_sgemm")) and k["tid"] == g["tid"]
 
 
 def test_nested_profiles_each_see_their_runs(native_built, fresh_cache):

@@ -49,7 +49,7 @@ wait_for_runs: Callable[[], None] = lambda: None
 class KernelRow(NamedTuple):
     """One line of the table: a kernel at one kind of call site."""
 
-    kernel: str  # the outlined function (__lazymlir_k_<hash>), or "(eager graph)"
+    kernel: str  # the outlined function (__lazymlir_k_<hash>), the runtime GEMM (lazymlir_sgemm_batched), or "(eager graph)"
     ops: str  # the aten ops its loops came from
     shapes: str  # its operands (memref types), or the graph's inputs
     calls: int
