@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <thread>
 
 namespace lazymlir {
 
@@ -31,6 +30,8 @@ struct Kernel {
   const char *isa;
   GemmChunkFn chunk;
   GemmBlocking blocking;
+  float (*fmaLoop)(int64_t); // the FMA chains measureFmaPeak times
+  int lanes;                 // floats per vector
 };
 
 int64_t cacheBytes(int name, int64_t fallback) {
@@ -49,7 +50,7 @@ GemmBlocking blockingFor(GemmBlocking tile) {
   int64_t l1 = cacheBytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10);
   int64_t l2 = cacheBytes(_SC_LEVEL2_CACHE_SIZE, 256 << 10);
   int64_t l3 = cacheBytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20);
-  int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  int64_t cores = teamCores();
   tile.kc = std::clamp<int64_t>(roundDown(l1 / 2 / (tile.nr * 4), 8), 64, 1024);
   tile.mc = std::clamp<int64_t>(roundDown(l2 / 2 / (tile.kc * 4), tile.mr),
                                 tile.mr, 4096 / tile.mr * tile.mr);
@@ -61,10 +62,13 @@ GemmBlocking blockingFor(GemmBlocking tile) {
 
 Kernel kernelFor(const std::string &isa) {
   if (isa == "avx512f")
-    return {"avx512f", &avx512::chunk, blockingFor(avx512::tile())};
+    return {"avx512f", &avx512::chunk, blockingFor(avx512::tile()),
+            &avx512::fmaLoop, avx512::lanes()};
   if (isa == "avx2")
-    return {"avx2", &avx2::chunk, blockingFor(avx2::tile())};
-  return {"sse2", &sse2::chunk, blockingFor(sse2::tile())};
+    return {"avx2", &avx2::chunk, blockingFor(avx2::tile()), &avx2::fmaLoop,
+            avx2::lanes()};
+  return {"sse2", &sse2::chunk, blockingFor(sse2::tile()), &sse2::fmaLoop,
+          sse2::lanes()};
 }
 
 bool hostHas(const std::string &isa) {
@@ -127,6 +131,16 @@ void run(const GemmArgs &g, const Kernel &kernel, int threads) {
   runOnTeam(job.chunks > 1 ? threads : 1, &runChunks, &job);
 }
 
+/// Product `i` of a batch whose operands are `batchStrides` elements apart.
+GemmArgs nthProduct(const GemmArgs &args, int64_t i, int64_t aBatch,
+                    int64_t bBatch, int64_t cBatch) {
+  GemmArgs g = args;
+  g.a += i * aBatch;
+  g.b += i * bBatch;
+  g.c += i * cBatch;
+  return g;
+}
+
 struct BatchJob {
   const GemmArgs *args;
   int64_t aBatch, bBatch, cBatch, batch;
@@ -137,10 +151,7 @@ void runProducts(void *data) {
   BatchJob &job = *static_cast<BatchJob *>(data);
   const Kernel &kernel = hostKernel();
   for (int64_t i; (i = job.next.fetch_add(1)) < job.batch;) {
-    GemmArgs g = *job.args;
-    g.a += i * job.aBatch;
-    g.b += i * job.bBatch;
-    g.c += i * job.cBatch;
+    GemmArgs g = nthProduct(*job.args, i, job.aBatch, job.bBatch, job.cBatch);
     kernel.chunk(g, kernel.blocking, 0, g.m, 0, g.n);
   }
 }
@@ -166,13 +177,8 @@ void sgemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
     runOnTeam(threads, &runProducts, &job);
     return;
   }
-  for (int64_t i = 0; i < batch; ++i) {
-    GemmArgs g = args;
-    g.a += i * aBatch;
-    g.b += i * bBatch;
-    g.c += i * cBatch;
-    run(g, kernel, threads);
-  }
+  for (int64_t i = 0; i < batch; ++i)
+    run(nthProduct(args, i, aBatch, bBatch, cBatch), kernel, threads);
 }
 
 bool sgemmWith(const GemmArgs &args, const std::string &isa, int threads) {
@@ -197,25 +203,18 @@ void runPeak(void *data) {
 
 double measureFmaPeak() {
   const Kernel &kernel = hostKernel();
-  std::string isa = kernel.isa;
-  float (*loop)(int64_t) = isa == "avx512f" ? &avx512::fmaLoop
-                           : isa == "avx2"  ? &avx2::fmaLoop
-                                            : &sse2::fmaLoop;
-  int lanes = isa == "avx512f" ? avx512::lanes()
-              : isa == "avx2"  ? avx2::lanes()
-                               : sse2::lanes();
   int threads = teamCores();
   double best = 0.0;
   for (int round = 0; round < 3; ++round) {
     PeakJob job;
-    job.loop = loop;
+    job.loop = kernel.fmaLoop;
     job.iterations = 4'000'000;
     auto start = std::chrono::steady_clock::now();
     runOnTeam(threads, &runPeak, &job);
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
-    double flops = 2.0 * 12 * lanes * job.iterations * threads;
+    double flops = 2.0 * 12 * kernel.lanes * job.iterations * threads;
     best = std::max(best, flops / seconds / 1e9);
   }
   return best;

@@ -32,10 +32,8 @@ using namespace mlir;
 
 namespace {
 
-constexpr StringLiteral kGemmMarker = "lazymlir.gemm";
+using lazymlir::kGemmAttr;
 constexpr StringLiteral kGemmFunction = "lazymlir_sgemm_batched";
-/// On each call: shapes, bytes and flops for lazymlir-instrument-kernels.
-constexpr StringLiteral kGemmSite = "lazymlir.gemm_site";
 
 /// The loops of a contraction by role: batch (in A, B and C), rows M (A and
 /// C), columns N (B and C) and reduction K (A and B), each in loop order.
@@ -139,7 +137,7 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
           return;
       if (m && n && k && *m * *n * *k < static_cast<int64_t>(minWork))
         return;
-      op->setAttr(kGemmMarker, UnitAttr::get(op->getContext()));
+      op->setAttr(kGemmAttr, UnitAttr::get(op->getContext()));
     });
   }
 };
@@ -183,7 +181,7 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
     ModuleOp module = getOperation();
     SmallVector<linalg::LinalgOp> marked;
     module.walk([&](linalg::LinalgOp op) {
-      if (op->hasAttr(kGemmMarker))
+      if (op->hasAttr(kGemmAttr))
         marked.push_back(op);
     });
     if (marked.empty())
@@ -200,7 +198,7 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
       callee.setPrivate();
     }
     for (linalg::LinalgOp op : marked) {
-      op->removeAttr(kGemmMarker);
+      op->removeAttr(kGemmAttr);
       if (!op.hasPureBufferSemantics()) {
         op->emitRemark("lazymlir-gemm-calls: not bufferized; left as is");
         continue;
@@ -280,29 +278,19 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
       auto call = func::CallOp::create(builder, loc, callee, args);
       // What the profiler's table says of this call (instrument-kernels):
       // the operands' shapes, their bytes and the flops when static.
-      std::string shapes;
-      int64_t bytes = 0;
-      for (Value buffer : operands) {
-        auto type = cast<MemRefType>(buffer.getType());
-        if (!shapes.empty())
-          shapes += ", ";
-        for (int64_t size : type.getShape())
-          shapes += (ShapedType::isDynamic(size) ? std::string("?")
-                                                 : std::to_string(size)) +
-                    "x";
-        shapes += "f32";
-        if (type.hasStaticShape())
-          bytes += type.getNumElements() * 4;
-      }
       SmallVector<int64_t> loopRanges = op.getStaticLoopRanges();
       int64_t flops = 2;
       for (int64_t size : loopRanges)
         flops = ShapedType::isDynamic(size) || flops == 0 ? 0 : flops * size;
       call->setAttr(
-          kGemmSite,
+          lazymlir::kGemmSiteAttr,
           builder.getDictionaryAttr(
-              {builder.getNamedAttr("shapes", builder.getStringAttr(shapes)),
-               builder.getNamedAttr("bytes", builder.getI64IntegerAttr(bytes)),
+              {builder.getNamedAttr(
+                   "shapes", builder.getStringAttr(
+                                 lazymlir::describeOperandShapes(operands))),
+               builder.getNamedAttr("bytes",
+                                    builder.getI64IntegerAttr(
+                                        lazymlir::countOperandBytes(operands))),
                builder.getNamedAttr("flops",
                                     builder.getI64IntegerAttr(flops))}));
       op->erase();

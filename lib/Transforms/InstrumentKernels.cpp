@@ -120,7 +120,9 @@ std::string originOps(Location loc) {
   return llvm::join(names, ", ");
 }
 
-int64_t operandBytes(ValueRange operands) {
+} // namespace
+
+int64_t lazymlir::countOperandBytes(ValueRange operands) {
   int64_t bytes = 0;
   for (Value value : operands) {
     auto type = dyn_cast<MemRefType>(value.getType());
@@ -132,7 +134,7 @@ int64_t operandBytes(ValueRange operands) {
   return bytes;
 }
 
-std::string operandShapes(ValueRange operands) {
+std::string lazymlir::describeOperandShapes(ValueRange operands) {
   std::string text;
   llvm::raw_string_ostream os(text);
   llvm::interleave(
@@ -157,6 +159,8 @@ std::string operandShapes(ValueRange operands) {
       ", ");
   return text;
 }
+
+namespace {
 
 func::FuncOp declare(ModuleOp module, SymbolTable &symbols, StringRef name) {
   if (auto existing = symbols.lookup<func::FuncOp>(name))
@@ -187,7 +191,7 @@ struct InstrumentKernelsPass
       // Outlined kernels, and the runtime GEMM's calls (lazymlir-gemm-calls
       // left what the table says of them on the call).
       if (callee && (callee->hasAttr(lazymlir::kOutlinedKernelAttr) ||
-                     call->hasAttr("lazymlir.gemm_site")))
+                     call->hasAttr(lazymlir::kGemmSiteAttr)))
         calls.emplace_back(call, callee);
     });
     func::FuncOp begin = declare(module, symbols, kBegin);
@@ -210,7 +214,7 @@ struct InstrumentKernelsPass
 
       Builder attrs(ctx);
       if (auto gemm =
-              call->getAttrOfType<DictionaryAttr>("lazymlir.gemm_site")) {
+              call->getAttrOfType<DictionaryAttr>(lazymlir::kGemmSiteAttr)) {
         sites.push_back(DictionaryAttr::get(
             ctx,
             {attrs.getNamedAttr("kernel",
@@ -226,10 +230,12 @@ struct InstrumentKernelsPass
           {attrs.getNamedAttr("kernel",
                               attrs.getStringAttr(callee.getSymName())),
            attrs.getNamedAttr("ops", attrs.getStringAttr(originOps(loc))),
-           attrs.getNamedAttr("shapes", attrs.getStringAttr(
-                                            operandShapes(call.getOperands()))),
-           attrs.getNamedAttr("bytes", attrs.getI64IntegerAttr(
-                                           operandBytes(call.getOperands()))),
+           attrs.getNamedAttr(
+               "shapes", attrs.getStringAttr(lazymlir::describeOperandShapes(
+                             call.getOperands()))),
+           attrs.getNamedAttr(
+               "bytes", attrs.getI64IntegerAttr(
+                            lazymlir::countOperandBytes(call.getOperands()))),
            attrs.getNamedAttr("flops", attrs.getI64IntegerAttr(it->second))}));
     }
     module->setAttr(lazymlir::kProfileSitesAttr, ArrayAttr::get(ctx, sites));

@@ -94,7 +94,7 @@ bool isCandidate(linalg::LinalgOp op) {
       op.getNumDpsInits() != 1)
     return false;
   // The runtime's GEMM computes it (lazymlir-mark-gemms).
-  if (op->hasAttr("lazymlir.gemm"))
+  if (op->hasAttr(lazymlir::kGemmAttr))
     return false;
   // Contractions with `?` dimensions are tiled like static ones (full tiles
   // of static shape, a peeled remainder); a convolution's window needs

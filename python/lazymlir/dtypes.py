@@ -20,6 +20,24 @@ _COMPILED = {
 #: The dtypes a compiled graph can take and return.
 SUPPORTED = frozenset(_COMPILED)
 
+_aten = torch.ops.aten
+#: Normalizations whose eager CPU kernels take a bfloat16/float16 input with
+#: float32 parameters ("mixed"), compute in float32, and return their saved
+#: (and running) statistics in the input's dtype, or in float32 when mixed
+#: (frontend/meta.py gives the trace those dtypes, lowering/opmath.py
+#: computes them so).
+NORMALIZATIONS = frozenset(
+    {
+        _aten.native_layer_norm.default,
+        _aten.native_group_norm.default,
+        _aten.native_batch_norm.default,
+        _aten._native_batch_norm_legit.default,
+        _aten._native_batch_norm_legit.no_stats,
+        _aten._native_batch_norm_legit_functional.default,
+        _aten._native_batch_norm_legit_no_training.default,
+    }
+)
+
 
 def element_type(dtype: torch.dtype) -> str:
     """The MLIR element type ``dtype`` crosses the boundary as."""

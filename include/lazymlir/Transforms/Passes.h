@@ -3,7 +3,11 @@
 #ifndef LAZYMLIR_TRANSFORMS_PASSES_H
 #define LAZYMLIR_TRANSFORMS_PASSES_H
 
+#include "mlir/IR/ValueRange.h"
 #include "mlir/Pass/Pass.h"
+
+#include <cstdint>
+#include <string>
 
 namespace lazymlir {
 
@@ -14,6 +18,20 @@ inline constexpr llvm::StringLiteral kKernelCountAttr = "lazymlir.kernel_count";
 /// On each function lazymlir-outline-kernels made (unit): the runtime
 /// compiles it apart, once per process, under its content-hash name.
 inline constexpr llvm::StringLiteral kOutlinedKernelAttr = "lazymlir.kernel";
+
+/// On a float32 contraction the runtime GEMM computes (unit), from
+/// lazymlir-mark-gemms: lazymlir-tile-contractions leaves it alone and
+/// lazymlir-gemm-calls makes it a call.
+inline constexpr llvm::StringLiteral kGemmAttr = "lazymlir.gemm";
+
+/// On each call lazymlir-gemm-calls made: its operands' shapes, bytes and
+/// flops (a dictionary), for lazymlir-instrument-kernels' site.
+inline constexpr llvm::StringLiteral kGemmSiteAttr = "lazymlir.gemm_site";
+
+/// What a profile site says of the buffers a call reads and writes: their
+/// shapes ("64x128xf32, 128xf32") and their bytes (static shapes only).
+std::string describeOperandShapes(mlir::ValueRange operands);
+int64_t countOperandBytes(mlir::ValueRange operands);
 
 /// On the module, from lazymlir-instrument-kernels: one dictionary per timed
 /// kernel call site (kernel, ops, shapes, bytes, flops), by site number.

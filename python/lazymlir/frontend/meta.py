@@ -4,7 +4,7 @@ eager CPU's memory formats where meta kernels differ."""
 
 import torch
 
-from ..dtypes import SUPPORTED as SUPPORTED_DTYPES
+from ..dtypes import NORMALIZATIONS, SUPPORTED as SUPPORTED_DTYPES
 from .tensor import _CPU, _intern_like, _META, state, _state_value
 from .barriers import _cpu_alias
 from ..trace.ir import BLANK, freeze, LIFTED_OPS, Node
@@ -66,7 +66,7 @@ def _infer(key, func, meta_args, meta_kwargs):
             meta = _intern_result(_cpu_layout(func, meta_args, meta_kwargs))
         else:
             meta = func(*meta_args, **meta_kwargs)
-            if func in _NORM_STATISTICS:
+            if func in NORMALIZATIONS:
                 meta = _cpu_statistics(meta, meta_args, meta_kwargs)
             meta = _intern_result(meta)
         zero = _has_zero_size(meta) or _has_zero_size(meta_args) or _has_zero_size(list(meta_kwargs.values()))
@@ -79,20 +79,9 @@ def _infer(key, func, meta_args, meta_kwargs):
     return hit
 
 
-# Normalizations whose saved statistics (and running statistics) eager's CPU
-# kernels return in the input's dtype when it is bfloat16 or float16 and its
-# parameters are too, in float32 when a parameter is float32 ("mixed"). The
-# meta kernels (torch._refs, torch._decomp) keep float32 where the device is
-# not the CPU and give group norm's in the input's dtype even when mixed.
-_NORM_STATISTICS = {
-    aten.native_layer_norm.default,
-    aten.native_group_norm.default,
-    aten.native_batch_norm.default,
-    aten._native_batch_norm_legit.default,
-    aten._native_batch_norm_legit.no_stats,
-    aten._native_batch_norm_legit_functional.default,
-    aten._native_batch_norm_legit_no_training.default,
-}
+# Normalizations (dtypes.NORMALIZATIONS): the meta kernels (torch._refs,
+# torch._decomp) keep float32 statistics where the device is not the CPU and
+# give group norm's in the input's dtype even when mixed.
 _REDUCED = (torch.bfloat16, torch.float16)
 
 

@@ -4,6 +4,7 @@ while it retraces the graph)."""
 
 import torch
 
+from ..dtypes import NORMALIZATIONS
 from . import LoweringError
 
 
@@ -58,23 +59,6 @@ def uses_low_precision(gm: torch.fx.GraphModule, example_inputs) -> bool:
     return False
 
 
-# Normalizations whose eager CPU kernels take a bfloat16/float16 input with
-# float32 parameters and compute in float32 ("mixed"); their decompositions,
-# traced on CPU fake tensors, would round the statistics to the input's dtype
-# and compute the rest from the rounded ones.
-_MIXED_PARAMETERS = frozenset(
-    {
-        _aten.native_layer_norm.default,
-        _aten.native_group_norm.default,
-        _aten.native_batch_norm.default,
-        _aten._native_batch_norm_legit.default,
-        _aten._native_batch_norm_legit.no_stats,
-        _aten._native_batch_norm_legit_functional.default,
-        _aten._native_batch_norm_legit_no_training.default,
-    }
-)
-
-
 def _opmath_dtype(target, args, kwargs):
     """The low-precision dtype ``target`` computes in when every floating
     argument has it (None: nothing to do: other dtypes, mixed ones, which
@@ -83,7 +67,10 @@ def _opmath_dtype(target, args, kwargs):
     if not isinstance(target, torch._ops.OpOverload) or target in _NO_OPMATH or target.is_view:
         return None
     found = None
-    mixed = target in _MIXED_PARAMETERS
+    # A normalization computes in float32 beside float32 parameters (its
+    # decomposition, traced on CPU fake tensors, would round the statistics
+    # to the input's dtype and compute the rest from the rounded ones).
+    mixed = target in NORMALIZATIONS
     for a in torch.utils._pytree.tree_leaves((args, kwargs)):
         if isinstance(a, torch.Tensor):
             if a.dtype.is_floating_point or a.dtype.is_complex:
