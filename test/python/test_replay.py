@@ -209,7 +209,7 @@ def test_reading_a_replayed_steps_value_at_once_keeps_replaying(native_built, at
     torch.testing.assert_close(lw.detach().cpu(), w.detach(), rtol=1e-4, atol=1e-4)
 
 
-def test_channels_last_training_is_replayed(native_built):
+def test_channels_last_training_is_replayed(native_built, at_once):
     """Inputs and outputs in channels_last (a memory format at the graph's
     boundary): inputs go in as their memory is, outputs come back as views
     in their memory format, as on the Python path."""
