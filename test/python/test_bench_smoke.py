@@ -21,6 +21,8 @@ WORKLOADS = {
     "gpt2",
     "bert512",
     "gpt2_512",
+    "bert512_bf16",
+    "gpt2_512_bf16",
     "vit512",
     "lm2",
     "bert_read1",
@@ -37,6 +39,9 @@ WORKLOADS = {
     "matmul_512",
     "matmul_1024",
     "matmul_2048",
+    "gemm_ffn_up",
+    "gemm_ffn_down",
+    "gemm_ffn_dw",
     "resnet_block",
     "trace_overhead",
     "compile_cold_mnist",
@@ -49,6 +54,10 @@ WORKLOADS = {
     "gpt2_tc",
     "lm2_tc",
     "tc_call_overhead",
+    "bert_tiny_infer",
+    "bert_tiny_infer_tc",
+    "bert512_infer",
+    "bert512_infer_tc",
 }
 
 
@@ -78,7 +87,21 @@ def test_bench_suite_smoke(native_built, tmp_path):
         assert compiled and compiled.startswith("compiled"), (name, compiled, proc.stderr[-3000:])
         if name.startswith("compile_warm"):
             assert row["peers"]["lazymlir"]["disk_hits"] > 0, row  # the second process loaded from disk
-        if name in ("bert", "gpt2", "bert512", "gpt2_512", "vit512", "lm2", "mnist", "chain", "matmul_1024"):
+        if name in (
+            "bert",
+            "gpt2",
+            "bert512",
+            "gpt2_512",
+            "vit512",
+            "lm2",
+            "mnist",
+            "chain",
+            "matmul_1024",
+            "gemm_ffn_dw",
+            "bert512_bf16",
+            "bert_tiny_infer",
+            "bert_tiny_infer_tc",
+        ):
             assert row["target"] and row["target_status"], row
     png = tmp_path / "latest.png"
     assert png.exists() and png.stat().st_size > 1000

@@ -5,6 +5,8 @@ eager's and the Python path's; anything the replay does not cover (a failed
 run, an input a failed step should have computed, profiling, a cleared
 cache) goes through the Python path, with its errors."""
 
+import time
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -250,4 +252,31 @@ def test_channels_last_training_is_replayed(native_built, at_once):
         torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-5)
         assert q.detach().cpu().stride() == p.stride()
     torch.testing.assert_close(lazy[1].running_var.cpu(), eager[1].running_var, rtol=1e-4, atol=1e-5)
+    assert_compiled()
+
+
+def test_at_once_counts_the_callers_own_time(native_built):
+    """ "At once" is the caller's own CPU time between mark_step() and its
+    read, not the wall clock: a read delayed by something else (the worker
+    taking the GIL as the step starts, a loaded host; a short sleep here)
+    is at once, and the steps are replayed; a caller blocked past
+    run._AT_ONCE_WALL_S (its data loader) used the overlap, and the steps go
+    back to the worker."""
+    x = torch.randn(64)
+    lx = x.to("lazy")
+    for i in range(6):
+        y = lx * 2 + 1
+        lazymlir.mark_step()
+        time.sleep(0.003)  # blocked, not working
+        torch.testing.assert_close(y.cpu(), x * 2 + 1)
+    assert metrics.counter_value("Replay") >= 3, metrics.metrics_report()
+    replays, at_mark_step = metrics.counter_value("Replay"), metrics.counter_value("RunAtMarkStep")
+    for i in range(4):
+        y = lx * 2 + 1
+        lazymlir.mark_step()
+        time.sleep(run._AT_ONCE_WALL_S * 3)
+        torch.testing.assert_close(y.cpu(), x * 2 + 1)
+    # The first of these was still run at mark_step; none after it.
+    assert metrics.counter_value("RunAtMarkStep") <= at_mark_step + 1, metrics.metrics_report()
+    assert metrics.counter_value("Replay") <= replays + 1, metrics.metrics_report()
     assert_compiled()

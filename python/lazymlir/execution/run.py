@@ -146,12 +146,22 @@ def replay(storages, now: bool = False) -> bool:
 
 
 # A step handed back by mark_step() (its job, when) and not waited for yet,
-# and how many steps in a row were waited for at once: within _AT_ONCE_S, as
-# `mark_step(); loss.item()` or a benchmark's mark and wait do. Such a
-# caller gains nothing from the worker, whose hand-offs (waking it, the
-# waiter running the step itself) cost 5-40 us a step; one that works for
-# less than _AT_ONCE_S before waiting loses at most that much overlap.
-_AT_ONCE_S = 50e-6
+# and how many steps in a row were waited for at once: after less than
+# _AT_ONCE_S of the caller's own CPU time, as `mark_step(); loss.item()` or
+# a benchmark's mark and wait do. Such a caller gains nothing from the
+# worker, whose hand-offs (waking it, the waiter running the step itself)
+# cost 5-40 us a step, and loses the replay (C++ instead of the Python
+# path); one that works for less than _AT_ONCE_S before waiting loses at
+# most that much overlap. The caller's thread time, not the wall clock:
+# the worker taking the GIL as the step starts (up to Python's 5 ms switch
+# interval) or a loaded host delays the wait without the caller doing
+# anything. Measured on a loaded 2-core host: a read right after
+# mark_step() came 0.1-9 ms later by the wall clock, 50-280 us of the
+# caller's time (the rest of mark_step and the read's own path up to its
+# wait). A caller blocked longer than _AT_ONCE_WALL_S (waiting for its data
+# loader, sleeping) used the overlap: not at once.
+_AT_ONCE_S = 1e-3
+_AT_ONCE_WALL_S = 10e-3
 _handed = None
 _waited_at_once = 0
 
@@ -159,7 +169,7 @@ _waited_at_once = 0
 def hand_back(job) -> None:
     """mark_step() returns ``job``'s step to its caller, unfinished or not."""
     global _handed
-    _handed = (job, time.perf_counter())
+    _handed = (job, time.thread_time(), time.perf_counter())
 
 
 def _note_wait(job) -> None:
@@ -167,7 +177,11 @@ def _note_wait(job) -> None:
     handed = _handed
     if handed is not None and handed[0] is job:
         _handed = None
-        _waited_at_once = _waited_at_once + 1 if time.perf_counter() - handed[1] < _AT_ONCE_S else 0
+        at_once = (
+            time.thread_time() - handed[1] < _AT_ONCE_S
+            and time.perf_counter() - handed[2] < max(_AT_ONCE_WALL_S, _AT_ONCE_S)
+        )
+        _waited_at_once = _waited_at_once + 1 if at_once else 0
 
 
 def _unfinished_inputs(graph: ir.Graph) -> list:
