@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMPS := .stamps
 # pip, without the machine's notes about configured package folders it lacks.
 pip_install = set -o pipefail; $(VPY) -m pip install -q $(1) 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
-NATIVE_SOURCES := $(shell find CMakeLists.txt include lib tools python test -name '*.cpp' -o -name '*.h' -o -name '*.td' -o -name 'CMakeLists.txt' -o -name '*.in' 2>/dev/null) pyproject.toml
+NATIVE_SOURCES := $(shell find CMakeLists.txt include lib tools python test -name '*.cpp' -o -name '*.h' -o -name '*.inc' -o -name '*.td' -o -name 'CMakeLists.txt' -o -name '*.in' 2>/dev/null) pyproject.toml
 
 .PHONY: all demo bench test test-slow lint format check-lit check-python conformance gpu-bundles deps build clean stress asan asan-build
 
@@ -46,7 +46,7 @@ test-slow: build
 # the Python (pyproject.toml's [tool.ruff]), clang-format over the C++ (the
 # .clang-format files: LLVM's style on the MLIR side, Google's at 120
 # columns in python/lazymlir/frontend/csrc). `make format` rewrites the tree.
-CXX_SOURCES = $(shell find lib include tools python -name '*.cpp' -o -name '*.h' | sort)
+CXX_SOURCES = $(shell find lib include tools python -name '*.cpp' -o -name '*.h' -o -name '*.inc' | sort)
 lint: $(STAMPS)/venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
