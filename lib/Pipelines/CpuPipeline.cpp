@@ -174,6 +174,9 @@ void lazymlir::buildCpuLLVMPipeline(OpPassManager &pm,
   pm.addPass(createDynamicExpandShapesPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
+  // bf16 roundings as integer arithmetic, not LLVM's call per element on
+  // hosts without a bf16 conversion instruction.
+  pm.addPass(createExpandBf16ConversionsPass());
   // Math ops with an LLVM intrinsic become intrinsics (vectorizable); the
   // rest (erf, tanh, atan2, ...) become libm calls.
   pm.addPass(createConvertMathToLLVMPass());
