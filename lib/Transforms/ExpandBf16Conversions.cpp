@@ -130,8 +130,7 @@ struct ExpandExtF : OpRewritePattern<arith::ExtFOp> {
 };
 
 struct ExpandBf16ConversionsPass
-    : lazymlir::impl::ExpandBf16ConversionsPassBase<
-          ExpandBf16ConversionsPass> {
+    : lazymlir::impl::ExpandBf16ConversionsPassBase<ExpandBf16ConversionsPass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     patterns.add<ExpandTruncF, ExpandExtF>(&getContext());

@@ -192,6 +192,53 @@ struct LowerToLoopsPass
   /// with its outer `depth` loops parallel } else { the nest as it is }.
   /// The loops come from linalgOpToLoops: from 0 by 1, bounds defined
   /// before the outermost.
+  /// When `depth` covers the whole nest, its innermost loop would be the
+  /// OpenMP loop itself: with the guided schedule
+  /// (lazymlir-schedule-worksharing), that loop reloads its upper bound
+  /// from the runtime's chunk variable after every iteration (a store in
+  /// the body may write it, as far as LLVM can tell), and LLVM's vectorizer
+  /// gives up on it as uncountable; every elementwise kernel collapsed to
+  /// one dimension ran one element at a time. Strip-mined, the parallel
+  /// loop takes blocks of kBlock iterations and each block is a countable
+  /// loop with bounds of its own. The nest's loops are updated in place.
+  static constexpr int64_t kBlock = 1024;
+  void stripMineInnermost(RewriterBase &rewriter,
+                          SmallVectorImpl<Operation *> &loops, unsigned depth) {
+    if (depth != loops.size())
+      return;
+    auto inner = dyn_cast<scf::ForOp>(loops.back());
+    if (!inner || inner.getNumRegionIterArgs() != 0 ||
+        !matchPattern(inner.getStep(), m_One()))
+      return;
+    std::optional<int64_t> trips = constantTripCount(inner);
+    if (trips && *trips <= kBlock)
+      return;
+    Location loc = inner.getLoc();
+    rewriter.setInsertionPoint(inner);
+    Value block = arith::ConstantIndexOp::create(rewriter, loc, kBlock);
+    auto blocks = scf::ForOp::create(rewriter, loc, inner.getLowerBound(),
+                                     inner.getUpperBound(), block);
+    rewriter.setInsertionPointToStart(blocks.getBody());
+    Value begin = blocks.getInductionVar();
+    Value end = arith::MinSIOp::create(
+        rewriter, loc, arith::AddIOp::create(rewriter, loc, begin, block),
+        inner.getUpperBound());
+    rewriter.moveOpBefore(inner, blocks.getBody()->getTerminator());
+    rewriter.modifyOpInPlace(inner, [&] {
+      inner.setLowerBound(begin);
+      inner.setUpperBound(end);
+    });
+    loops.back() = blocks;
+  }
+
+  std::optional<int64_t> constantTripCount(scf::ForOp loop) {
+    APInt lb, ub;
+    if (!matchPattern(loop.getLowerBound(), m_ConstantInt(&lb)) ||
+        !matchPattern(loop.getUpperBound(), m_ConstantInt(&ub)))
+      return std::nullopt;
+    return ub.getSExtValue() - lb.getSExtValue();
+  }
+
   void guardedBySize(RewriterBase &rewriter, ArrayRef<Operation *> loops,
                      unsigned depth) {
     auto outer = cast<scf::ForOp>(loops.front());
@@ -222,6 +269,7 @@ struct LowerToLoopsPass
     (void)copy;
     SmallVector<Operation *> copies = llvm::map_to_vector(
         loops, [&](Operation *loop) { return mapping.lookup(loop); });
+    stripMineInnermost(rewriter, copies, depth);
     lazymlir::parallelizeLoopNest(rewriter, copies, depth);
   }
 
@@ -256,8 +304,10 @@ struct LowerToLoopsPass
       rewriter.eraseOp(op);
       if (depth > 0 && guarded)
         guardedBySize(rewriter, *loops, depth);
-      else if (depth > 0)
+      else if (depth > 0) {
+        stripMineInnermost(rewriter, *loops, depth);
         lazymlir::parallelizeLoopNest(rewriter, *loops, depth);
+      }
     }
   }
 };

@@ -62,9 +62,17 @@ func.func @outer_dims(%arg0: memref<8x16x32x4xf32>, %arg1: memref<8x16x32x4xf32>
 // -----
 
 #map = affine_map<(d0) -> (d0)>
-// One loop: it is the parallel one.
+// One loop: the parallel loop takes blocks of 1024 iterations, each a
+// countable loop of its own (the OpenMP loop itself, under a guided
+// schedule, is not one LLVM can vectorize).
 // CHECK-LABEL: func.func @one_dim
-// CHECK: scf.parallel
+// CHECK-DAG: %[[N:.*]] = arith.constant 8192 : index
+// CHECK-DAG: %[[B:.*]] = arith.constant 1024 : index
+// CHECK: scf.parallel (%[[I:.*]]) = (%{{.*}}) to (%[[N]]) step (%[[B]])
+// CHECK:   %[[E:.*]] = arith.addi %[[I]], %[[B]]
+// CHECK:   %[[END:.*]] = arith.minsi %[[E]], %[[N]]
+// CHECK:   scf.for %{{.*}} = %[[I]] to %[[END]] step
+// CHECK:     arith.negf
 // CHECK-NOT: scf.for
 func.func @one_dim(%arg0: memref<8192xf32>, %arg1: memref<8192xf32>) {
   linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : memref<8192xf32>) outs(%arg1 : memref<8192xf32>) {
@@ -74,6 +82,7 @@ func.func @one_dim(%arg0: memref<8192xf32>, %arg1: memref<8192xf32>) {
   }
   return
 }
+
 
 // -----
 
