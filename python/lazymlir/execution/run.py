@@ -177,9 +177,8 @@ def _note_wait(job) -> None:
     handed = _handed
     if handed is not None and handed[0] is job:
         _handed = None
-        at_once = (
-            time.thread_time() - handed[1] < _AT_ONCE_S
-            and time.perf_counter() - handed[2] < max(_AT_ONCE_WALL_S, _AT_ONCE_S)
+        at_once = time.thread_time() - handed[1] < _AT_ONCE_S and time.perf_counter() - handed[2] < max(
+            _AT_ONCE_WALL_S, _AT_ONCE_S
         )
         _waited_at_once = _waited_at_once + 1 if at_once else 0
 
