@@ -204,7 +204,9 @@ struct LowerToLoopsPass
   static constexpr int64_t kBlock = 1024;
   void stripMineInnermost(RewriterBase &rewriter,
                           SmallVectorImpl<Operation *> &loops, unsigned depth) {
-    if (depth != loops.size())
+    // all-parallel (the GPU pipeline): every parallel loop maps to blocks
+    // and threads, none is an OpenMP loop.
+    if (allParallel || depth != loops.size())
       return;
     auto inner = dyn_cast<scf::ForOp>(loops.back());
     if (!inner || inner.getNumRegionIterArgs() != 0 ||
