@@ -73,6 +73,7 @@ inductor through torch.compile.
 """
 
 import argparse
+import contextlib
 import datetime
 import fnmatch
 import glob
@@ -212,7 +213,9 @@ def train_setup(make, optimizer, eval_check=False, read_every=None, autocast=Non
 
         def step(b):
             opt.zero_grad(set_to_none=True)
-            with torch.autocast(peer.device, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            # No autocast context at all without a dtype: torch.autocast checks
+            # the device type even when disabled, and torch._lazy's "lazy" has none.
+            with torch.autocast(peer.device, dtype=autocast) if autocast is not None else contextlib.nullcontext():
                 loss = loss_of(model, b)
             loss.backward()
             opt.step()
