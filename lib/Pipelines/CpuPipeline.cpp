@@ -32,8 +32,14 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   if (options.channelsLast)
     pm.addNestedPass<func::FuncOp>(createChannelsLastPass());
   if (options.fusion) {
-    pm.addNestedPass<func::FuncOp>(createFuseElementwisePass());
-    pm.addNestedPass<func::FuncOp>(createFuseRowReductionsPass());
+    // Both decide around the runtime GEMM below: transposes fused into the
+    // contractions it computes, those kept out of row loops.
+    FuseElementwisePassOptions elementwise;
+    elementwise.runtimeGemms = true;
+    pm.addNestedPass<func::FuncOp>(createFuseElementwisePass(elementwise));
+    FuseRowReductionsPassOptions rows;
+    rows.runtimeGemms = true;
+    pm.addNestedPass<func::FuncOp>(createFuseRowReductionsPass(rows));
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
   }

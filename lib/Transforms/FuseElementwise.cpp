@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "lazymlir/Transforms/Passes.h"
+#include "lazymlir/Transforms/RuntimeGemm.h"
 
 #include "IterationRuns.h"
 
@@ -146,8 +147,30 @@ unsigned bodySize(linalg::GenericOp op) {
   return op.getBody()->getOperations().size() - 1;
 }
 
-/// Whether fusing the bare-yield `producer` (a transpose) into `operand` of
-/// the contraction `consumer` keeps the contraction fast:
+/// How `consumer` reads the operand the bare-yield `producer` (a transpose)
+/// moves into `operand`, once the producer is fused: the consumer's map of
+/// it composed through the producer's; none if the producer computes or its
+/// result map is no permutation.
+std::optional<AffineMap> readInPlace(linalg::LinalgOp consumer,
+                                     OpOperand *operand,
+                                     linalg::GenericOp producer) {
+  auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
+  auto result = cast<OpResult>(operand->get());
+  auto source =
+      dyn_cast<BlockArgument>(yield.getOperand(result.getResultNumber()));
+  if (!source || source.getOwner() != producer.getBody())
+    return std::nullopt;
+  AffineMap resultMap = producer.getIndexingMapMatchingResult(result);
+  if (!resultMap.isPermutation())
+    return std::nullopt;
+  return producer
+      .getMatchingIndexingMap(&producer->getOpOperand(source.getArgNumber()))
+      .compose(inversePermutation(resultMap))
+      .compose(consumer.getMatchingIndexingMap(operand));
+}
+
+/// Whether the contraction `consumer`, reading `operand` through `read` (a
+/// transpose fused in place), stays fast when tiled here:
 /// - its innermost parallel loop (the one tiles vectorize) is still read
 ///   contiguously: a B operand read transposed (n, k) makes every vector
 ///   load a gather, slower than materializing the transpose once;
@@ -159,22 +182,7 @@ unsigned bodySize(linalg::GenericOp op) {
 ///   heads x head size into two loops, which vectorize to a two-dimensional
 ///   reduction (7 GFLOP/s, against 160 on the materialized transpose).
 bool keepsContractionFast(linalg::LinalgOp consumer, OpOperand *operand,
-                          linalg::GenericOp producer) {
-  auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
-  auto result = cast<OpResult>(operand->get());
-  auto source =
-      dyn_cast<BlockArgument>(yield.getOperand(result.getResultNumber()));
-  if (!source || source.getOwner() != producer.getBody())
-    return false;
-  AffineMap resultMap = producer.getIndexingMapMatchingResult(result);
-  if (!resultMap.isPermutation())
-    return false;
-  AffineMap read = producer
-                       .getMatchingIndexingMap(
-                           &producer->getOpOperand(source.getArgNumber()))
-                       .compose(inversePermutation(resultMap))
-                       .compose(consumer.getMatchingIndexingMap(operand));
-
+                          AffineMap read) {
   SmallVector<AffineMap> maps = consumer.getIndexingMapsArray();
   SmallVector<utils::IteratorType> iterators = consumer.getIteratorTypesArray();
   SmallVector<ReassociationIndices> runs =
@@ -232,9 +240,27 @@ struct FuseElementwisePass
     bool singleUser = llvm::all_of(producer->getUsers(), [&](Operation *user) {
       return user == fusedOperand->getOwner();
     });
-    if (consumer && linalg::isaContractionOpInterface(consumer))
-      return singleUser && bodySize(producer) == 0 &&
-             keepsContractionFast(consumer, fusedOperand, producer);
+    if (consumer && linalg::isaContractionOpInterface(consumer)) {
+      if (!singleUser || bodySize(producer) != 0)
+        return false;
+      std::optional<AffineMap> read =
+          readInPlace(consumer, fusedOperand, producer);
+      if (!read)
+        return false;
+      // The runtime GEMM packs its operands, so it reads any transpose in
+      // place (no copy of a weight per step); one that would no longer
+      // read as a GEMM's matrices stays apart.
+      if (runtimeGemms) {
+        SmallVector<AffineMap> maps = consumer.getIndexingMapsArray();
+        bool gemm = lazymlir::isRuntimeGemm(consumer, maps);
+        maps[fusedOperand->getOperandNumber()] = *read;
+        if (lazymlir::isRuntimeGemm(consumer, maps))
+          return true;
+        if (gemm)
+          return false;
+      }
+      return keepsContractionFast(consumer, fusedOperand, *read);
+    }
     bool broadcastRead =
         consumer &&
         !consumer.getMatchingIndexingMap(fusedOperand).isPermutation();

@@ -7,6 +7,7 @@
 
 #include "lazymlir/Transforms/Passes.h"
 #include "lazymlir/Transforms/ParallelTiling.h"
+#include "lazymlir/Transforms/RuntimeGemm.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -96,8 +97,14 @@ struct FuseRowReductionsPass
         bool usedOutside = llvm::any_of(op->getUsers(), [&](Operation *user) {
           return !fused.contains(user);
         });
-        if (usedOutside ||
-            !isRowLocal(cast<linalg::LinalgOp>(op), rows, fused)) {
+        // A contraction the runtime GEMM computes stays whole (a batched
+        // matmul whose batch is the rows, attention's scores and output):
+        // in the loop it would be a slice per row tile, tiled at a fraction
+        // of the GEMM's speed.
+        auto linalgOp = cast<linalg::LinalgOp>(op);
+        if (usedOutside || !isRowLocal(linalgOp, rows, fused) ||
+            (runtimeGemms && lazymlir::isRuntimeGemm(
+                                 linalgOp, linalgOp.getIndexingMapsArray()))) {
           fused.remove(op);
           changed = true;
         }

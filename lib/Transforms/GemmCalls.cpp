@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "lazymlir/Transforms/Passes.h"
+#include "lazymlir/Transforms/RuntimeGemm.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -43,10 +44,10 @@ struct Roles {
 
 /// The roles of `op`'s loops, if it is C += A x B with every loop in one of
 /// them (maps that are projected permutations, no loop in one operand only).
-std::optional<Roles> rolesOf(linalg::LinalgOp op) {
-  if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1)
+std::optional<Roles> rolesOf(linalg::LinalgOp op, ArrayRef<AffineMap> maps) {
+  if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
+      maps.size() != 3)
     return std::nullopt;
-  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
   for (AffineMap map : maps)
     if (!map.isProjectedPermutation())
       return std::nullopt;
@@ -95,6 +96,49 @@ bool isF32(Value value) {
   return getElementTypeOrSelf(value.getType()).isF32();
 }
 
+} // namespace
+
+bool lazymlir::isRuntimeGemm(linalg::LinalgOp op, ArrayRef<AffineMap> maps,
+                             int64_t minSize, int64_t minWork) {
+  if (!op.hasPureTensorSemantics() || !linalg::isaContractionOpInterface(op) ||
+      !llvm::all_of(op->getOperands(), isF32))
+    return false;
+  std::optional<Roles> roles = rolesOf(op, maps);
+  if (!roles)
+    return false;
+  for (AffineMap map : maps)
+    for (ArrayRef<unsigned> group :
+         {ArrayRef<unsigned>(roles->batch), ArrayRef<unsigned>(roles->m),
+          ArrayRef<unsigned>(roles->n), ArrayRef<unsigned>(roles->k)})
+      if (!positionsOf(map, group))
+        return false;
+  // Sizes known now must be large enough; a `?` role (rows of a ragged
+  // batch, a growing sequence) is taken as large.
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  auto product = [&](ArrayRef<unsigned> loops) -> std::optional<int64_t> {
+    int64_t size = 1;
+    for (unsigned loop : loops) {
+      if (ShapedType::isDynamic(ranges[loop]))
+        return std::nullopt;
+      size *= ranges[loop];
+    }
+    return size;
+  };
+  std::optional<int64_t> m = product(roles->m), n = product(roles->n),
+                         k = product(roles->k);
+  for (std::optional<int64_t> size : {m, n, k})
+    if (size && *size < minSize)
+      return false;
+  return !(m && n && k && *m * *n * *k < minWork);
+}
+
+bool lazymlir::isRuntimeGemm(linalg::LinalgOp op, ArrayRef<AffineMap> maps) {
+  MarkGemmsPassOptions defaults;
+  return isRuntimeGemm(op, maps, defaults.minSize, defaults.minWork);
+}
+
+namespace {
+
 struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
   using Base::Base;
 
@@ -103,41 +147,10 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
       // Only a whole contraction: one that an earlier pass fused into a
       // loop (a row reduction's rows, lazymlir-fuse-row-reductions) is a
       // slice per iteration, tiled where it is.
-      if (!op.hasPureTensorSemantics() ||
-          !isa<func::FuncOp>(op->getParentOp()) ||
-          !linalg::isaContractionOpInterface(op) ||
-          !llvm::all_of(op->getOperands(), isF32))
-        return;
-      std::optional<Roles> roles = rolesOf(op);
-      if (!roles)
-        return;
-      SmallVector<AffineMap> maps = op.getIndexingMapsArray();
-      for (AffineMap map : maps)
-        for (ArrayRef<unsigned> group :
-             {ArrayRef<unsigned>(roles->batch), ArrayRef<unsigned>(roles->m),
-              ArrayRef<unsigned>(roles->n), ArrayRef<unsigned>(roles->k)})
-          if (!positionsOf(map, group))
-            return;
-      // Sizes known now must be large enough; a `?` role (rows of a ragged
-      // batch, a growing sequence) is taken as large.
-      SmallVector<int64_t> ranges = op.getStaticLoopRanges();
-      auto product = [&](ArrayRef<unsigned> loops) -> std::optional<int64_t> {
-        int64_t size = 1;
-        for (unsigned loop : loops) {
-          if (ShapedType::isDynamic(ranges[loop]))
-            return std::nullopt;
-          size *= ranges[loop];
-        }
-        return size;
-      };
-      std::optional<int64_t> m = product(roles->m), n = product(roles->n),
-                             k = product(roles->k);
-      for (std::optional<int64_t> size : {m, n, k})
-        if (size && *size < minSize)
-          return;
-      if (m && n && k && *m * *n * *k < static_cast<int64_t>(minWork))
-        return;
-      op->setAttr(kGemmAttr, UnitAttr::get(op->getContext()));
+      if (isa<func::FuncOp>(op->getParentOp()) &&
+          lazymlir::isRuntimeGemm(op, op.getIndexingMapsArray(), minSize,
+                                  minWork))
+        op->setAttr(kGemmAttr, UnitAttr::get(op->getContext()));
     });
   }
 };
@@ -209,7 +222,7 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
         op->emitRemark("lazymlir-gemm-calls: inside a loop; left to the loops");
         continue;
       }
-      std::optional<Roles> roles = rolesOf(op);
+      std::optional<Roles> roles = rolesOf(op, op.getIndexingMapsArray());
       SmallVector<Value> operands = {op.getDpsInputOperand(0)->get(),
                                      op.getDpsInputOperand(1)->get(),
                                      op.getDpsInitOperand(0)->get()};

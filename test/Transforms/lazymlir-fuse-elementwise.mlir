@@ -1,6 +1,7 @@
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-elementwise))" | FileCheck %s
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-elementwise{max-recompute-ops=0}))" | FileCheck %s --check-prefix=NORECOMPUTE
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-elementwise{propagate-reshapes=0}))" | FileCheck %s --check-prefix=NORESHAPE
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-elementwise{runtime-gemms=1}))" | FileCheck %s --check-prefix=GEMM
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 // A chain through a named broadcast: one loop nest reading the 1-D operand
@@ -219,6 +220,12 @@ func.func @no_fusion_into_contraction(%g: tensor<4x64x512xf32>, %x: tensor<4x64x
 // innermost, and every tile would be transposed element by element (a
 // 512x2048x4112 gradient: 61 GFLOP/s in place, 168 after the transpose).
 // CHECK-LABEL: func.func @weight_gradient_transpose_stays
+// With runtime-gemms, the runtime GEMM computes it and packs A from any
+// strides: the gradient is read in place, no copy per step.
+// GEMM-LABEL: func.func @weight_gradient_transpose_stays
+// GEMM-NOT:   linalg.yield %in
+// GEMM:       linalg.generic
+// GEMM-SAME:    ins(%arg0, %arg1 :
 // CHECK:       %[[T:.+]] = linalg.generic
 // CHECK-SAME:    iterator_types = ["parallel", "parallel", "parallel"]
 // CHECK-SAME:    ins(%arg0 :
@@ -291,6 +298,11 @@ func.func @shared_transpose_stays(%g: tensor<4x64x512xf32>, %x: tensor<4x64x128x
 // The B operand of x @ w.t(): fused, the contraction would read w across its
 // innermost parallel loop (d2, the vectorized one): the transpose stays.
 // CHECK-LABEL: func.func @transposed_b_stays
+// With runtime-gemms, the weight is read in place (the GEMM packs B^T).
+// GEMM-LABEL: func.func @transposed_b_stays
+// GEMM-NOT:   linalg.yield %in
+// GEMM:       linalg.generic
+// GEMM-SAME:    ins(%arg0, %arg1 :
 // CHECK:       %[[T:.*]] = linalg.generic
 // CHECK:         linalg.yield %in
 // CHECK:       linalg.generic
@@ -327,6 +339,13 @@ func.func @transposed_b_stays(%x: tensor<4x64x128xf32>, %w: tensor<512x128xf32>)
 // operand and the reduction over them could not be merged into one loop by
 // lazymlir-tile-contractions: the transpose stays.
 // CHECK-LABEL: func.func @head_merging_transpose_stays
+// With runtime-gemms too: read in place, the rows (batch, sequence) would
+// not be adjacent in A, which would no longer read as a GEMM's matrix.
+// GEMM-LABEL: func.func @head_merging_transpose_stays
+// GEMM:       %[[T:.*]] = linalg.generic
+// GEMM:         linalg.yield %in
+// GEMM:       linalg.generic
+// GEMM-SAME:    ins(%[[T]], %arg1 :
 // CHECK:       %[[T:.*]] = linalg.generic
 // CHECK:         linalg.yield %in
 // CHECK:       linalg.generic

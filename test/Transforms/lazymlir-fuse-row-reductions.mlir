@@ -1,5 +1,6 @@
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-row-reductions{tile-bytes=65536},canonicalize,cse))" | FileCheck %s
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-row-reductions,canonicalize,cse))" | FileCheck %s --check-prefix=TILE4K
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-fuse-row-reductions{runtime-gemms=1},canonicalize,cse))" | FileCheck %s --check-prefix=GEMM
 
 // Softmax after lazymlir-fuse-elementwise: the row maxima, the row sums of
 // exp(x - max) and the normalizing pass become one loop over tiles of 64 rows
@@ -217,4 +218,58 @@ func.func @softmax_dynamic_rows(%arg0: tensor<?x64xf32>) -> tensor<?x64xf32> {
     linalg.yield %9 : f32
   } -> tensor<?x64xf32>
   return %6 : tensor<?x64xf32>
+}
+
+// -----
+
+// Attention's scores (a batched matmul whose batch is the row loop) and the
+// row sums of exp over them: the matmul is row-local, so by default it runs
+// in the sums' row loop, a slice per tile; with runtime-gemms (the CPU
+// pipeline) it is one the runtime GEMM computes (batch 8 of 128x128x64) and
+// stays whole, before the loop.
+// CHECK-LABEL: func.func @scores_then_row_sums
+// CHECK: scf.for
+// CHECK: iterator_types = ["parallel", "parallel", "parallel", "reduction"]
+// CHECK: math.exp
+// CHECK: lazymlir.row_tiles
+// GEMM-LABEL: func.func @scores_then_row_sums
+// GEMM: %[[S:.+]] = linalg.generic {{.+}}iterator_types = ["parallel", "parallel", "parallel", "reduction"]
+// GEMM-NEXT: ^bb0
+// GEMM-NEXT: arith.mulf
+// GEMM: scf.for
+// GEMM: tensor.extract_slice %[[S]]
+// GEMM-NOT: arith.mulf
+// GEMM: math.exp
+// GEMM: lazymlir.row_tiles
+#q = affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>
+#k = affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>
+#s = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#row2 = affine_map<(d0, d1, d2) -> (d0, d1)>
+func.func @scores_then_row_sums(%q: tensor<8x128x64xf32>, %k: tensor<8x64x128xf32>) -> tensor<8x128x128xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8x128x128xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8x128x128xf32>) -> tensor<8x128x128xf32>
+  %scores = linalg.generic {indexing_maps = [#q, #k, #s], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%q, %k : tensor<8x128x64xf32>, tensor<8x64x128xf32>) outs(%f : tensor<8x128x128xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<8x128x128xf32>
+  %es = tensor.empty() : tensor<8x128xf32>
+  %fs = linalg.fill ins(%zero : f32) outs(%es : tensor<8x128xf32>) -> tensor<8x128xf32>
+  %sum = linalg.generic {indexing_maps = [#id3, #row2], iterator_types = ["parallel", "parallel", "reduction"]} ins(%scores : tensor<8x128x128xf32>) outs(%fs : tensor<8x128xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %ex = math.exp %in : f32
+    %s = arith.addf %ex, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<8x128xf32>
+  %o = tensor.empty() : tensor<8x128x128xf32>
+  %r = linalg.generic {indexing_maps = [#id3, #row2, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%scores, %sum : tensor<8x128x128xf32>, tensor<8x128xf32>) outs(%o : tensor<8x128x128xf32>) {
+  ^bb0(%in: f32, %s: f32, %out: f32):
+    %ex = math.exp %in : f32
+    %d = arith.divf %ex, %s : f32
+    linalg.yield %d : f32
+  } -> tensor<8x128x128xf32>
+  return %r : tensor<8x128x128xf32>
 }

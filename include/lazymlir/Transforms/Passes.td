@@ -194,6 +194,13 @@ def FuseElementwisePass
       must stay mergeable: GPT-2's attention output read through the
       transpose that merges its heads split the reduction over heads x head
       size into two loops (7 GFLOP/s, against 160 materialized).
+
+    With `runtime-gemms` (the CPU pipeline), a contraction the runtime GEMM
+    computes (lazymlir-mark-gemms' test, before and after the fusion) takes
+    any such transpose instead, the GEMM packing its operands from any
+    strides: a linear layer's weight, which the heads' reshape turned into
+    a (k, heads, head size) copy per call, is read where it is. A transpose
+    that would make a GEMM's roles no longer read as matrices stays apart.
   }];
   let dependentDialects = [
     "mlir::linalg::LinalgDialect", "mlir::tensor::TensorDialect",
@@ -205,6 +212,10 @@ def FuseElementwisePass
            "recomputed in a fused consumer">,
     Option<"propagateReshapes", "propagate-reshapes", "bool", /*default=*/"true",
            "Move expand/collapse reshapes through elementwise ops">,
+    Option<"runtimeGemms", "runtime-gemms", "bool", /*default=*/"false",
+           "Fuse every transpose into a contraction lazymlir-mark-gemms "
+           "marks, before and after (the CPU pipeline's runtime GEMM packs "
+           "its operands: it reads them transposed in place)">,
   ];
 }
 
@@ -343,7 +354,10 @@ def FuseRowReductionsPass
     4096x1024 out of cache took 1.08-1.11x eager's time, with 4 KiB
     0.99-1.00x, softmax 1.05-1.12x against 1.01-1.12x, the transformer
     training steps unchanged); the tile loop is marked
-    `lazymlir.parallel_tiles` for lazymlir-parallelize-tiles.
+    `lazymlir.parallel_tiles` for lazymlir-parallelize-tiles. With
+    `runtime-gemms` (the CPU pipeline), a contraction lazymlir-mark-gemms
+    would mark is never fused: attention's batched matmuls (batch x heads of
+    128x128x64 in BERT h512) ran in softmax's row loop at 22 GFLOP/s.
 
     A dynamic (`?`) row count is tiled by the rows that fit: full tiles of
     static size (their temporaries too, allocated once per thread), then the
@@ -358,6 +372,9 @@ def FuseRowReductionsPass
   let options = [
     Option<"tileBytes", "tile-bytes", "int64_t", /*default=*/"4096",
            "Bytes of the consumer's largest input a row tile should span">,
+    Option<"runtimeGemms", "runtime-gemms", "bool", /*default=*/"false",
+           "Leave out of the row loops the contractions lazymlir-mark-gemms "
+           "would mark (the CPU pipeline's runtime GEMM computes them)">,
   ];
 }
 
