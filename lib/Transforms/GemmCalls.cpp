@@ -45,8 +45,7 @@ struct Roles {
 /// The roles of `op`'s loops, if it is C += A x B with every loop in one of
 /// them (maps that are projected permutations, no loop in one operand only).
 std::optional<Roles> rolesOf(linalg::LinalgOp op, ArrayRef<AffineMap> maps) {
-  if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
-      maps.size() != 3)
+  if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 || maps.size() != 3)
     return std::nullopt;
   for (AffineMap map : maps)
     if (!map.isProjectedPermutation())
