@@ -21,6 +21,8 @@
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/IR/DiagnosticHandler.h"
+#include "llvm/IR/DiagnosticInfo.h"
 #include "llvm/Target/TargetMachine.h"
 
 #include <algorithm>
@@ -146,6 +148,15 @@ std::string emitObject(ModuleOp module, const std::vector<std::string> &keep,
                        const std::string &packedEntry, ObjectTimes &times) {
   auto start = Clock::now();
   llvm::LLVMContext llvmContext;
+  // A loop lazymlir-lower-to-loops asked to vectorize that LLVM could not
+  // (legality it can only judge here) stays scalar, which is correct: not a
+  // warning on the user's terminal.
+  struct QuietMissedTransforms : llvm::DiagnosticHandler {
+    bool handleDiagnostics(const llvm::DiagnosticInfo &info) override {
+      return info.getKind() == llvm::DK_OptimizationFailure;
+    }
+  };
+  llvmContext.setDiagnosticHandler(std::make_unique<QuietMissedTransforms>());
   std::unique_ptr<llvm::Module> llvmModule =
       translateModuleToLLVMIR(module, llvmContext);
   if (!llvmModule)

@@ -136,6 +136,7 @@ void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(createStreamingStoresPass(streaming));
   LowerToLoopsPassOptions toLoops;
   toLoops.parallelThreshold = parallelThreshold;
+  toLoops.vectorWidth = options.vectorWidth;
   pm.addNestedPass<func::FuncOp>(createLowerToLoopsPass(toLoops));
   // Softmax and layer norm run tile by tile of rows: the normalizing pass
   // fetches the next tile while it computes (before parallelize-tiles, which

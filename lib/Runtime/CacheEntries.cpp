@@ -89,6 +89,12 @@ CpuPipelineSettings hostPipelineSettings(const CompileOptions &options) {
   static const bool hasVectorLdexp =
       llvm::sys::getHostCPUFeatures().lookup("avx512f");
   settings.useLdexp = hasVectorLdexp;
+  // Elementwise loops vectorized at the width of the host's registers.
+  static const unsigned vectorWidth = [] {
+    llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+    return features.lookup("avx512f") ? 16u : features.lookup("avx") ? 8u : 4u;
+  }();
+  settings.vectorWidth = vectorWidth;
   return settings;
 }
 
@@ -99,7 +105,7 @@ std::string describeOptions(const CompileOptions &options) {
      << ";fusion=" << pipeline.fusion << ";nhwc=" << pipeline.channelsLast
      << ";threads=" << pipeline.threads << ";checks=" << pipeline.runtimeChecks
      << ";parallel=" << pipeline.parallelThreshold
-     << ";ldexp=" << pipeline.useLdexp
+     << ";ldexp=" << pipeline.useLdexp << ";vw=" << pipeline.vectorWidth
      << ";streaming=" << pipeline.streamingStoreBytes;
   return os.str();
 }

@@ -6,6 +6,8 @@
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="threads=2 streaming-store-bytes=65536" | FileCheck %s --check-prefix=STREAMPAR
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="profile=true" | FileCheck %s --check-prefix=PROFILE
 // RUN: lazymlir-opt %s --lazymlir-cpu-pipeline | FileCheck %s --check-prefix=NOPROFILE
+// RUN: lazymlir-opt %s --lazymlir-cpu-pipeline --mlir-print-local-scope | FileCheck %s --check-prefix=VECTORS
+// RUN: lazymlir-opt %s --lazymlir-cpu-pipeline="vector-width=0" | FileCheck %s --check-prefix=NOVECTORS
 
 // exp of a 256x1024 f32 tensor (1 MiB, 262144 points). By default: below
 // the 16 MiB streaming threshold, exp without ldexp, sequential.
@@ -41,6 +43,12 @@
 // STREAMPAR-LABEL: llvm.func @__lazymlir_k_
 // STREAMPAR: omp.parallel
 // STREAMPAR: nontemporal
+// vector-width (8 by default; the runtime sets the host's): the kernel's
+// innermost loop asks LLVM for vectors of that width, on its latch branch
+// (lazymlir-lower-to-loops); with 0, LLVM's cost model decides alone.
+// VECTORS-LABEL: llvm.func @__lazymlir_k_
+// VECTORS: llvm.br {{.*}} {loop_annotation = #llvm.loop_annotation<vectorize = <disable = false, width = 8 : i32>>}
+// NOVECTORS-NOT: loop_annotation
 #map = affine_map<(d0, d1) -> (d0, d1)>
 func.func @main(%arg0: tensor<256x1024xf32>) -> tensor<256x1024xf32> {
   %e = tensor.empty() : tensor<256x1024xf32>

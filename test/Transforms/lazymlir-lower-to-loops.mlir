@@ -1,5 +1,6 @@
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-lower-to-loops{parallel-threshold=4096}))" | FileCheck %s
 // RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-lower-to-loops))" | FileCheck %s --check-prefix=SEQ
+// RUN: lazymlir-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(lazymlir-lower-to-loops{vector-width=8}))" --mlir-print-local-scope | FileCheck %s --check-prefix=VEC
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d0)>
@@ -227,6 +228,56 @@ func.func @dynamic_tile(%arg0: memref<?x64xf32>, %arg1: memref<?x64xf32>, %n: in
       %0 = arith.addf %in, %in : f32
       linalg.yield %0 : f32
     }
+  }
+  return
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+#t = affine_map<(d0, d1) -> (d1, d0)>
+// With vector-width, the innermost loop of an elementwise op whose operands
+// read it contiguously or not at all (a bias broadcast along rows) asks LLVM
+// for vectors of that width (its cost model kept erf's polynomial scalar);
+// none without vector-width; none for a transposed read (a gather per
+// lane), nor for a body that loads from memory itself (an embedding).
+// VEC-LABEL: func.func @vectorized_epilogue
+// VEC: scf.for
+// VEC: math.erf
+// VEC: } {loop_annotation = #llvm.loop_annotation<vectorize = <disable = false, width = 8 : i32>>}
+// SEQ-LABEL: func.func @vectorized_epilogue
+// SEQ-NOT: loop_annotation
+// SEQ: return
+func.func @vectorized_epilogue(%x: memref<64x256xf32>, %b: memref<256xf32>, %o: memref<64x256xf32>) {
+  linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]} ins(%x, %b : memref<64x256xf32>, memref<256xf32>) outs(%o : memref<64x256xf32>) {
+  ^bb0(%in: f32, %bias: f32, %out: f32):
+    %0 = arith.addf %in, %bias : f32
+    %1 = math.erf %0 : f32
+    linalg.yield %1 : f32
+  }
+  return
+}
+// VEC-LABEL: func.func @transposed_read
+// VEC-NOT: loop_annotation
+// VEC: return
+func.func @transposed_read(%x: memref<256x64xf32>, %o: memref<64x256xf32>) {
+  linalg.generic {indexing_maps = [#t, #id], iterator_types = ["parallel", "parallel"]} ins(%x : memref<256x64xf32>) outs(%o : memref<64x256xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = math.erf %in : f32
+    linalg.yield %0 : f32
+  }
+  return
+}
+// VEC-LABEL: func.func @gather_in_body
+// VEC-NOT: loop_annotation
+// VEC: return
+func.func @gather_in_body(%ids: memref<64xindex>, %table: memref<1000x256xf32>, %o: memref<64x256xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0)>, #id], iterator_types = ["parallel", "parallel"]} ins(%ids : memref<64xindex>) outs(%o : memref<64x256xf32>) {
+  ^bb0(%id: index, %out: f32):
+    %j = linalg.index 1 : index
+    %0 = memref.load %table[%id, %j] : memref<1000x256xf32>
+    linalg.yield %0 : f32
   }
   return
 }

@@ -28,6 +28,7 @@ struct CpuPipelineOptions
     threads = settings.threads;
     parallelThreshold = settings.parallelThreshold;
     useLdexp = settings.useLdexp;
+    vectorWidth = settings.vectorWidth;
     streamingStoreBytes = settings.streamingStoreBytes;
     profile = settings.profile;
   }
@@ -68,6 +69,13 @@ struct CpuPipelineOptions
                      "ldexp (AVX-512's vscalefps); the runtime sets it from "
                      "the host's features"),
       llvm::cl::init(CpuPipelineSettings().useLdexp)};
+  Option<unsigned> vectorWidth{
+      *this, "vector-width",
+      llvm::cl::desc("32-bit lanes of the target's vector registers: "
+                     "elementwise loops are vectorized at this width "
+                     "(lazymlir-lower-to-loops); 0: LLVM's cost model "
+                     "decides; the runtime sets it from the host's features"),
+      llvm::cl::init(CpuPipelineSettings().vectorWidth)};
   Option<int64_t> streamingStoreBytes{
       *this, "streaming-store-bytes",
       llvm::cl::desc("Elementwise kernels writing at least this many bytes "

@@ -37,6 +37,10 @@ struct CpuPipelineSettings {
   /// Expand f32 exp with llvm.intr.ldexp (lazymlir-approximate-math): for
   /// targets with a vector ldexp (AVX-512's vscalefps).
   bool useLdexp = false;
+  /// 32-bit lanes of the host's vector registers (4: SSE, 8: AVX2, 16:
+  /// AVX-512): elementwise loops are vectorized at this width
+  /// (lazymlir-lower-to-loops' vector-width); 0: LLVM's cost model decides.
+  unsigned vectorWidth = 8;
   /// Elementwise kernels writing at least this many bytes store them with
   /// aligned non-temporal vector stores (lazymlir-streaming-stores); 0: never.
   int64_t streamingStoreBytes = 16 << 20;

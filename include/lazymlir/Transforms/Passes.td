@@ -1078,6 +1078,16 @@ def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
     view of an input's buffer, and nothing else in those loops writes memory
     or reads the outputs.
 
+    With `vector-width` (the CPU pipeline: the host's 32-bit lanes) and
+    unless `all-parallel`, the innermost loop of an op without reductions
+    whose operands each read that loop contiguously (unit stride, last
+    dimension) or not at all carries a `loop_annotation` asking LLVM to
+    vectorize it at that width (scf-to-cf moves it to the loop's latch
+    branch, cf-to-llvm keeps it): LLVM's cost model kept such loops scalar
+    when their body is a long polynomial with selects and divisions (erf's
+    and tanh's approximations: BERT's GELU epilogue at 1.4 ns an element),
+    and LLVM 22 ignores a request to vectorize that names no width.
+
     Tile loops (scf.for marked `lazymlir.parallel_tiles`) are left as they
     are, mark included, for lazymlir-parallelize-tiles (the linalg ops
     inside them are lowered like any other). In the CPU pipeline this pass
@@ -1092,8 +1102,12 @@ def LowerToLoopsPass : Pass<"lazymlir-lower-to-loops", "mlir::func::FuncOp"> {
     parallel loops).
   }];
   let dependentDialects = ["mlir::scf::SCFDialect", "mlir::arith::ArithDialect",
-                           "mlir::linalg::LinalgDialect"];
+                           "mlir::linalg::LinalgDialect",
+                           "mlir::LLVM::LLVMDialect"];
   let options = [
+    Option<"vectorWidth", "vector-width", "unsigned", /*default=*/"0",
+           "Vector width (lanes) asked of LLVM for contiguous elementwise "
+           "loops; 0: none asked">,
     Option<"parallelThreshold", "parallel-threshold", "int64_t",
            /*default=*/"0",
            "Smallest iteration space (points) lowered to parallel loops; "
