@@ -86,15 +86,12 @@ CpuPipelineSettings hostPipelineSettings(const CompileOptions &options) {
     settings.threads = std::max(1u, std::thread::hardware_concurrency());
   // Code is compiled for the host (KernelJit): AVX-512 has a vector ldexp
   // (vscalefps) for exp's 2^n.
-  static const bool hasVectorLdexp =
-      llvm::sys::getHostCPUFeatures().lookup("avx512f");
-  settings.useLdexp = hasVectorLdexp;
+  static const llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  settings.useLdexp = features.lookup("avx512f");
   // Elementwise loops vectorized at the width of the host's registers.
-  static const unsigned vectorWidth = [] {
-    llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
-    return features.lookup("avx512f") ? 16u : features.lookup("avx") ? 8u : 4u;
-  }();
-  settings.vectorWidth = vectorWidth;
+  settings.vectorWidth = features.lookup("avx512f") ? 16u
+                         : features.lookup("avx")   ? 8u
+                                                    : 4u;
   return settings;
 }
 

@@ -1,5 +1,4 @@
-//===- RuntimeGemm.h - which contractions the runtime GEMM computes -*- C++
-//-*-===//
+//===- RuntimeGemm.h - contractions the runtime GEMM computes -*- C++ -*-===//
 //
 // One predicate for the passes that decide around it: lazymlir-mark-gemms
 // marks what it accepts; lazymlir-fuse-elementwise fuses a transpose into a
