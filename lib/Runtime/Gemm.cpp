@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <thread>
 
 namespace lazymlir {
 
@@ -16,6 +19,10 @@ namespace lazymlir {
   GemmBlocking tile();                                                         \
   void chunk(const GemmArgs &, const GemmBlocking &, int64_t, int64_t,         \
              int64_t, int64_t);                                                \
+  void packPanel(const GemmArgs &, int64_t, int64_t, int64_t, int64_t,         \
+                 int64_t, int64_t, float *);                                   \
+  void panelRows(const GemmArgs &, const GemmBlocking &, int64_t, int64_t,     \
+                 int64_t, int64_t, const float *, int64_t, int64_t);           \
   float fmaLoop(int64_t);                                                      \
   int lanes();                                                                 \
   }
@@ -29,6 +36,8 @@ namespace {
 struct Kernel {
   const char *isa;
   GemmChunkFn chunk;
+  GemmPackPanelFn packPanel;
+  GemmPanelRowsFn panelRows;
   GemmBlocking blocking;
   float (*fmaLoop)(int64_t); // the FMA chains measureFmaPeak times
   int lanes;                 // floats per vector
@@ -61,14 +70,17 @@ GemmBlocking blockingFor(GemmBlocking tile) {
 }
 
 Kernel kernelFor(const std::string &isa) {
+#define GEMM_KERNEL(name, ns)                                                  \
+  Kernel {                                                                     \
+    name, &ns::chunk, &ns::packPanel, &ns::panelRows, blockingFor(ns::tile()), \
+        &ns::fmaLoop, ns::lanes()                                              \
+  }
   if (isa == "avx512f")
-    return {"avx512f", &avx512::chunk, blockingFor(avx512::tile()),
-            &avx512::fmaLoop, avx512::lanes()};
+    return GEMM_KERNEL("avx512f", avx512);
   if (isa == "avx2")
-    return {"avx2", &avx2::chunk, blockingFor(avx2::tile()), &avx2::fmaLoop,
-            avx2::lanes()};
-  return {"sse2", &sse2::chunk, blockingFor(sse2::tile()), &sse2::fmaLoop,
-          sse2::lanes()};
+    return GEMM_KERNEL("avx2", avx2);
+  return GEMM_KERNEL("sse2", sse2);
+#undef GEMM_KERNEL
 }
 
 bool hostHas(const std::string &isa) {
@@ -87,48 +99,158 @@ const Kernel &hostKernel() {
   return kernel;
 }
 
+/// Waits, spinning a little and then yielding the core, until `ready()`.
+template <typename Ready> void waitUntil(Ready ready) {
+  for (int spins = 0; !ready(); ++spins) {
+    if (spins < 512) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+/// A product split by rows between a team that packs each panel of B once,
+/// together (the BLIS way): panel t (its KC rows of B by NC columns) is
+/// packed by whichever threads claim its slivers first, into one of two
+/// buffers; every thread then takes blocks of C's rows from a shared counter
+/// and multiplies them by the packed panel. Two buffers let a thread pack
+/// panel t + 1 while another still multiplies by panel t; a thread packs
+/// into a buffer only once every block of the panel two before is done, and
+/// multiplies a block of rows only once the previous panel's product on
+/// those rows is (they add into the same C).
+struct SharedPanels {
+  struct alignas(64) Panel {
+    std::atomic<int64_t> packNext{0}, packDone{0};
+    std::atomic<int64_t> blockNext{0}, blockDone{0};
+  };
+  const GemmArgs *args;
+  const Kernel *kernel;
+  int64_t kPanels, panels, slivers, claim, blocks, blockRows, panelFloats;
+  float *buffer;
+  std::unique_ptr<Panel[]> state;
+  std::unique_ptr<std::atomic<int64_t>[]> blockPanels; // panels done
+};
+
+void runSharedPanels(void *data) {
+  SharedPanels &job = *static_cast<SharedPanels *>(data);
+  const GemmArgs &g = *job.args;
+  const Kernel &kernel = *job.kernel;
+  const GemmBlocking &bl = kernel.blocking;
+  for (int64_t t = 0; t < job.panels; ++t) {
+    SharedPanels::Panel &panel = job.state[t];
+    int64_t jc = t / job.kPanels * bl.nc, pc = t % job.kPanels * bl.kc;
+    int64_t nc = std::min(bl.nc, g.n - jc), kc = std::min(bl.kc, g.k - pc);
+    int64_t slivers = (nc + bl.nr - 1) / bl.nr;
+    float *packed = job.buffer + t % 2 * job.panelFloats;
+    for (int64_t s; (s = panel.packNext.fetch_add(job.claim)) < slivers;) {
+      if (t >= 2)
+        waitUntil([&] {
+          return job.state[t - 2].blockDone.load(std::memory_order_acquire) ==
+                 job.blocks;
+        });
+      kernel.packPanel(g, pc, kc, jc, nc, s, std::min(slivers, s + job.claim),
+                       packed);
+      panel.packDone.fetch_add(std::min(slivers, s + job.claim) - s,
+                               std::memory_order_release);
+    }
+    waitUntil([&] {
+      return panel.packDone.load(std::memory_order_acquire) == slivers;
+    });
+    for (int64_t b; (b = panel.blockNext.fetch_add(1)) < job.blocks;) {
+      std::atomic<int64_t> &done = job.blockPanels[b];
+      waitUntil([&] { return done.load(std::memory_order_acquire) == t; });
+      int64_t r0 = b * job.blockRows;
+      kernel.panelRows(g, bl, pc, kc, jc, nc, packed, r0,
+                       std::min(g.m, r0 + job.blockRows));
+      done.store(t + 1, std::memory_order_release);
+      panel.blockDone.fetch_add(1, std::memory_order_release);
+    }
+  }
+}
+
 struct Job {
   const GemmArgs *args;
   const Kernel *kernel;
-  bool byRows;
   int64_t step, chunks;
   std::atomic<int64_t> next{0};
 };
 
-void runChunks(void *data) {
+void runColumnChunks(void *data) {
   Job &job = *static_cast<Job *>(data);
   const GemmArgs &g = *job.args;
   for (int64_t i; (i = job.next.fetch_add(1)) < job.chunks;) {
     int64_t begin = i * job.step;
-    if (job.byRows)
-      job.kernel->chunk(g, job.kernel->blocking, begin,
-                        std::min(g.m, begin + job.step), 0, g.n);
-    else
-      job.kernel->chunk(g, job.kernel->blocking, 0, g.m, begin,
-                        std::min(g.n, begin + job.step));
+    job.kernel->chunk(g, job.kernel->blocking, 0, g.m, begin,
+                      std::min(g.n, begin + job.step));
   }
+}
+
+float *sharedPanelBuffer(size_t floats) {
+  struct Buffer {
+    float *data = nullptr;
+    size_t capacity = 0;
+    ~Buffer() { std::free(data); }
+  };
+  static thread_local Buffer buffer;
+  if (floats > buffer.capacity) {
+    std::free(buffer.data);
+    size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    buffer.data = static_cast<float *>(std::aligned_alloc(64, bytes));
+    buffer.capacity = buffer.data ? bytes / sizeof(float) : 0;
+  }
+  return buffer.data;
 }
 
 void run(const GemmArgs &g, const Kernel &kernel, int threads) {
   if (g.m <= 0 || g.n <= 0 || g.k <= 0)
     return;
-  // Chunks of the larger dimension, a few per thread (taken in turn, so a
-  // thread whose core is busy takes fewer), each a whole number of
-  // micro-tiles and at least a few of them (every chunk packs the other
-  // operand again).
+  const GemmBlocking &bl = kernel.blocking;
+  // Enough rows for every thread to take blocks of several micro-tiles, and
+  // A at least as tall as B is wide or a full block of rows per thread: the
+  // team splits C's rows and shares each packed panel of B.
+  if (threads > 1 && g.m >= 4 * bl.mr * threads &&
+      (g.m >= g.n || g.m >= bl.mc * threads)) {
+    SharedPanels job;
+    job.args = &g;
+    job.kernel = &kernel;
+    job.kPanels = (g.k + bl.kc - 1) / bl.kc;
+    job.panels = (g.n + bl.nc - 1) / bl.nc * job.kPanels;
+    // Blocks of at most MC rows, a multiple of the threads in number (so
+    // that equal cores end together), each a whole number of micro-tiles.
+    int64_t blocks = (g.m + bl.mc - 1) / bl.mc;
+    blocks = (blocks + threads - 1) / threads * threads;
+    int64_t rows = (g.m + blocks - 1) / blocks;
+    job.blockRows = (rows + bl.mr - 1) / bl.mr * bl.mr;
+    job.blocks = (g.m + job.blockRows - 1) / job.blockRows;
+    int64_t panelCols = std::min(bl.nc, (g.n + bl.nr - 1) / bl.nr * bl.nr);
+    job.slivers = panelCols / bl.nr;
+    job.claim = std::max<int64_t>(1, job.slivers / (8 * threads));
+    job.panelFloats = (panelCols * bl.kc + 15) / 16 * 16;
+    job.buffer = sharedPanelBuffer(2 * job.panelFloats);
+    if (!job.buffer)
+      std::abort(); // out of memory for a few MB
+    job.state = std::make_unique<SharedPanels::Panel[]>(job.panels);
+    job.blockPanels = std::make_unique<std::atomic<int64_t>[]>(job.blocks);
+    for (int64_t b = 0; b < job.blocks; ++b)
+      job.blockPanels[b].store(0, std::memory_order_relaxed);
+    runOnTeam(threads, &runSharedPanels, &job);
+    return;
+  }
+  // Few rows (a batch of tokens against a wide weight): chunks of columns,
+  // a few per thread (taken in turn, so a thread whose core is busy takes
+  // fewer), each packing the small A again.
   Job job;
   job.args = &g;
   job.kernel = &kernel;
-  job.byRows = g.m >= g.n;
-  int64_t extent = job.byRows ? g.m : g.n;
-  int64_t unit = job.byRows ? kernel.blocking.mr : kernel.blocking.nr;
-  int64_t perThread = threads > 1 ? 3 : 1;
   int64_t chunks = std::max<int64_t>(
-      1, std::min<int64_t>(threads * perThread, extent / (4 * unit)));
-  job.step = (extent + chunks - 1) / chunks;
-  job.step = (job.step + unit - 1) / unit * unit;
-  job.chunks = (extent + job.step - 1) / job.step;
-  runOnTeam(job.chunks > 1 ? threads : 1, &runChunks, &job);
+      1, std::min<int64_t>(threads * (threads > 1 ? 3 : 1), g.n / (4 * bl.nr)));
+  job.step = (g.n + chunks - 1) / chunks;
+  job.step = (job.step + bl.nr - 1) / bl.nr * bl.nr;
+  job.chunks = (g.n + job.step - 1) / job.step;
+  runOnTeam(job.chunks > 1 ? threads : 1, &runColumnChunks, &job);
 }
 
 /// Product `i` of a batch whose operands are `batchStrides` elements apart.

@@ -180,3 +180,31 @@ def test_transformer_training_calls_the_runtime_gemm(native_built, fresh_cache, 
     assert max(float((a - b).abs().max()) for a, b in zip(eager_params, lazy_params)) < 1e-4
     assert_compiled()
     assert _compiled_calls(tmp_path) >= 24
+
+
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_threads_sharing_packed_panels_match_one_thread_exactly(threads):
+    """The team splits C's rows and packs each panel of B once, together,
+    into two buffers it alternates between (Gemm.cpp, SharedPanels); a
+    thread may pack the next panel while another still multiplies by this
+    one. Every element is summed in the same order as on one thread, so any
+    race (a block multiplied before its panel is packed, a buffer repacked
+    under a reader, two panels adding into the same rows at once) shows as
+    a difference from the one-thread result; repeated, with more threads
+    than cores and with several panels of K and of N."""
+    kc, nc = (int(_native.gemm_kernel().split(name + " ")[1].split()[0]) for name in ("kc", "nc"))
+    torch.manual_seed(0)
+    shapes = [(301, 97, 5 * kc + 3), (700, 400, 3 * kc), (520, nc + 40, 2 * kc + 1), (64, 48, 600)]
+    for m, n, k in shapes:
+        for layout in (0, 3):
+            a = torch.randn(k, m).t() if layout & 1 else torch.randn(m, k)
+            b = torch.randn(n, k).t() if layout & 2 else torch.randn(k, n)
+            c0 = torch.randn(m, n)
+            one = c0.clone()
+            assert _gemm(a, b, one, "", 1)
+            want = c0.double() + a.double() @ b.double()
+            assert (one.double() - want).abs().max() <= 1e-5 * k**0.5 * 4, (m, n, k)
+            for _ in range(4):
+                c = c0.clone()
+                assert _gemm(a, b, c, "", threads)
+                assert torch.equal(c, one), (m, n, k, layout, threads, (c - one).abs().max())

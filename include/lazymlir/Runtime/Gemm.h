@@ -15,8 +15,11 @@
 //     zmm registers; AVX2 with FMA: 6 x 16 in ymm; else SSE2: 6 x 8);
 //   - KC, MC and NC from the L1d, L2 and L3 sizes the C library reads from
 //     the CPU (half of L1 for a B sliver, half of L2 for an A block);
-//   - the threads: every core, the larger of M and N split into chunks
-//     taken from a shared counter (a core busy elsewhere takes fewer).
+//   - the threads: every core. When A has the rows for it, they split C's
+//     rows into blocks taken from a shared counter (a core busy elsewhere
+//     takes fewer) and pack each KC x NC panel of B once, together, as BLIS
+//     does; else (few rows, a wide B) chunks of C's columns, each packing
+//     the small A again.
 //
 //===----------------------------------------------------------------------===//
 
@@ -70,6 +73,18 @@ struct GemmBlocking {
 using GemmChunkFn = void (*)(const GemmArgs &, const GemmBlocking &,
                              int64_t rowBegin, int64_t rowEnd, int64_t colBegin,
                              int64_t colEnd);
+
+/// Slivers [s0, s1) of B's panel of rows [p0, p0 + kc), columns
+/// [j0, j0 + nc), into the panel's packed buffer.
+using GemmPackPanelFn = void (*)(const GemmArgs &, int64_t p0, int64_t kc,
+                                 int64_t j0, int64_t nc, int64_t s0, int64_t s1,
+                                 float *packed);
+
+/// C's rows [r0, r1), columns [j0, j0 + nc) += A's rows [r0, r1), columns
+/// [p0, p0 + kc) times B's packed panel of those columns and rows.
+using GemmPanelRowsFn = void (*)(const GemmArgs &, const GemmBlocking &,
+                                 int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+                                 const float *packed, int64_t r0, int64_t r1);
 
 /// `batch` products C_i += A_i x B_i, operand i's at its pointer + i x its
 /// batch stride (elements), on `threads` threads (0: every core; one when
