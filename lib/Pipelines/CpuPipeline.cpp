@@ -66,6 +66,12 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
 void lazymlir::addBufferizeWithOutParams(OpPassManager &pm) {
   // Identity layouts at the function boundary: the runtime passes contiguous
   // torch buffers, and static strides let LLVM vectorize the loops.
+  // Each destination of a zero fill CSE shared fills its own buffer, rather
+  // than receiving a copy of one filled buffer.
+  pm.addNestedPass<func::FuncOp>(createPrivateFillsPass());
+  // A result returned through a reshape is computed in its out-parameter,
+  // not copied into it.
+  pm.addNestedPass<func::FuncOp>(createReshapedResultsPass());
   bufferization::OneShotBufferizePassOptions bufferize;
   bufferize.bufferizeFunctionBoundaries = true;
   bufferize.functionBoundaryTypeConversion =

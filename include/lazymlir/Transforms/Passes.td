@@ -856,6 +856,53 @@ def ChannelsLastPass : Pass<"lazymlir-channels-last", "mlir::func::FuncOp"> {
   ];
 }
 
+def PrivateFillsPass
+    : Pass<"lazymlir-private-fills", "mlir::func::FuncOp"> {
+  let summary = "Give each destination a shared linalg.fill writes its own "
+                "clone of the fill";
+  let description = [{
+    linalg.fill is pure, so CSE merges every zero fill of one shape into one
+    value (the zero accumulators of each layer's weight gradient, of every
+    product's output). One-shot bufferization then fills one buffer and
+    copies it into every other destination that is written in place: a
+    memref.copy per use in the entry function, on one thread (a BERT h512
+    training step copied ~360 MB of zeros that way). Every use of a fill of
+    a tensor.empty with more than one use, as a destination (the init of a
+    destination-style op, the initial value of an scf.for or scf.forall),
+    gets its own clone of the fill and of its tensor.empty, right before the
+    user, so that the fill is bufferized into that destination; when the
+    fill has no other reader, the first destination keeps the original.
+    Run after the last CSE, right before bufferization.
+  }];
+  let dependentDialects = ["mlir::linalg::LinalgDialect",
+                           "mlir::tensor::TensorDialect"];
+}
+
+def ReshapedResultsPass
+    : Pass<"lazymlir-reshaped-results", "mlir::func::FuncOp"> {
+  let summary = "Compute a result returned through a reshape into its "
+                "out-parameter's buffer";
+  let description = [{
+    A result returned through a reshape (AdamW's fused update computes a
+    512x2048 parameter as 1048576 values and returns their expand_shape;
+    attention's output is computed as 512x8x64 and returned collapsed)
+    bufferizes to a view of a temporary, which
+    buffer-results-to-out-params cannot replace by the out-parameter: it
+    copies the view into it after the run, on one thread (108 copies in a
+    BERT h512 training step). When the reshaped value (static shape) is
+    computed in the returning block by an op that writes into a
+    tensor.empty (the tied init of a destination-style op, the initial
+    value of an scf.for or scf.forall; or down a chain of such writers used
+    once each, as a product accumulating into a zero fill of an empty
+    tensor; or any tensor a linalg op writes over without reading it), that
+    op writes instead into the
+    inverse reshape of a tensor.empty of the returned shape: after
+    bufferization the reshapes fold, the returned value is that allocation,
+    and it becomes the out-parameter. Run right before bufferization.
+  }];
+  let dependentDialects = ["mlir::tensor::TensorDialect"];
+}
+
 def PrivatizeTileScratchPass
     : Pass<"lazymlir-privatize-tile-scratch", "mlir::func::FuncOp"> {
   let summary = "Give each iteration of a parallel tile loop its own empty "
