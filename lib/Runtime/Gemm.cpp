@@ -22,7 +22,7 @@ namespace lazymlir {
   void packPanel(const GemmArgs &, int64_t, int64_t, int64_t, int64_t,         \
                  int64_t, int64_t, float *);                                   \
   void panelRows(const GemmArgs &, const GemmBlocking &, int64_t, int64_t,     \
-                 int64_t, int64_t, const float *, int64_t, int64_t);           \
+                 int64_t, int64_t, const float *, int64_t, int64_t, bool);     \
   float fmaLoop(int64_t);                                                      \
   int lanes();                                                                 \
   }
@@ -164,7 +164,8 @@ void runSharedPanels(void *data) {
       waitUntil([&] { return done.load(std::memory_order_acquire) == t; });
       int64_t r0 = b * job.blockRows;
       kernel.panelRows(g, bl, pc, kc, jc, nc, packed, r0,
-                       std::min(g.m, r0 + job.blockRows));
+                       std::min(g.m, r0 + job.blockRows),
+                       g.overwrite && pc == 0);
       done.store(t + 1, std::memory_order_release);
       panel.blockDone.fetch_add(1, std::memory_order_release);
     }
@@ -204,9 +205,21 @@ float *sharedPanelBuffer(size_t floats) {
   return buffer.data;
 }
 
+/// C = 0: a product over an empty K that overwrites C.
+void zeroC(const GemmArgs &g) {
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t j = 0; j < g.n; ++j)
+      g.c[i * g.cRow + j * g.cCol] = 0.0f;
+}
+
 void run(const GemmArgs &g, const Kernel &kernel, int threads) {
-  if (g.m <= 0 || g.n <= 0 || g.k <= 0)
+  if (g.m <= 0 || g.n <= 0)
     return;
+  if (g.k <= 0) {
+    if (g.overwrite)
+      zeroC(g);
+    return;
+  }
   const GemmBlocking &bl = kernel.blocking;
   // Enough rows for every thread to take blocks of several micro-tiles, and
   // A at least as tall as B is wide or a full block of rows per thread: the
@@ -274,6 +287,11 @@ void runProducts(void *data) {
   const Kernel &kernel = hostKernel();
   for (int64_t i; (i = job.next.fetch_add(1)) < job.batch;) {
     GemmArgs g = nthProduct(*job.args, i, job.aBatch, job.bBatch, job.cBatch);
+    if (g.k <= 0) {
+      if (g.overwrite)
+        zeroC(g);
+      continue;
+    }
     kernel.chunk(g, kernel.blocking, 0, g.m, 0, g.n);
   }
 }
@@ -358,10 +376,11 @@ extern "C" void lazymlir_sgemm_batched(int64_t batch, int64_t m, int64_t n,
                                        int64_t bBatch, int64_t bRow,
                                        int64_t bCol, int64_t c, int64_t cBatch,
                                        int64_t cRow, int64_t cCol,
-                                       int64_t threads) {
+                                       int64_t threads, int64_t accumulate) {
   lazymlir::GemmArgs args = lazymlir::gemmArgs(
       m, n, k, static_cast<uintptr_t>(a), aRow, aCol, static_cast<uintptr_t>(b),
       bRow, bCol, static_cast<uintptr_t>(c), cRow, cCol);
+  args.overwrite = accumulate == 0;
   lazymlir::sgemmBatched(args, batch, aBatch, bBatch, cBatch,
                          static_cast<int>(threads));
 }

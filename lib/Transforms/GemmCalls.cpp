@@ -7,7 +7,9 @@
 // after bufferization) replaces each marked one by that call. Between them
 // the marked op is left alone (lazymlir-tile-contractions skips it) and
 // bufferizes as any linalg op: its init (a fill, a bias) is written into the
-// result's buffer first and the call accumulates into it, as the op did.
+// result's buffer first and the call accumulates into it, as the op did;
+// except a zero fill of all of that buffer right before the op, which the
+// call makes redundant: it is erased and the call told to overwrite C.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,7 +23,9 @@
 #include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace lazymlir {
 #define GEN_PASS_DEF_MARKGEMMSPASS
@@ -186,6 +190,35 @@ roleStride(MemRefType type, AffineMap map, ArrayRef<unsigned> loops) {
   return std::make_pair(strides[positions->back()], positions->back());
 }
 
+/// The buffer `value` views all of (through reshapes and casts).
+Value wholeBuffer(Value value) {
+  while (Operation *def = value.getDefiningOp()) {
+    if (!isa<memref::ExpandShapeOp, memref::CollapseShapeOp, memref::CastOp>(
+            def))
+      break;
+    value = def->getOperand(0);
+  }
+  return value;
+}
+
+/// The +0.0 fill of all of the buffer `c` views, with nothing that touches
+/// memory between it and `op`: the product overwrites every element, so a
+/// call that writes C instead of adding to it makes the fill redundant.
+linalg::FillOp zeroFillBefore(Operation *op, Value c) {
+  Value buffer = wholeBuffer(c);
+  for (Operation *prev = op->getPrevNode(); prev; prev = prev->getPrevNode()) {
+    if (auto fill = dyn_cast<linalg::FillOp>(prev))
+      return fill.hasPureBufferSemantics() &&
+                     wholeBuffer(fill.getOutputs()[0]) == buffer &&
+                     matchPattern(fill.getInputs()[0], m_PosZeroFloat())
+                 ? fill
+                 : linalg::FillOp();
+    if (!isMemoryEffectFree(prev))
+      return {};
+  }
+  return {};
+}
+
 struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
   using Base::Base;
 
@@ -206,7 +239,7 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
       builder.setInsertionPointToStart(module.getBody());
       callee = func::FuncOp::create(
           builder, module.getLoc(), kGemmFunction,
-          builder.getFunctionType(SmallVector<Type>(17, i64), {}));
+          builder.getFunctionType(SmallVector<Type>(18, i64), {}));
       callee.setPrivate();
     }
     for (linalg::LinalgOp op : marked) {
@@ -247,6 +280,7 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
                        "read as a matrix; left to the loops");
         continue;
       }
+      linalg::FillOp zeroFill = zeroFillBefore(op, operands[2]);
       builder.setInsertionPoint(op);
       Location loc = op.getLoc();
       auto constant = [&](int64_t value) -> Value {
@@ -287,7 +321,10 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
                              : constant(stride));
       }
       args.push_back(constant(threads));
+      args.push_back(constant(zeroFill ? 0 : 1));
       auto call = func::CallOp::create(builder, loc, callee, args);
+      if (zeroFill)
+        zeroFill->erase();
       // What the profiler's table says of this call (instrument-kernels):
       // the operands' shapes, their bytes and the flops when static.
       SmallVector<int64_t> loopRanges = op.getStaticLoopRanges();

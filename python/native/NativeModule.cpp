@@ -290,17 +290,20 @@ NB_MODULE(_native, m) {
       "sgemm",
       [](int64_t m, int64_t n, int64_t k, uintptr_t a, int64_t aRow,
          int64_t aCol, uintptr_t b, int64_t bRow, int64_t bCol, uintptr_t c,
-         int64_t cRow, int64_t cCol, const std::string &isa, int threads) {
+         int64_t cRow, int64_t cCol, const std::string &isa, int threads,
+         bool accumulate) {
         GemmArgs args =
             gemmArgs(m, n, k, a, aRow, aCol, b, bRow, bCol, c, cRow, cCol);
+        args.overwrite = !accumulate;
         nb::gil_scoped_release release;
         return sgemmWith(args, isa, threads);
       },
       nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("a"), nb::arg("a_row"),
       nb::arg("a_col"), nb::arg("b"), nb::arg("b_row"), nb::arg("b_col"),
       nb::arg("c"), nb::arg("c_row"), nb::arg("c_col"), nb::arg("isa") = "",
-      nb::arg("threads") = 0,
-      "For tests and benchmarks: C += A x B with the runtime's float32 GEMM "
+      nb::arg("threads") = 0, nb::arg("accumulate") = true,
+      "For tests and benchmarks: C += A x B (accumulate=False: C = A x B) with "
+      "the runtime's float32 GEMM "
       "(what compiled contractions call) on float32 buffers given by address "
       "and element strides; `isa` (avx512f, avx2, sse2; '' the host's) and "
       "`threads` (0: every core). False when the host lacks the ISA.");

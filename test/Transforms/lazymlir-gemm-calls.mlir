@@ -58,7 +58,7 @@ func.func @not_gemms(%a: tensor<64x64x64xf32>, %b: tensor<64x64x64xf32>, %c: ten
 // in every operand) becomes one call with each role's element strides: A
 // 2x4 batches of 64x32 (batch stride 2048, rows 32, K 1), B transposed in
 // place (K x N read from N x K: rows 1, columns 32), C 64x64 (4096, 64, 1).
-// CALL:       func.func private @lazymlir_sgemm_batched(i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)
+// CALL:       func.func private @lazymlir_sgemm_batched(i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)
 // CALL-LABEL: func.func @heads
 // CALL-DAG:   %[[B8:.*]] = arith.constant 8 : i64
 // CALL-DAG:   %[[M:.*]] = arith.constant 64 : i64
@@ -70,7 +70,7 @@ func.func @not_gemms(%a: tensor<64x64x64xf32>, %b: tensor<64x64x64xf32>, %c: ten
 // CALL-DAG:   memref.extract_aligned_pointer_as_index %arg0
 // CALL-DAG:   memref.extract_aligned_pointer_as_index %arg1
 // CALL-DAG:   memref.extract_aligned_pointer_as_index %arg2
-// CALL:       call @lazymlir_sgemm_batched(%[[B8]], %[[M]], %[[M]], %[[K]], %{{.*}}, %[[AB]], %[[K]], %[[ONE]], %{{.*}}, %[[AB]], %[[ONE]], %[[K]], %{{.*}}, %[[CB]], %[[M]], %[[ONE]], %[[T]])
+// CALL:       call @lazymlir_sgemm_batched(%[[B8]], %[[M]], %[[M]], %[[K]], %{{.*}}, %[[AB]], %[[K]], %[[ONE]], %{{.*}}, %[[AB]], %[[ONE]], %[[K]], %{{.*}}, %[[CB]], %[[M]], %[[ONE]], %[[T]], %[[ONE]])
 // CALL-NOT:   linalg.generic
 #qa = affine_map<(b, h, m, n, k) -> (b, h, m, k)>
 #qb = affine_map<(b, h, m, n, k) -> (b, h, n, k)>
@@ -119,9 +119,43 @@ func.func @strided(%x: memref<4x32x64xf32, strided<[4096, 64, 1]>>, %w: memref<6
 // CALL-DAG:   %[[N:.*]] = arith.index_cast %[[COLS]] : index to i64
 // CALL-DAG:   extract_strided_metadata %arg1
 // CALL-DAG:   %[[BROW:.*]] = arith.index_cast %strides#0 : index to i64
-// CALL:       call @lazymlir_sgemm_batched(%c1_i64, %[[M]], %[[N]], %c128_i64, %{{.*}}, %c0_i64, %c128_i64, %c1_i64, %{{.*}}, %c0_i64, %[[BROW]], %c1_i64, %{{.*}}, %c0_i64, %{{.*}}, %c1_i64, %c2_i64)
+// CALL:       call @lazymlir_sgemm_batched(%c1_i64, %[[M]], %[[N]], %c128_i64, %{{.*}}, %c0_i64, %c128_i64, %c1_i64, %{{.*}}, %c0_i64, %[[BROW]], %c1_i64, %{{.*}}, %c0_i64, %{{.*}}, %c1_i64, %c2_i64, %c1_i64)
 // CALL-NOT:   linalg.matmul
 func.func @ragged(%x: memref<?x128xf32>, %w: memref<128x?xf32>, %y: memref<?x?xf32>) {
   linalg.matmul {lazymlir.gemm} ins(%x, %w : memref<?x128xf32>, memref<128x?xf32>) outs(%y : memref<?x?xf32>)
+  return
+}
+
+// -----
+
+// C zero-filled right before the product (through a reshape of its
+// buffer): the fill is erased and the call overwrites C (last argument 0).
+// A fill with a write to the buffer in between, or of another buffer, stays
+// and the call accumulates (1).
+// CALL-LABEL: func.func @zero_init
+// CALL-NOT:   linalg.fill
+// CALL:       call @lazymlir_sgemm_batched({{.*}}, %c2_i64, %c0_i64) {
+// CALL-LABEL: func.func @kept_inits
+// CALL:       linalg.fill
+// CALL:       memref.store
+// CALL:       call @lazymlir_sgemm_batched({{.*}}, %c2_i64, %c1_i64) {
+// CALL:       linalg.fill ins(%{{.+}} : f32) outs(%arg3
+// CALL:       call @lazymlir_sgemm_batched({{.*}}, %c2_i64, %c1_i64) {
+func.func @zero_init(%x: memref<64x128xf32>, %w: memref<128x96xf32>, %y: memref<6144xf32>) {
+  %z = arith.constant 0.0 : f32
+  linalg.fill ins(%z : f32) outs(%y : memref<6144xf32>)
+  %c = memref.expand_shape %y [[0, 1]] output_shape [64, 96] : memref<6144xf32> into memref<64x96xf32>
+  linalg.matmul {lazymlir.gemm} ins(%x, %w : memref<64x128xf32>, memref<128x96xf32>) outs(%c : memref<64x96xf32>)
+  return
+}
+func.func @kept_inits(%x: memref<64x128xf32>, %w: memref<128x96xf32>, %y: memref<64x96xf32>, %other: memref<64x96xf32>) {
+  %z = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %i = arith.constant 3 : index
+  linalg.fill ins(%z : f32) outs(%y : memref<64x96xf32>)
+  memref.store %one, %y[%i, %i] : memref<64x96xf32>
+  linalg.matmul {lazymlir.gemm} ins(%x, %w : memref<64x128xf32>, memref<128x96xf32>) outs(%y : memref<64x96xf32>)
+  linalg.fill ins(%z : f32) outs(%other : memref<64x96xf32>)
+  linalg.matmul {lazymlir.gemm} ins(%x, %w : memref<64x128xf32>, memref<128x96xf32>) outs(%y : memref<64x96xf32>)
   return
 }

@@ -26,13 +26,13 @@ def _flags():
     return set()
 
 
-def _gemm(a, b, c, isa="", threads=0):
+def _gemm(a, b, c, isa="", threads=0, accumulate=True):
     return _native.sgemm(
         a.shape[0], b.shape[1], a.shape[1],
         a.data_ptr(), a.stride(0), a.stride(1),
         b.data_ptr(), b.stride(0), b.stride(1),
         c.data_ptr(), c.stride(0), c.stride(1),
-        isa, threads,
+        isa, threads, accumulate,
     )  # fmt: skip
 
 
@@ -79,6 +79,24 @@ def test_kernel_matches_float64_for_every_layout(isa, threads):
                 assert _gemm(a, b, c, isa, threads)
                 want = before.double() + a.double() @ b.double()
                 assert (c.double() - want).abs().max() <= 1e-5 * k**0.5 * 4, (isa, m, n, k, layout, c_kind)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_overwriting_products_never_read_c(isa, threads):
+    """accumulate=False (what compiled code passes instead of zero-filling
+    C first): C = A x B whatever C held, NaN included, on every path (one
+    thread, shared panels, column chunks, edge tiles through the buffer, a
+    strided C); an empty K writes zeros."""
+    if isa == "avx512f" and "avx512f" not in _flags():
+        pytest.skip("no AVX-512F on this host")
+    torch.manual_seed(0)
+    for m, n, k in SHAPES + [(700, 300, 600), (5, 9, 0)]:
+        a, b = torch.randn(m, k), torch.randn(n, k).t()
+        for c in (torch.full((m, n), float("nan")), torch.full((n, m), float("nan")).t()):
+            assert _gemm(a, b, c, isa, threads, accumulate=False)
+            want = a.double() @ b.double()
+            assert (c.double() - want).abs().max() <= 1e-5 * max(k, 1) ** 0.5 * 4, (isa, m, n, k)
 
 
 def _compiled_calls(dump):

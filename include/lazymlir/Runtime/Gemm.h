@@ -31,7 +31,8 @@
 
 namespace lazymlir {
 
-/// One product C[m, n] += sum_k A[m, k] * B[k, n]; strides in elements.
+/// One product C[m, n] += sum_k A[m, k] * B[k, n] (with `overwrite`,
+/// C[m, n] = the sum: C's old values are never read); strides in elements.
 struct GemmArgs {
   int64_t m, n, k;
   const float *a;
@@ -40,6 +41,7 @@ struct GemmArgs {
   int64_t bRow, bCol; // B[p, j] = b[p * bRow + j * bCol]
   float *c;
   int64_t cRow, cCol; // C[i, j] = c[i * cRow + j * cCol]
+  bool overwrite = false;
 };
 
 /// The arguments of a product whose operands are given by address (as
@@ -80,11 +82,13 @@ using GemmPackPanelFn = void (*)(const GemmArgs &, int64_t p0, int64_t kc,
                                  int64_t j0, int64_t nc, int64_t s0, int64_t s1,
                                  float *packed);
 
-/// C's rows [r0, r1), columns [j0, j0 + nc) += A's rows [r0, r1), columns
-/// [p0, p0 + kc) times B's packed panel of those columns and rows.
+/// C's rows [r0, r1), columns [j0, j0 + nc) += (with `overwrite`, =) A's
+/// rows [r0, r1), columns [p0, p0 + kc) times B's packed panel of those
+/// columns and rows.
 using GemmPanelRowsFn = void (*)(const GemmArgs &, const GemmBlocking &,
                                  int64_t p0, int64_t kc, int64_t j0, int64_t nc,
-                                 const float *packed, int64_t r0, int64_t r1);
+                                 const float *packed, int64_t r0, int64_t r1,
+                                 bool overwrite);
 
 /// `batch` products C_i += A_i x B_i, operand i's at its pointer + i x its
 /// batch stride (elements), on `threads` threads (0: every core; one when
@@ -113,13 +117,15 @@ bool sgemmWith(const GemmArgs &args, const std::string &isa, int threads);
 // The entry point compiled code calls (bound in the JIT by name); pointers
 // and strides as 64-bit integers.
 // `batch` products, operand i's at its address + i x its batch stride;
-// `threads` 0: every core.
+// `threads` 0: every core; `accumulate` 0: C = A x B (C's old values
+// unread: compiled code passes 0 instead of zero-filling C first), else
+// C += A x B.
 extern "C" void lazymlir_sgemm_batched(int64_t batch, int64_t m, int64_t n,
                                        int64_t k, int64_t a, int64_t aBatch,
                                        int64_t aRow, int64_t aCol, int64_t b,
                                        int64_t bBatch, int64_t bRow,
                                        int64_t bCol, int64_t c, int64_t cBatch,
                                        int64_t cRow, int64_t cCol,
-                                       int64_t threads);
+                                       int64_t threads, int64_t accumulate);
 
 #endif // LAZYMLIR_RUNTIME_GEMM_H
