@@ -1,6 +1,7 @@
 //===- Gemm.cpp - the host's GEMM kernel and its threads (see Gemm.h) -----===//
 
 #include "lazymlir/Runtime/Gemm.h"
+#include "GemmScratch.h"
 #include "OpenMP.h"
 
 #include <unistd.h>
@@ -13,6 +14,25 @@
 #include <thread>
 
 namespace lazymlir {
+
+float *gemmScratch(GemmBuffer which, size_t floats) {
+  struct Buffer {
+    float *data = nullptr;
+    size_t capacity = 0;
+    ~Buffer() { std::free(data); }
+  };
+  static thread_local Buffer buffers[3];
+  Buffer &buffer = buffers[static_cast<int>(which)];
+  if (floats > buffer.capacity) {
+    std::free(buffer.data);
+    size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    buffer.data = static_cast<float *>(std::aligned_alloc(64, bytes));
+    if (!buffer.data)
+      std::abort(); // out of memory for a few MB
+    buffer.capacity = bytes / sizeof(float);
+  }
+  return buffer.data;
+}
 
 #define GEMM_ISA(ns)                                                           \
   namespace ns {                                                               \
@@ -128,7 +148,7 @@ struct SharedPanels {
   };
   const GemmArgs *args;
   const Kernel *kernel;
-  int64_t kPanels, panels, slivers, claim, blocks, blockRows, panelFloats;
+  int64_t kPanels, panels, claim, blocks, blockRows, panelFloats;
   float *buffer;
   std::unique_ptr<Panel[]> state;
   std::unique_ptr<std::atomic<int64_t>[]> blockPanels; // panels done
@@ -189,22 +209,6 @@ void runColumnChunks(void *data) {
   }
 }
 
-float *sharedPanelBuffer(size_t floats) {
-  struct Buffer {
-    float *data = nullptr;
-    size_t capacity = 0;
-    ~Buffer() { std::free(data); }
-  };
-  static thread_local Buffer buffer;
-  if (floats > buffer.capacity) {
-    std::free(buffer.data);
-    size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
-    buffer.data = static_cast<float *>(std::aligned_alloc(64, bytes));
-    buffer.capacity = buffer.data ? bytes / sizeof(float) : 0;
-  }
-  return buffer.data;
-}
-
 /// C = 0: a product over an empty K that overwrites C.
 void zeroC(const GemmArgs &g) {
   for (int64_t i = 0; i < g.m; ++i)
@@ -239,12 +243,9 @@ void run(const GemmArgs &g, const Kernel &kernel, int threads) {
     job.blockRows = (rows + bl.mr - 1) / bl.mr * bl.mr;
     job.blocks = (g.m + job.blockRows - 1) / job.blockRows;
     int64_t panelCols = std::min(bl.nc, (g.n + bl.nr - 1) / bl.nr * bl.nr);
-    job.slivers = panelCols / bl.nr;
-    job.claim = std::max<int64_t>(1, job.slivers / (8 * threads));
+    job.claim = std::max<int64_t>(1, panelCols / bl.nr / (8 * threads));
     job.panelFloats = (panelCols * bl.kc + 15) / 16 * 16;
-    job.buffer = sharedPanelBuffer(2 * job.panelFloats);
-    if (!job.buffer)
-      std::abort(); // out of memory for a few MB
+    job.buffer = gemmScratch(GemmBuffer::SharedPanels, 2 * job.panelFloats);
     job.state = std::make_unique<SharedPanels::Panel[]>(job.panels);
     job.blockPanels = std::make_unique<std::atomic<int64_t>[]>(job.blocks);
     for (int64_t b = 0; b < job.blocks; ++b)
@@ -287,11 +288,6 @@ void runProducts(void *data) {
   const Kernel &kernel = hostKernel();
   for (int64_t i; (i = job.next.fetch_add(1)) < job.batch;) {
     GemmArgs g = nthProduct(*job.args, i, job.aBatch, job.bBatch, job.cBatch);
-    if (g.k <= 0) {
-      if (g.overwrite)
-        zeroC(g);
-      continue;
-    }
     kernel.chunk(g, kernel.blocking, 0, g.m, 0, g.n);
   }
 }
@@ -304,10 +300,12 @@ void sgemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
     threads = teamCores();
   const Kernel &kernel = hostKernel();
   // A product too small to split well (under ~4 micro-tile rows per thread
-  // in each dimension): the threads take whole products instead.
+  // in each dimension): the threads take whole products instead. (Products
+  // over an empty K go through run, which zeroes C when it overwrites.)
   bool small = args.m < 4 * kernel.blocking.mr * threads &&
                args.n < 4 * kernel.blocking.nr * threads;
-  if (batch > 1 && threads > 1 && (small || batch >= 4 * threads)) {
+  if (args.k > 0 && batch > 1 && threads > 1 &&
+      (small || batch >= 4 * threads)) {
     BatchJob job;
     job.args = &args;
     job.aBatch = aBatch;
