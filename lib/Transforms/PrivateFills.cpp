@@ -13,11 +13,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Destinations.h"
 #include "lazymlir/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 namespace lazymlir {
@@ -28,20 +28,6 @@ namespace lazymlir {
 using namespace mlir;
 
 namespace {
-
-/// Whether `use` is written in place by its owner: an init of a
-/// destination-style op, or a loop's initial value (tile loops yield their
-/// output tensor).
-bool isDestination(OpOperand &use) {
-  Operation *owner = use.getOwner();
-  if (auto dps = dyn_cast<DestinationStyleOpInterface>(owner))
-    return dps.isDpsInit(&use);
-  if (auto loop = dyn_cast<scf::ForOp>(owner))
-    return use.getOperandNumber() >= loop.getNumControlOperands();
-  if (auto forall = dyn_cast<scf::ForallOp>(owner))
-    return llvm::is_contained(forall.getOutputsMutable(), use);
-  return false;
-}
 
 struct PrivateFillsPass
     : lazymlir::impl::PrivateFillsPassBase<PrivateFillsPass> {
@@ -58,7 +44,7 @@ struct PrivateFillsPass
       SmallVector<OpOperand *> destinations;
       bool otherUses = false;
       for (OpOperand &use : result.getUses()) {
-        if (isDestination(use))
+        if (lazymlir::isDestination(use))
           destinations.push_back(&use);
         else
           otherUses = true;

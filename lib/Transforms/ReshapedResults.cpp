@@ -18,11 +18,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Destinations.h"
 #include "lazymlir/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 namespace lazymlir {
@@ -34,19 +34,7 @@ using namespace mlir;
 
 namespace {
 
-/// The operand `result` is written into, when its op writes in place: the
-/// tied init of a destination-style op, the initial value of a loop.
-OpOperand *destinationOf(OpResult result) {
-  Operation *op = result.getOwner();
-  unsigned index = result.getResultNumber();
-  if (auto dps = dyn_cast<DestinationStyleOpInterface>(op))
-    return dps.getTiedOpOperand(result);
-  if (auto loop = dyn_cast<scf::ForOp>(op))
-    return &loop.getInitArgsMutable()[index];
-  if (auto forall = dyn_cast<scf::ForallOp>(op))
-    return &forall.getOutputsMutable()[index];
-  return nullptr;
-}
+using lazymlir::destinationOf;
 
 /// Whether `destination`'s value is never read: a linalg op's init whose
 /// payload ignores it (an elementwise op writing over a tensor of the right
