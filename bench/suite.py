@@ -43,6 +43,13 @@ torch._lazy, for `make test`):
                     TORCHINDUCTOR_CACHE_DIR), warm in a second process on the
                     caches the cold one filled; the eager cell is the same 2
                     steps run eagerly in the lazymlir process after its own
+  bertbase_{read1,read10,rss,first2}
+                    BERT-base training (hidden 768, 12 layers, 12 heads, MLP
+                    3072, vocab 30522, AdamW, 8 x 128 tokens), each peer in
+                    its own fresh process with empty caches (issue 49): the
+                    step with the loss read every step (median of 4) and
+                    every 10 steps (per step), the process's peak RSS, and
+                    the first 2 steps' wall time
 
 How it measures: per workload, eager, torch.compile and lazymlir run in this
 process and are timed interleaved, round by round (bench/timing.py: warm-up
@@ -69,7 +76,9 @@ lm2's first 2 steps <= 5 s cold and <= 1 s warm (issue 16). Issue 48:
 every fp32 GEMM row (the matmuls, BERT-base's feed-forward shapes) at
 >= 95% of eager's GFLOP/s; the h512 steps under bf16 autocast <= 0.85x
 eager's; BERT inference <= 1.2x eager on the lazy device and <= 1.0x
-inductor through torch.compile.
+inductor through torch.compile. Issue 49: BERT-base's step <= 0.85x
+eager's and <= 1.0x torch.compile's, reading every step or every 10; peak
+RSS <= 1.1x eager's; the first 2 steps from empty caches <= 10 s.
 """
 
 import argparse
@@ -105,6 +114,7 @@ IN_PROCESS = ("eager", "torch.compile", "lazymlir")
 TRAIN_STEPS_PER_CALL = 2
 LTC_TIMEOUT_S = 300
 COMPILE_TIMEOUT_S = 600
+MODEL_TIMEOUT_S = 1800  # a BERT-base child: ~16 steps of 5 s, plus compiles
 
 
 # ---------------------------------------------------------------------------
@@ -699,7 +709,25 @@ def workloads(smoke):
                     target=target,
                 )
             )
+    # BERT-base training (issue 49), each peer in its own fresh process with
+    # empty caches: one child run gives all four rows.
+    real = "BERT smoke" if smoke else "BERT-base"
+    for name, label, unit, target in (
+        ("read1", "step, read every step", "s/step", (("eager", 0.85), ("torch.compile", 1.0))),
+        ("read10", "step, read every 10", "s/step", (("eager", 0.85), ("torch.compile", 1.0))),
+        ("rss", "train, peak RSS", "GiB", (("eager", 1.1),)),
+        ("first2", "first 2 steps, cold", "s", (("abs", 10.0),)),
+    ):
+        w.append(Workload(f"bertbase_{name}", f"{real} {label}", unit, None, kind="model", scale=1.0, target=target))
     return w
+
+
+def bertbase_config(smoke):
+    """BERT-base's shape (hidden 768, 12 layers, 12 heads, MLP 3072, its
+    vocabulary), 8 x 128 tokens; tiny with --smoke."""
+    if smoke:
+        return dict(vocab=100, hidden=32, layers=2, heads=2, intermediate=64, seq=16, batch=2)
+    return dict(vocab=30522, hidden=768, layers=12, heads=12, intermediate=3072, seq=128, batch=8)
 
 
 def compile_model(name, smoke):
@@ -841,6 +869,69 @@ def first_steps_child(model_name, peer_name, smoke):
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def model_child(peer_name, smoke):
+    """In a fresh process (empty caches): BERT-base training with AdamW on
+    the peer. The first 2 steps (wall time, losses), 3 warm-up steps (and
+    lazymlir's background compiles), then steps reading the loss every step
+    (median), then 10 steps reading it once (per step), and the process's
+    peak RSS."""
+    import resource
+
+    peer = Peer(peer_name)
+    torch.manual_seed(0)
+    model, batch, loss_fn = testing().hf_model("bert", **bertbase_config(smoke))
+    torch.manual_seed(1)
+    batches = [batch("cpu") for _ in range(2)]
+    t0 = time.perf_counter()
+    model = model.to(peer.device).train()
+    batches = [tuple(t.to(peer.device) for t in b) for b in batches]
+    opt = OPTIMIZERS["adamw"](model.parameters())
+    loss_of = peer.wrap(loss_fn)
+    count = [0]
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_of(model, batches[count[0] % 2])
+        loss.backward()
+        opt.step()
+        peer.mark()
+        count[0] += 1
+        return loss
+
+    losses = [step(), step()]
+    losses = [float(loss.detach()) for loss in losses]  # reads wait for the steps
+    first2 = time.perf_counter() - t0
+    # Steady state: lazymlir's graphs tier up after 4 runs, compiled in the
+    # background; the timed steps start once that is done (every peer runs
+    # the same warm-up steps).
+    for _ in range(3):
+        step().item()
+    if peer_name == "lazymlir":
+        import lazymlir
+
+        lazymlir.cache.wait_background_compiles()
+    read1 = []
+    for _ in range(2 if smoke else 4):
+        t0 = time.perf_counter()
+        step().item()
+        read1.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    for _ in range(9):
+        step()
+    step().item()
+    read10 = (time.perf_counter() - t0) / 10
+    result = {
+        "first2": first2,
+        "read1": statistics.median(read1),
+        "read10": read10,
+        "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,  # KiB -> GiB
+        "losses": losses,
+    }
+    if peer_name == "lazymlir":
+        result["compiled"] = lazymlir_compiled()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
 # ---------------------------------------------------------------------------
 # Measurement
 
@@ -922,6 +1013,35 @@ def measure_compile(w, peers, cache_dirs):
                 "median": r["eager_seconds"],
                 "note": "the same steps run eagerly in the lazymlir process, after its own",
             }
+    return results
+
+
+def measure_model(w, peers, runs):
+    """A row of the BERT-base runs: one fresh child per peer (run once for
+    the four rows), each with empty disk caches; a peer whose first losses
+    differ from eager's is wrong in every row."""
+    metric = w.name.split("_", 1)[1]
+    for name in [p for p in IN_PROCESS if p in peers]:
+        if name in runs:
+            continue
+        cache = tempfile.mkdtemp(prefix="lazymlir-bench-bertbase-")
+        env = dict(os.environ, LAZYMLIR_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"))
+        runs[name] = _child(["--model-child", name] + (["--smoke"] if SMOKE else []), MODEL_TIMEOUT_S, env)
+        shutil.rmtree(cache, ignore_errors=True)
+    results = {}
+    eager = runs.get("eager", {})
+    for name in [p for p in IN_PROCESS if p in peers]:
+        r = runs[name]
+        if "error" in r:
+            results[name] = {"cell": short(r["error"]), "error": r.get("log", r["error"])}
+            continue
+        results[name] = {"samples": [r[metric]], "median": r[metric]}
+        if name != "eager" and "losses" in eager:
+            bad = [(a, b) for a, b in zip(r["losses"], eager["losses"]) if not abs(a - b) <= 2e-2 * max(1.0, abs(b))]
+            if bad:
+                results[name]["wrong"] = f"losses {r['losses']} vs eager {eager['losses']}"
+        if name == "lazymlir":
+            results[name]["compiled"] = r.get("compiled")
     return results
 
 
@@ -1080,6 +1200,7 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "build", "bench"), help="where latest.json/png go")
     parser.add_argument("--ltc-child", help=argparse.SUPPRESS)
     parser.add_argument("--first-steps-child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--model-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     SMOKE = args.smoke
     if args.ltc_child:
@@ -1090,6 +1211,9 @@ def main():
         if args.first_steps_child[1] == "torch._lazy":
             os.environ["_LAZYMLIR_SUITE_LTC"] = "1"
         first_steps_child(*args.first_steps_child, args.smoke)
+        return
+    if args.model_child:
+        model_child(args.model_child, args.smoke)
         return
 
     t_start = time.perf_counter()
@@ -1141,10 +1265,16 @@ def main():
 
     rows = []
     cache_dirs = {}
+    model_runs = {}
     for w in all_w:
         t0 = time.perf_counter()
         wpeers = [p for p in peers if p in w.peers]
-        res = measure_compile(w, wpeers, cache_dirs) if w.kind == "compile" else measure_steps(w, wpeers, repeats)
+        if w.kind == "compile":
+            res = measure_compile(w, wpeers, cache_dirs)
+        elif w.kind == "model":
+            res = measure_model(w, wpeers, model_runs)
+        else:
+            res = measure_steps(w, wpeers, repeats)
         for p in PEERS:
             if p not in res:
                 reason = "skipped" if p not in peers else "n/a"

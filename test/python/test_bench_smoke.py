@@ -58,6 +58,10 @@ WORKLOADS = {
     "bert_tiny_infer_tc",
     "bert512_infer",
     "bert512_infer_tc",
+    "bertbase_read1",
+    "bertbase_read10",
+    "bertbase_rss",
+    "bertbase_first2",
 }
 
 
@@ -101,6 +105,8 @@ def test_bench_suite_smoke(native_built, tmp_path):
             "bert512_bf16",
             "bert_tiny_infer",
             "bert_tiny_infer_tc",
+            "bertbase_read1",
+            "bertbase_rss",
         ):
             assert row["target"] and row["target_status"], row
     png = tmp_path / "latest.png"
