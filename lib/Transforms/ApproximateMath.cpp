@@ -161,15 +161,70 @@ void scaleDenormalLogInput(Operation *op, double log2Scale) {
   y.replaceAllUsesExcept(result, exceptions);
 }
 
-/// erf is odd, and upstream's f32 polynomial gives +0.0 for -0.0:
-/// copysign(erf(x), x) is right for every x (NaN and +-inf included).
-void fixErfSign(math::ErfOp op) {
-  OpBuilder b(op);
-  b.setInsertionPointAfter(op);
-  Value y = op.getResult();
-  auto signed_ = math::CopySignOp::create(b, op.getLoc(), y, op.getOperand());
-  y.replaceAllUsesExcept(signed_, signed_.getOperation());
-}
+/// f32 erf(x) = copysign(r(a), x), a = |x|:
+///   a < 1:  a * P(a^2), P of degree 6 (erf(a) / a in a^2);
+///   else:   1 - exp(-c^2) * R(1 / c), c = a clamped to [1, 4], R of degree
+///           8 (erfc(c) e^(c^2), smooth in 1 / c; past 4, erf rounds to 1).
+/// Both are least-squares fits on Chebyshev nodes, with the coefficients
+/// rounded to f32. Measured against math.erf on 3M points of [0, 6] (f32
+/// arithmetic, FMAs in the Horner steps): at most 2.4 ulp, 0.24 on average.
+/// NaN propagates (the clamp is NaN-propagating), +-inf give +-1, and -0.0
+/// stays -0.0.
+/// The cost per element is one division, two short polynomials and an exp
+/// (expanded by ExpF32). Upstream's f32 erf is a rational function over
+/// three intervals: two divisions and 15 selects per element, which made
+/// GELU 1.5x eager's time.
+struct ErfF32 : OpRewritePattern<math::ErfOp> {
+  ErfF32(MLIRContext *context) : OpRewritePattern(context, /*benefit=*/2) {}
+
+  LogicalResult matchAndRewrite(math::ErfOp op,
+                                PatternRewriter &rewriter) const override {
+    Type type = op.getType();
+    if (!elementTypeOf(type).isF32())
+      return failure();
+    static constexpr double kSmall[] = {
+        7.882500358391553e-05, -0.0008018859080038965, 0.005189312621951103,
+        -0.02685432881116867,  0.11283597350120544,    -0.3761262595653534,
+        1.1283791065216064};
+    static constexpr double kLarge[] = {
+        -0.00886930339038372, 0.02565707080066204, 0.02991912141442299,
+        -0.24921603500843048, 0.5022039413452148,  -0.47395461797714233,
+        0.042608775198459625, 0.5589596629142761,  0.0002749496197793633};
+    Location loc = op.getLoc();
+    auto constant = [&](double value) {
+      return floatConstant(rewriter, loc, type, value);
+    };
+    auto horner = [&](ArrayRef<double> coefficients, Value v) {
+      Value r = constant(coefficients.front());
+      for (double c : coefficients.drop_front())
+        r = math::FmaOp::create(rewriter, loc, r, v, constant(c));
+      return r;
+    };
+    Value x = op.getOperand();
+    Value one = constant(1.0);
+    Value a = math::AbsFOp::create(rewriter, loc, x);
+    Value small = arith::MulFOp::create(
+        rewriter, loc, a,
+        horner(kSmall, arith::MulFOp::create(rewriter, loc, a, a)));
+    Value c = arith::MinimumFOp::create(
+        rewriter, loc, arith::MaximumFOp::create(rewriter, loc, a, one),
+        constant(4.0));
+    Value decay = math::ExpOp::create(
+        rewriter, loc,
+        arith::NegFOp::create(rewriter, loc,
+                              arith::MulFOp::create(rewriter, loc, c, c)));
+    Value tail = arith::MulFOp::create(
+        rewriter, loc, decay,
+        horner(kLarge, arith::DivFOp::create(rewriter, loc, one, c)));
+    Value large = arith::SubFOp::create(rewriter, loc, one, tail);
+    Value r = arith::SelectOp::create(
+        rewriter, loc,
+        compare(rewriter, loc, arith::CmpFPredicate::OLT, a, one), small,
+        large);
+    rewriter.replaceOpWithNewOp<math::CopySignOp>(op, r, x);
+    return success();
+  }
+};
 
 /// log1p and expm1 that no approximation expands: MathToLLVM lowers them as
 /// log(1 + x) and exp(x) - 1, which give 0 for |x| below the epsilon (-0.0,
@@ -275,8 +330,7 @@ struct ApproximateMathPass
     // wrong; fixed around the ops before they are expanded.
     llvm::SmallVector<Operation *> special;
     getOperation().walk([&](Operation *op) {
-      if (isa<math::LogOp, math::Log2Op, math::ErfOp, math::Log1pOp,
-              math::ExpM1Op>(op))
+      if (isa<math::LogOp, math::Log2Op, math::Log1pOp, math::ExpM1Op>(op))
         special.push_back(op);
     });
     for (Operation *op : special) {
@@ -295,8 +349,6 @@ struct ApproximateMathPass
         scaleDenormalLogInput(op, M_LN2);
       } else if (isa<math::Log2Op>(op)) {
         scaleDenormalLogInput(op, 1.0);
-      } else if (auto erf = dyn_cast<math::ErfOp>(op)) {
-        fixErfSign(erf);
       }
     }
 
@@ -306,6 +358,10 @@ struct ApproximateMathPass
     // creates a math.exp, which this then expands too).
     if (predicate("math.exp"))
       patterns.add<ExpF32>(&getContext(), useLdexp);
+    // Preferred over upstream's f32 erf. The exp it creates is expanded by
+    // ExpF32 when exp is selected, else lowered as an unselected exp is.
+    if (predicate("math.erf"))
+      patterns.add<ErfF32>(&getContext());
     patterns.add<FPowIConstant>(&getContext());
     (void)applyPatternsGreedily(getOperation(), std::move(patterns));
   }

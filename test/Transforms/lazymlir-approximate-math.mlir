@@ -102,6 +102,42 @@ func.func @special_values_f32(%x: f32, %v: vector<8xf32>) -> (f32, f32, vector<8
 
 // -----
 
+// f32 erf is ours: a * P(a^2) below 1 (a = |x|); above, 1 - exp(-c^2) *
+// R(1/c) with c = a clamped to [1, 4] by NaN-propagating min/max; the exp
+// expanded too; the sign of x put back (erf(-0.0) = -0.0). No interval
+// tables: one division (1/c), none of upstream's selects between three
+// sets of coefficients. Scalars and vectors alike.
+// CHECK-LABEL: func.func @erf_f32
+// CHECK-SAME: (%[[X:.+]]: f32, %[[V:.+]]: vector<8xf32>)
+// CHECK-DAG: %[[ONE:.+]] = arith.constant 1.000000e+00 : f32
+// CHECK-DAG: %[[FOUR:.+]] = arith.constant 4.000000e+00 : f32
+// CHECK: %[[A:.+]] = math.absf %[[X]] : f32
+// CHECK: %[[T:.+]] = arith.mulf %[[A]], %[[A]] : f32
+// CHECK-COUNT-6: math.fma %{{.+}}, %[[T]], %{{.+}} : f32
+// CHECK: %[[SMALL:.+]] = arith.mulf %[[A]], %{{.+}} : f32
+// CHECK: %[[LO:.+]] = arith.maximumf %[[A]], %[[ONE]] : f32
+// CHECK: %[[C:.+]] = arith.minimumf %[[LO]], %[[FOUR]] : f32
+// CHECK-NOT: math.exp
+// CHECK: %[[U:.+]] = arith.divf %[[ONE]], %[[C]] : f32
+// CHECK-COUNT-8: math.fma %{{.+}}, %[[U]], %{{.+}} : f32
+// CHECK: %[[LARGE:.+]] = arith.subf %[[ONE]], %{{.+}} : f32
+// CHECK: %[[BELOW:.+]] = arith.cmpf olt, %[[A]], %[[ONE]] : f32
+// CHECK: %[[R:.+]] = arith.select %[[BELOW]], %[[SMALL]], %[[LARGE]] : f32
+// CHECK: %[[ERF:.+]] = math.copysign %[[R]], %[[X]] : f32
+// CHECK: math.absf %[[V]] : vector<8xf32>
+// CHECK: arith.divf %{{.+}}, %{{.+}} : vector<8xf32>
+// CHECK: %[[VERF:.+]] = math.copysign %{{.+}}, %[[V]] : vector<8xf32>
+// CHECK-NOT: math.erf
+// CHECK-NOT: math.exp
+// CHECK: return %[[ERF]], %[[VERF]]
+func.func @erf_f32(%x: f32, %v: vector<8xf32>) -> (f32, vector<8xf32>) {
+  %0 = math.erf %x : f32
+  %1 = math.erf %v : vector<8xf32>
+  return %0, %1 : f32, vector<8xf32>
+}
+
+// -----
+
 // log1p and expm1 that are not approximated (f64 here; f32 when not listed)
 // would lower as log(1 + x) and exp(x) - 1, 0 for tiny x: they become
 // Goldberg's and Kahan's forms on an accurate log and exp, with x itself

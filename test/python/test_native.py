@@ -147,6 +147,29 @@ def test_exp_over_the_whole_f32_range():
         assert (got[denormal] > 0).all()
 
 
+def test_erf_over_the_f32_range():
+    # f32 erf is our expansion (approximate-math's ErfF32: a polynomial in
+    # x^2 below 1, 1 - exp(-x^2) R(1/x) above): within 3 ulp of the exact
+    # result (2.4 measured in numpy), the sign of -0.0 kept, +-1 at +-inf and
+    # past 4, NaN kept, denormal inputs scaled by 2/sqrt(pi) like eager.
+    specials = torch.tensor(
+        [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.0, -1.0, 0.99999994, 3.9, 4.0, 4.1, 9.0, 1e-30, -1e-40]
+    )
+    x = torch.cat([torch.linspace(-6.0, 6.0, 1 << 20), specials])
+    exe, outputs, expected = compile_and_run(Fn(lambda m, x: torch.erf(x)), x)
+    got, eager = outputs[0], expected[0]
+    exact = torch.special.erf(x.double())
+    normal = exact.abs() >= torch.finfo(torch.float32).tiny
+    ulp = torch.where(normal, exact.abs(), torch.finfo(torch.float32).tiny).log2().floor().sub(23).exp2()
+    finite = torch.isfinite(x)
+    assert ((got.double() - exact).abs() / ulp)[finite].max() <= 3.0
+    out = got[-len(specials) :]
+    assert out[0].isnan() and out[1] == 1.0 and out[2] == -1.0
+    assert out[3] == 0.0 and not out[3].signbit() and out[4] == 0.0 and out[4].signbit()
+    assert (out[9:12] == 1.0).all()
+    torch.testing.assert_close(out[1:], eager[-len(specials) + 1 :], rtol=4e-7, atol=1e-44)  # tiny: denormals
+
+
 def test_integer_and_bool_ops_match_eager():
     a = torch.randint(-100, 100, (6, 5), dtype=torch.int64)
     b = torch.randint(1, 50, (5,), dtype=torch.int64)

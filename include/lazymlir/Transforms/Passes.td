@@ -407,7 +407,10 @@ def ApproximateMathPass
     and erf) with them. With `use-ldexp` (the runtime sets it when the host
     has AVX-512), scalar f32 exp is our own expansion instead: 2^n applied by
     llvm.intr.ldexp (AVX-512's vscalefps), within 1.01 ulp over the whole
-    range, denormal results included, and ~7 instructions shorter. f64 and
+    range, denormal results included, and ~7 instructions shorter. f32 erf
+    is ours too: a polynomial in x^2 below 1 and 1 - exp(-x^2) R(1/x) above
+    (within 2.4 ulp; one division, where upstream's rational approximation
+    over three intervals has two and 15 selects: GELU 1.5x faster). f64 and
     ops not listed in `ops` keep their libm or intrinsic lowering. sin and
     cos are not listed by default: their range reduction loses accuracy for
     large arguments.
