@@ -784,6 +784,19 @@ def lazymlir_compiled():
 # Children: torch._lazy per workload, and first steps in fresh processes.
 
 
+def cache_env(cache):
+    """This process's environment with lazymlir's and inductor's disk caches
+    in ``cache`` (a child that starts from them)."""
+    return dict(os.environ, LAZYMLIR_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"))
+
+
+def losses_differ(losses, reference, rtol):
+    """None when each loss is within ``rtol`` of the reference's (relative
+    to max(1, |reference|)), else what differs."""
+    bad = [(a, b) for a, b in zip(losses, reference) if not abs(a - b) <= rtol * max(1.0, abs(b))]
+    return f"losses {losses} vs eager {reference}" if bad else None
+
+
 def _child(args, timeout, env=None):
     """Run this script with ``args``; its result is the JSON after 'RESULT '."""
     cmd = [sys.executable, os.path.abspath(__file__)] + args
@@ -862,9 +875,7 @@ def first_steps_child(model_name, peer_name, smoke):
     if peer_name != "eager":
         result["eager_seconds"], eager_losses = first_steps(Peer("eager"))
         # With dropout the losses cannot match: only a loose sanity check.
-        rtol = 0.25 if dropout else 1e-3
-        bad = [(a, b) for a, b in zip(losses, eager_losses) if not abs(a - b) <= rtol * max(1.0, abs(b))]
-        result["wrong"] = f"losses {losses} vs eager {eager_losses}" if bad else None
+        result["wrong"] = losses_differ(losses, eager_losses, 0.25 if dropout else 1e-3)
         result["check"] = "loose (dropout on)" if dropout else "losses"
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -997,8 +1008,9 @@ def measure_compile(w, peers, cache_dirs):
     results = {}
     for name in [p for p in PEERS if p in peers and p != "eager"]:
         cache = cache_dirs.setdefault((model, name), tempfile.mkdtemp(prefix=f"lazymlir-bench-{model}-"))
-        env = dict(os.environ, LAZYMLIR_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"))
-        r = _child(["--first-steps-child", model, name] + (["--smoke"] if SMOKE else []), COMPILE_TIMEOUT_S, env)
+        r = _child(
+            ["--first-steps-child", model, name] + (["--smoke"] if SMOKE else []), COMPILE_TIMEOUT_S, cache_env(cache)
+        )
         if "error" in r:
             results[name] = {"cell": short(r["error"]), "error": r.get("log", r["error"])}
             continue
@@ -1025,8 +1037,7 @@ def measure_model(w, peers, runs):
         if name in runs:
             continue
         cache = tempfile.mkdtemp(prefix="lazymlir-bench-bertbase-")
-        env = dict(os.environ, LAZYMLIR_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"))
-        runs[name] = _child(["--model-child", name] + (["--smoke"] if SMOKE else []), MODEL_TIMEOUT_S, env)
+        runs[name] = _child(["--model-child", name] + (["--smoke"] if SMOKE else []), MODEL_TIMEOUT_S, cache_env(cache))
         shutil.rmtree(cache, ignore_errors=True)
     results = {}
     eager = runs.get("eager", {})
@@ -1036,10 +1047,9 @@ def measure_model(w, peers, runs):
             results[name] = {"cell": short(r["error"]), "error": r.get("log", r["error"])}
             continue
         results[name] = {"samples": [r[metric]], "median": r[metric]}
-        if name != "eager" and "losses" in eager:
-            bad = [(a, b) for a, b in zip(r["losses"], eager["losses"]) if not abs(a - b) <= 2e-2 * max(1.0, abs(b))]
-            if bad:
-                results[name]["wrong"] = f"losses {r['losses']} vs eager {eager['losses']}"
+        wrong = losses_differ(r["losses"], eager["losses"], 2e-2) if name != "eager" and "losses" in eager else None
+        if wrong:
+            results[name]["wrong"] = wrong
         if name == "lazymlir":
             results[name]["compiled"] = r.get("compiled")
     return results
