@@ -147,8 +147,13 @@ CpuExecutable::compile(const std::string &source,
   // (and so the graph's key) differs.
   std::string optionsKey = describeOptions(options);
   bool profile = options.pipeline.profile;
-  std::string cacheKey =
-      graphCacheKey(profile ? optionsKey + ";profile" : optionsKey, source);
+  std::string graphOptions = profile ? optionsKey + ";profile" : optionsKey;
+  if (!options.donate.empty()) {
+    graphOptions += ";donate=";
+    for (int64_t index : options.donate)
+      graphOptions += std::to_string(index) + ",";
+  }
+  std::string cacheKey = graphCacheKey(graphOptions, source);
   // A dump wants the LLVM dialect, a profile its call sites, which the disk
   // cache does not keep.
   bool diskGraphs = !options.keepLLVMDialect && !profile;
@@ -180,8 +185,26 @@ CpuExecutable::compile(const std::string &source,
   // out-parameters and tensor types are gone. The contract pass (first in
   // the pipeline) rejects signatures this cannot express.
   if (auto func = module->lookupSymbol<func::FuncOp>(entry)) {
+    // Donated arguments receive their results (lazymlir-donate-arguments):
+    // those results are not outputs of the run.
+    if (options.donate.size() % 2)
+      throw CompileError("donate: an odd number of indices");
+    std::vector<bool> donated(func.getNumResults(), false);
+    Builder b(&ctx);
+    for (size_t k = 0; k < options.donate.size(); k += 2) {
+      int64_t arg = options.donate[k], result = options.donate[k + 1];
+      if (arg < 0 || arg >= func.getNumArguments() || result < 0 ||
+          result >= func.getNumResults() || donated[result])
+        throw CompileError("donate: no such argument and result pair");
+      func.setArgAttr(arg, "lazymlir.donated_to", b.getI64IntegerAttr(result));
+      donated[result] = true;
+    }
     collectSignatures(func.getArgumentTypes(), impl->inputs);
-    collectSignatures(func.getResultTypes(), impl->outputs);
+    SmallVector<Type> outputs;
+    for (auto [index, type] : llvm::enumerate(func.getResultTypes()))
+      if (!donated[index])
+        outputs.push_back(type);
+    collectSignatures(outputs, impl->outputs);
   }
   impl->buildArgumentBlock();
 
@@ -200,6 +223,15 @@ CpuExecutable::compile(const std::string &source,
   buildCpuBufferizePipeline(bufferizeStage, pipelineOptions);
   if (failed(bufferizeStage.run(*module)))
     diagnostics.fail("the CPU pipeline (bufferize stage)");
+  // Donated results left the signature (lazymlir-drop-donated-results): the
+  // entry takes exactly the inputs and the other outputs.
+  if (!options.donate.empty()) {
+    auto func = module->lookupSymbol<func::FuncOp>(entry);
+    if (!func ||
+        func.getNumArguments() != impl->inputs.size() + impl->outputs.size())
+      throw CompileError("donate: the compiled entry does not take the "
+                         "inputs and the outputs that were not donated");
+  }
 
   if (auto sites = (*module)->getAttrOfType<ArrayAttr>(kProfileSitesAttr)) {
     for (auto site : sites.getAsRange<DictionaryAttr>()) {

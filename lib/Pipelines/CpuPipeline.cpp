@@ -63,7 +63,8 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   pm.addPass(createCountKernelsPass(count));
 }
 
-void lazymlir::addBufferizeWithOutParams(OpPassManager &pm) {
+void lazymlir::addBufferizeWithOutParams(OpPassManager &pm,
+                                         const std::string &entry) {
   // Identity layouts at the function boundary: the runtime passes contiguous
   // torch buffers, and static strides let LLVM vectorize the loops.
   // Each destination of a zero fill CSE shared fills its own buffer, rather
@@ -72,11 +73,24 @@ void lazymlir::addBufferizeWithOutParams(OpPassManager &pm) {
   // A result returned through a reshape is computed in its out-parameter,
   // not copied into it.
   pm.addNestedPass<func::FuncOp>(createReshapedResultsPass());
+  // Results written into the arguments the caller donated (a step's new
+  // parameters and moments into the old ones' buffers): before one-shot
+  // bufferization ties them, after it they leave the signature.
+  if (!entry.empty()) {
+    DonateArgumentsPassOptions donate;
+    donate.entry = entry;
+    pm.addPass(createDonateArgumentsPass(donate));
+  }
   bufferization::OneShotBufferizePassOptions bufferize;
   bufferize.bufferizeFunctionBoundaries = true;
   bufferize.functionBoundaryTypeConversion =
       bufferization::LayoutMapOption::IdentityLayoutMap;
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  if (!entry.empty()) {
+    DropDonatedResultsPassOptions drop;
+    drop.entry = entry;
+    pm.addPass(createDropDonatedResultsPass(drop));
+  }
   // Tile loops yield their output buffer unchanged: folding their results
   // to that buffer lets the next pass write results in place instead of
   // copying a finished temporary into the out-parameter.
@@ -106,7 +120,12 @@ void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
   // After the last CSE: parallel tile loops get per-iteration scratch.
   pm.addNestedPass<func::FuncOp>(createPrivatizeTileScratchPass());
 
-  addBufferizeWithOutParams(pm);
+  addBufferizeWithOutParams(pm, options.entry);
+  // A failed runtime check leaves the donated arguments as they were (the
+  // runtime reruns the graph eagerly from them).
+  GuardDonatedWritesPassOptions guardDonated;
+  guardDonated.entry = options.entry;
+  pm.addPass(createGuardDonatedWritesPass(guardDonated));
   GemmCallsPassOptions gemms;
   gemms.threads = options.threads;
   pm.addPass(createGemmCallsPass(gemms));

@@ -97,6 +97,17 @@ replay: bool = _env_bool("LAZYMLIR_REPLAY", True)
 max_in_flight: int = max(1, int(_env_str("LAZYMLIR_MAX_IN_FLIGHT", "1")))
 
 
+# Donated state (LAZYMLIR_DONATE_MB, default 16): a step that writes new
+# values into storages it read (parameters, gradients, optimizer moments) has
+# them written into the buffers of the old values, when nothing else can read
+# those, once the step's graph updates at least this many MiB of them; the
+# old and the new model are then never both alive (issue 49;
+# frontend.barriers, run.execute). Smaller updates keep copy semantics, and
+# the replay from C++ that only a graph without donation gets. 0: every
+# update that can; -1: never.
+donate_min_bytes: int = int(float(_env_str("LAZYMLIR_DONATE_MB", "16")) * (1 << 20))
+
+
 def _default_cache_dir() -> Optional[str]:
     value = os.environ.get("LAZYMLIR_CACHE_DIR")
     if value is not None:
@@ -178,6 +189,7 @@ _NAMES = (
     "async_execution",
     "replay",
     "max_in_flight",
+    "donate_min_bytes",
     "recompile_warning_at",
     "profile",
     "verbose",

@@ -410,6 +410,7 @@ NB_MODULE(_native, m) {
       .def_rw("tiered", &CompileOptions::tiered)
       .def_rw("tier_up_runs", &CompileOptions::tierUpRuns)
       .def_rw("keep_llvm_dialect", &CompileOptions::keepLLVMDialect)
+      .def_rw("donate", &CompileOptions::donate)
 #define LAZYMLIR_SETTING(python, field)                                        \
   def_prop_rw(                                                                 \
       python, [](const CompileOptions &o) { return o.pipeline.field; },        \

@@ -116,7 +116,10 @@ void buildCpuBufferizePipeline(mlir::OpPassManager &pm,
 /// One-shot bufferization with identity layouts at the function boundary and
 /// the results as out-parameters (destination passing), shared by the CPU
 /// and GPU pipelines.
-void addBufferizeWithOutParams(mlir::OpPassManager &pm);
+/// `entry`: the function whose donated arguments (`lazymlir.donated_to`)
+/// receive their results (lazymlir-donate-arguments); empty: none.
+void addBufferizeWithOutParams(mlir::OpPassManager &pm,
+                               const std::string &entry = "");
 
 /// Loops and memrefs to the LLVM dialect. Runs on a whole module, or on a
 /// module holding one outlined kernel (the runtime compiles each apart).

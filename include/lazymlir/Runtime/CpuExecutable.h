@@ -93,6 +93,11 @@ struct CompileOptions {
   /// With `tiered`: runs of a graph after which its kernels are recompiled
   /// at full effort (at least 1).
   unsigned tierUpRuns = 4;
+  /// Arguments the caller donates to results, as pairs (argument, result)
+  /// flattened: each result is written into its argument's buffer and
+  /// leaves the signature (lazymlir-donate-arguments); the run's outputs
+  /// are the other results. Part of the graph's cache key.
+  std::vector<int64_t> donate;
 
 private:
   static CpuPipelineSettings allThreads() {

@@ -948,6 +948,83 @@ def ReadonlyArgumentsPass
   ];
 }
 
+def DonateArgumentsPass
+    : Pass<"lazymlir-donate-arguments", "mlir::ModuleOp"> {
+  let summary = "Write results into the arguments donated to them";
+  let description = [{
+    An argument of the entry function (`entry`) with the attribute
+    `lazymlir.donated_to = j` is a buffer the caller gives up: the graph's
+    result `j` (a new value of the same storage: a parameter or an
+    optimizer moment a step updates) is to be written into it instead of
+    into a buffer of its own, so the old and the new value are never both
+    alive (issue 49). The argument's type must be the result's.
+
+    The argument becomes writable (`bufferization.writable = true`,
+    overriding lazymlir-readonly-arguments) and the returned value goes
+    through `bufferization.materialize_in_destination` into it, placed after
+    the value is computed and after the last op that reads the argument,
+    so no read of the old value follows the write. The `tensor.empty` the
+    value was computed into is then replaced by the argument (empty tensor
+    elimination, restricted to these ops), so the update is computed in
+    place when one-shot bufferization finds it safe, and copied into the
+    argument at the end otherwise: correct by bufferization's own analysis.
+    The result gets `lazymlir.donated_from = i`, which
+    lazymlir-drop-donated-results reads after bufferization.
+  }];
+  let dependentDialects = ["mlir::bufferization::BufferizationDialect"];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"main\"",
+           "Name of the function the runtime calls">,
+  ];
+}
+
+def DropDonatedResultsPass
+    : Pass<"lazymlir-drop-donated-results", "mlir::ModuleOp"> {
+  let summary = "Remove the results written into donated arguments from "
+                "the entry function's signature";
+  let description = [{
+    Runs after one-shot bufferization (before buffer-results-to-out-params):
+    a result marked `lazymlir.donated_from = i` by lazymlir-donate-arguments
+    must now return the memref of argument `i` itself; it is dropped from
+    the return and the signature (the caller finds the new value in the
+    buffer it passed). A result that does not is an error, never a silent
+    copy into a buffer the caller does not read.
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"main\"",
+           "Name of the function the runtime calls">,
+  ];
+}
+
+def GuardDonatedWritesPass
+    : Pass<"lazymlir-guard-donated-writes", "mlir::ModuleOp"> {
+  let summary = "Skip the writes into donated arguments when a runtime "
+                "check failed";
+  let description = [{
+    When a runtime check fails (`@__lazymlir_check_failed`,
+    lazymlir-guard-runtime-checks) the runtime reruns the graph eagerly from
+    its inputs to raise eager's error: the inputs must still hold their
+    values. With donated arguments (lazymlir-donate-arguments; marked
+    `lazymlir.donated` by lazymlir-drop-donated-results) they would not, so
+    in the entry function (`entry`, after bufferization, results as
+    out-parameters) everything from the first op that may write into a
+    donated argument (or a view of it) on runs under `scf.if` the flag is
+    still 0. Every check must come before that op: one after it is an
+    error (the caller then compiles the graph without donation). Runs
+    before the deallocation pipeline, which frees what the skipped part
+    would have on either path. A module without the flag only loses the
+    marks.
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect", "mlir::memref::MemRefDialect",
+    "mlir::scf::SCFDialect",
+  ];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"main\"",
+           "Name of the function the runtime calls">,
+  ];
+}
+
 def DistinctResultsPass
     : Pass<"lazymlir-distinct-results", "mlir::func::FuncOp"> {
   let summary = "Return each value at most once, through a copy otherwise";

@@ -15,7 +15,7 @@ from .. import dtypes as dtype_table
 from ..lowering import decompositions, linalg, LoweringError
 from ..trace import dynamic, ir
 from ..trace.template import decompose
-from . import cache
+from . import cache, donation
 from .entries import (
     Compiled,
     compile_lock,
@@ -93,6 +93,28 @@ def _zero_size(graph: ir.Graph) -> bool:
     return any(isinstance(m, torch.Tensor) and m.numel() == 0 for m in metas)
 
 
+def _compile_donating(native, linalg: str, pairs, options):
+    """The graph compiled with the inputs of ``pairs`` donated to their
+    outputs; None when there are none, or when the compiler refuses them (a
+    runtime check after the first write into a donated input, an update it
+    cannot tie to its input): the caller compiles without."""
+    if not pairs:
+        return None
+    try:
+        return native.compile_linalg(
+            linalg,
+            keep_llvm_dialect=bool(config.dump_dir),
+            profile=config.profile,
+            donate=[index for pair in pairs for index in pair],
+            **options,
+        )
+    except native.CompileError as e:
+        metrics.counter("DonationRefused")
+        if config.verbose:
+            print(f"lazymlir: compiling without donated inputs: {str(e)[:500]}")
+        return None
+
+
 def compile_graph(graph: ir.Graph):
     with compile_lock:
         return _compile_locked(graph)
@@ -133,9 +155,10 @@ def _compile_locked(graph: ir.Graph):
                 found = cache.read_record(native, record)
                 if found is not None:
                     executable = native.load_cached(found, **options)
+            pairs = ir.donated(graph.key)
             if executable is not None:
                 dynamic.note_static(graph)  # the next size generalizes from this one
-            else:
+            elif not pairs:  # a donating graph is static: its runs update inputs in place
                 entry = dynamic_entry(graph, native, name, options, disk, plain, t0)
                 if entry is not None:
                     return entry
@@ -150,9 +173,12 @@ def _compile_locked(graph: ir.Graph):
                 for listener in lowered_graph_listeners:
                     listener(name, graph, lowered.linalg)
                 try:
-                    executable = native.compile_linalg(
-                        lowered.linalg, keep_llvm_dialect=bool(config.dump_dir), profile=config.profile, **options
-                    )
+                    executable = _compile_donating(native, lowered.linalg, pairs, options)
+                    if executable is None:  # donation refused (donation.py): copy semantics
+                        pairs = record = None
+                        executable = native.compile_linalg(
+                            lowered.linalg, keep_llvm_dialect=bool(config.dump_dir), profile=config.profile, **options
+                        )
                 except Exception:
                     # The IR that failed, for the bug report.
                     debug.dump(name, "torch", lowered.torch_mlir)
@@ -171,6 +197,8 @@ def _compile_locked(graph: ir.Graph):
                 warnings.warn(message, RuntimeWarning, stacklevel=3)
             metrics.sample("KernelCount", executable.kernel_count)
             entry = Compiled(name, executable, specs, gm)
+            if pairs:
+                entry.donate(pairs, donation.input_uses(graph, pairs))
             metrics.counter("UncachedCompile")
         except Exception as e:  # never fail the user: run it eagerly instead
             if isinstance(e, LoweringError):

@@ -63,7 +63,21 @@ class Compiled:
     """A graph compiled by the native compiler: its executable (a
     ``lazymlir._native.CpuExecutable``) and the buffers its results go in."""
 
-    __slots__ = ("name", "executable", "out_specs", "checked", "gm", "dynamic", "template", "validate", "wrong", "runs")
+    __slots__ = (
+        "name",
+        "executable",
+        "out_specs",
+        "checked",
+        "gm",
+        "dynamic",
+        "template",
+        "validate",
+        "wrong",
+        "runs",
+        "donated",
+        "donated_uses",
+        "donated_outputs",
+    )
 
     def __init__(self, name, executable, out_specs, gm):
         self.name = name  # the graph's hash (dumps, the profiler)
@@ -86,6 +100,17 @@ class Compiled:
         self.validate = False
         self.wrong = False
         self.runs = 0  # a dynamic graph's runs, all sizes (note_dynamic_run)
+        # (input, output) pairs: each output is written into its input's
+        # buffer, which the run donates or fills with a copy (donation.py);
+        # the executable's outputs are the others.
+        self.donated = ()
+        self.donated_uses = ()  # per pair, the graph's uses of the input (donation.assign)
+        self.donated_outputs = frozenset()
+
+    def donate(self, pairs, uses) -> None:
+        self.donated = pairs
+        self.donated_uses = uses
+        self.donated_outputs = frozenset(j for _, j in pairs)
 
     @property
     def kernel_count(self) -> int:
@@ -99,11 +124,21 @@ class Compiled:
             run_fx(self.gm, inputs, outs)
             metrics.timing("ExecuteTime", time.perf_counter() - t0)
             return
+        args, results = inputs, outs
+        if self.donated:
+            # A donated output is its input's buffer (donated) or a new one
+            # holding the old value (copied): the executable updates it.
+            args = list(inputs)
+            for i, j in self.donated:
+                if outs[j] is not inputs[i]:
+                    outs[j].copy_(inputs[i])
+                args[i] = outs[j]
+            results = [o for j, o in enumerate(outs) if j not in self.donated_outputs]
         try:
             if self.checked:
-                _compiler.run_allocated(exe, inputs, outs, background=background, dynamic=self.dynamic)
+                _compiler.run_allocated(exe, args, results, background=background, dynamic=self.dynamic)
             else:
-                exe.run(inputs, outs, background=background)
+                exe.run(args, results, background=background)
                 self.checked = True
             check_failed = False
         except _compiler.CheckFailed:

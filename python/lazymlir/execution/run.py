@@ -22,7 +22,7 @@ import torch.autograd.profiler as _autograd_profiler
 from .. import _device, config, metrics
 from ..lowering import linalg
 from ..trace import dynamic, ir
-from . import cache, entries, profiler, tierup
+from . import cache, donation, entries, profiler, tierup
 
 from .compilation import compile_graph
 from .entries import Compiled, Eager, Split
@@ -34,7 +34,7 @@ from .errors import DependencyError, drop_frames, report, unreported as _unrepor
 last_kernels = None
 
 
-def execute(outputs: Sequence[ir.Node], now: bool = False, condition: bool = False):
+def execute(outputs: Sequence[ir.Node], now: bool = False, condition: bool = False, donate=()):
     """Start computing ``outputs`` (distinct nodes without data): returns their
     values as CPU tensors in the memory format of the nodes' metas (dense:
     contiguous buffers, permuted), in order, the job (run._Job) that fills
@@ -45,8 +45,8 @@ def execute(outputs: Sequence[ir.Node], now: bool = False, condition: bool = Fal
 
     ``now``: the caller waits for the result at once (a barrier).  A graph
     whose inputs are all computed then runs on the calling thread before the
-    jobs queued ahead of it (graphs never write their inputs, so the order
-    does not matter to it): a data-dependent branch in the middle of a step
+    jobs queued ahead of it (graphs do not write their inputs then, so the
+    order does not matter to it): a data-dependent branch in the middle of a step
     (Hugging Face's attention-mask checks) does not wait for the previous
     step's graph to finish.
 
@@ -55,20 +55,25 @@ def execute(outputs: Sequence[ir.Node], now: bool = False, condition: bool = Fal
     before each generated token). A graph not compiled before that is only a
     few small ops on finished values (config.eager_read_ops) then runs
     eagerly: compiling it would cost far more than it ever saves, and one
-    per size would be compiled (``EagerReadGraph`` counts them)."""
+    per size would be compiled (``EagerReadGraph`` counts them).
+
+    ``donate``: (old value, new value) node pairs whose old buffer the new
+    value may be written into (lazymlir.execution.donation)."""
     global last_kernels, _waited_at_once, _last_job
     t0 = time.perf_counter()
     graph = ir.collect(outputs, config.options_key())
+    if donate:
+        graph = donation.offer(graph, donate)
     metrics.timing("CollectTime", time.perf_counter() - t0)
     entry = cache.lookup(graph.key)
-    if entry is None and dynamic.has_templates():
+    if entry is None and dynamic.has_templates() and not ir.donated(graph.key):
         entry = dynamic.lookup(graph)  # a dynamic graph this trace is an instance of
         if entry is not None:
             cache.insert(graph.key, entry, 0.0)
             metrics.counter("CachedCompile")
     elif type(entry) is Compiled:
         metrics.counter("CachedCompile")
-        if entry.checked and entry.out_specs is not None and not entry.wrong:  # static: replayable
+        if entry.checked and entry.out_specs is not None and not (entry.wrong or entry.donated):  # static: replayable
             exe = entry.executable
             _device.arm_replay(graph.key, exe, exe.address, entry.out_specs, exe.kernel_count)
     if type(entry) is Compiled and entry.dynamic:
@@ -88,8 +93,12 @@ def execute(outputs: Sequence[ir.Node], now: bool = False, condition: bool = Fal
     ahead = now and not deps and _in_flight and not _running(entry)
     if _in_flight and not ahead:
         _throttle()  # before this graph's outputs are allocated
-    outs = [output_buffer(shape, dtype) for shape, dtype in (entry.out_specs or graph.output_specs())]
+    skip = entry.donated_outputs if type(entry) is Compiled else ()
+    specs = entry.out_specs or graph.output_specs()
+    outs = [None if j in skip else output_buffer(shape, dtype) for j, (shape, dtype) in enumerate(specs)]
     inputs = graph.input_values()
+    if skip:
+        donation.assign(entry, graph, inputs, outs, not ahead, output_buffer)
     if type(entry) is Compiled and entry.template is not None and entry.template.free:
         inputs += dynamic.phantom_inputs(entry, graph)
     if not now and _handed is not None:

@@ -19,13 +19,15 @@ from .tensor import _register, state
 aten = torch.ops.aten
 
 
-def _sync(storages, now: bool = False, condition: bool = False) -> None:
+def _sync(storages, now: bool = False, condition: bool = False, complete: bool = False) -> None:
     """Compute the pending base values of ``storages`` in one graph (``now``:
     the caller waits for them at once; ``condition``: for a Python branch on
     one bool; see run.execute): replayed by the device's C++ when their graph
     was compiled and run before (run.replay), else through run.execute.
     First, an earlier step found failed is given back and its error raised
-    (:func:`_settle`)."""
+    (:func:`_settle`). ``complete``: ``storages`` are every pending one, so
+    no value outside the graph reads what they held before: the graph may
+    write their new values into those buffers (lazymlir.execution.donation)."""
     _settle(storages, now)
     if run.replay(storages, now):
         return
@@ -33,7 +35,9 @@ def _sync(storages, now: bool = False, condition: bool = False) -> None:
     if not todo:
         return
     metrics.counter("Sync")
-    results, job, kernels = run.execute(todo, now, condition)
+    donate = [(s.prior, s.base) for s in storages if s.prior is not None and s.base.data is None] if complete else ()
+    results, job, kernels = run.execute(todo, now, condition, donate)
+    del donate
     for node, value in zip(todo, results):
         node.set_data(value, job, kernels)
     _record(storages, job)
@@ -203,9 +207,10 @@ def _cpu_alias(t: torch.Tensor, condition: bool = False) -> torch.Tensor:
         # middle of the next one (Hugging Face's attention-mask checks)
         # computes its own value, ahead of that step when it can, without
         # waiting for it. A condition that is a few small ops runs eagerly.
-        storages = [s] + _device.take_pending() if run.idle() else [s]
+        complete = run.idle()
+        storages = [s] + _device.take_pending() if complete else [s]
         if not (condition and _read_eagerly(storages)):
-            _sync(storages, now=True, condition=condition)
+            _sync(storages, now=True, condition=condition, complete=complete)
     run.wait(s.base)
     if _steps:
         _prune()
@@ -240,7 +245,7 @@ def mark_step() -> None:
     worker: this returns at once on a cache hit), so they hold device data, and
     start the next trace empty."""
     metrics.counter("MarkStep")
-    _sync(_device.take_pending())
+    _sync(_device.take_pending(), complete=True)
 
 
 def kernel_count(tensor: torch.Tensor = None):

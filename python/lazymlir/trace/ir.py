@@ -321,6 +321,21 @@ def collect(outputs: Sequence[Node], options: tuple = (), full: bool = False) ->
     return _device.collect(outputs, options, full)
 
 
+def donated(key: tuple) -> tuple:
+    """The (input, output) index pairs a graph key donates (run.execute adds
+    them to the key's options): each output is written into that input's
+    buffer. Empty for most graphs."""
+    options = key[3]
+    last = options[-1] if options else None
+    return last[1] if type(last) is tuple and last and last[0] == "donate" else ()
+
+
+def with_donations(graph: Graph, pairs: tuple) -> Graph:
+    """``graph`` whose key also names the donated (input, output) pairs."""
+    k = graph.key
+    return graph._replace(key=(k[0], k[1], k[2], k[3] + (("donate", pairs),)))
+
+
 def graph_hash(key: tuple) -> str:
     """A stable name for a graph (dump files, logs); computed on a miss only."""
     return hashlib.sha1(repr(key).encode()).hexdigest()[:16]

@@ -1,0 +1,369 @@
+//===- DonateArguments.cpp - results written into donated arguments -------===//
+//
+// lazymlir-donate-arguments (before one-shot bufferization) and
+// lazymlir-drop-donated-results (after it): a step's new parameters and
+// optimizer moments are written into the buffers their old values came in,
+// when the caller donates those (Passes.td says how).
+//
+//===----------------------------------------------------------------------===//
+
+#include "lazymlir/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Bufferization/Transforms/OneShotAnalysis.h"
+#include "mlir/Dialect/Bufferization/Transforms/OneShotModuleBufferize.h"
+#include "mlir/Dialect/Bufferization/Transforms/Transforms.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+namespace lazymlir {
+#define GEN_PASS_DEF_DONATEARGUMENTSPASS
+#define GEN_PASS_DEF_DROPDONATEDRESULTSPASS
+#define GEN_PASS_DEF_GUARDDONATEDWRITESPASS
+#include "lazymlir/Transforms/Passes.h.inc"
+} // namespace lazymlir
+
+using namespace mlir;
+
+namespace {
+
+constexpr llvm::StringLiteral kDonatedTo = "lazymlir.donated_to";
+constexpr llvm::StringLiteral kDonatedFrom = "lazymlir.donated_from";
+constexpr llvm::StringLiteral kDonated = "lazymlir.donated";
+constexpr llvm::StringLiteral kCheckFlag = "__lazymlir_check_failed";
+
+/// Ops whose tensor result is (part of) their first tensor operand's value:
+/// what still reads the argument when it is returned or read later.
+bool isAliasOp(Operation *op) {
+  return isa<ViewLikeOpInterface, tensor::CollapseShapeOp,
+             tensor::ExpandShapeOp, tensor::ExtractSliceOp, tensor::CastOp,
+             tensor::ReshapeOp>(op);
+}
+
+/// The op of `block` that holds `op` (itself, or an ancestor).
+Operation *inBlock(Block &block, Operation *op) {
+  return block.findAncestorOpInBlock(*op);
+}
+
+struct DonateArgumentsPass
+    : lazymlir::impl::DonateArgumentsPassBase<DonateArgumentsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto func = module.lookupSymbol<func::FuncOp>(entry);
+    if (!func || func.isExternal())
+      return;
+    Block &body = func.getBody().front();
+    auto ret = dyn_cast<func::ReturnOp>(body.getTerminator());
+    if (!ret)
+      return;
+    IRRewriter rewriter(&getContext());
+    // Each materialize op we insert, with what reads its argument's old value.
+    llvm::DenseMap<Operation *, SmallVector<Operation *>> ours;
+    llvm::SmallDenseSet<unsigned> donatedResults;
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+      auto to = func.getArgAttrOfType<IntegerAttr>(i, kDonatedTo);
+      if (!to)
+        continue;
+      BlockArgument arg = func.getArgument(i);
+      int64_t j = to.getInt();
+      if (j < 0 || j >= func.getNumResults() ||
+          func.getResultTypes()[j] != arg.getType() ||
+          !isa<RankedTensorType>(arg.getType())) {
+        func.emitError() << "argument " << i << " donated to result " << j
+                         << ", which is not a tensor of its type";
+        return signalPassFailure();
+      }
+      if (!donatedResults.insert(j).second) {
+        func.emitError() << "result " << j << " has two donated arguments";
+        return signalPassFailure();
+      }
+      func.setArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName,
+                      rewriter.getBoolAttr(true));
+      func.setResultAttr(j, kDonatedFrom, rewriter.getI64IntegerAttr(i));
+
+      // Everything that reads the old value: the argument's users and,
+      // through views and reshapes, theirs. Another result that is such an
+      // alias gets its own copy, taken before the argument is written.
+      SmallVector<Operation *> readers;
+      SmallVector<Value> todo = {arg};
+      while (!todo.empty()) {
+        Value v = todo.pop_back_val();
+        SmallVector<OpOperand *> uses;
+        for (OpOperand &use : v.getUses())
+          uses.push_back(&use);
+        for (OpOperand *use : uses) {
+          Operation *user = use->getOwner();
+          if (user != ret.getOperation()) {
+            readers.push_back(user);
+            if (isAliasOp(user))
+              for (Value r : user->getResults())
+                if (isa<TensorType>(r.getType()))
+                  todo.push_back(r);
+            continue;
+          }
+          if (use->getOperandNumber() == j && v == arg)
+            continue; // returned unchanged: already in place
+          if (Operation *def = v.getDefiningOp())
+            rewriter.setInsertionPointAfter(inBlock(body, def));
+          else
+            rewriter.setInsertionPointToStart(&body);
+          Location loc = v.getLoc();
+          SmallVector<OpFoldResult> sizes =
+              tensor::getMixedSizes(rewriter, loc, v);
+          Value empty = tensor::EmptyOp::create(
+              rewriter, loc, sizes,
+              cast<RankedTensorType>(v.getType()).getElementType());
+          auto copy = linalg::CopyOp::create(rewriter, loc, v, empty);
+          use->set(copy->getResult(0));
+          readers.push_back(copy);
+        }
+      }
+      Value value = ret.getOperand(j);
+      if (value == arg)
+        continue;
+      // After the value is computed and after the last read of the old one.
+      Operation *after = nullptr;
+      auto later = [&](Operation *op) {
+        if (!op)
+          return;
+        op = inBlock(body, op);
+        if (op && op != ret.getOperation() &&
+            (!after || after->isBeforeInBlock(op)))
+          after = op;
+      };
+      later(value.getDefiningOp());
+      for (Operation *reader : readers)
+        later(reader);
+      // And after every read of the new value: once materialized in the
+      // argument, a later read of it would see the write as a conflict
+      // (an optimizer reads the new moments to update the parameter).
+      SmallVector<Value> values = {value};
+      while (!values.empty()) {
+        Value v = values.pop_back_val();
+        for (Operation *user : v.getUsers()) {
+          if (user == ret.getOperation())
+            continue;
+          later(user);
+          if (isAliasOp(user))
+            for (Value r : user->getResults())
+              if (isa<TensorType>(r.getType()))
+                values.push_back(r);
+        }
+      }
+      if (after)
+        rewriter.setInsertionPointAfter(after);
+      else
+        rewriter.setInsertionPointToStart(&body);
+      auto materialize = bufferization::MaterializeInDestinationOp::create(
+          rewriter, value.getLoc(), value, arg);
+      ret.setOperand(j, materialize.getResult());
+      ours[materialize] = std::move(readers);
+    }
+    if (ours.empty())
+      return;
+
+    // The tensor.empty the value was computed into becomes the argument
+    // (upstream's empty tensor elimination, for these ops only: other
+    // insertions keep what the rest of the pipeline expects), where the op
+    // computing it is the last to read the old value (fusion may have
+    // recomputed the update in a later op that reads the argument too: that
+    // one must still find the old value, so the update goes into a
+    // temporary, copied into the argument after that read).
+    bufferization::OneShotBufferizationOptions options;
+    options.allowReturnAllocsFromLoops = true;
+    options.bufferizeFunctionBoundaries = true;
+    bufferization::OneShotAnalysisState state(module, options);
+    if (failed(bufferization::analyzeModuleOp(module, state)))
+      return signalPassFailure();
+    auto onlyOurs = [&](RewriterBase &rewriter, SubsetInsertionOpInterface op,
+                        tensor::EmptyOp empty, Operation *user) -> Value {
+      auto it = ours.find(op.getOperation());
+      if (it == ours.end())
+        return Value();
+      Operation *writer = inBlock(body, user);
+      if (!writer)
+        return Value();
+      for (Operation *reader : it->second) {
+        Operation *top = inBlock(body, reader);
+        if (reader != user && (top == writer || writer->isBeforeInBlock(top)))
+          return Value();
+      }
+      return bufferization::buildSubsetExtraction(rewriter, op, empty, user);
+    };
+    if (failed(bufferization::eliminateEmptyTensors(rewriter, module, state,
+                                                    onlyOurs)))
+      return signalPassFailure();
+  }
+};
+
+struct DropDonatedResultsPass
+    : lazymlir::impl::DropDonatedResultsPassBase<DropDonatedResultsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    auto func = getOperation().lookupSymbol<func::FuncOp>(entry);
+    if (!func || func.isExternal())
+      return;
+    // The arguments stay marked for lazymlir-guard-donated-writes.
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+      if (func.removeArgAttr(i, kDonatedTo))
+        func.setArgAttr(i, kDonated, UnitAttr::get(&getContext()));
+    llvm::BitVector drop(func.getNumResults());
+    for (unsigned j = 0, e = func.getNumResults(); j < e; ++j) {
+      auto from = func.getResultAttrOfType<IntegerAttr>(j, kDonatedFrom);
+      if (!from)
+        continue;
+      func.removeResultAttr(j, StringAttr::get(&getContext(), kDonatedFrom));
+      BlockArgument arg = func.getArgument(from.getInt());
+      bool ok = true;
+      func.walk([&](func::ReturnOp ret) {
+        Value v = ret.getOperand(j);
+        while (auto cast = v.getDefiningOp<memref::CastOp>())
+          v = cast.getSource();
+        ok &= v == arg;
+      });
+      if (!ok) {
+        func.emitError() << "result " << j << " was not written into argument "
+                         << from.getInt() << ", which was donated to it";
+        return signalPassFailure();
+      }
+      drop.set(j);
+    }
+    if (drop.none())
+      return;
+    // An update computed in place left a copy of the argument onto itself.
+    func.walk([](memref::CopyOp copy) {
+      if (copy.getSource() == copy.getTarget())
+        copy.erase();
+    });
+    func.walk([&](func::ReturnOp ret) { ret->eraseOperands(drop); });
+    if (failed(func.eraseResults(drop)))
+      return signalPassFailure();
+  }
+};
+
+/// The value `v` is a view of: through views, casts and loop-carried
+/// buffers, the buffer it was made from.
+Value rootBuffer(Value v) {
+  while (true) {
+    if (auto view = v.getDefiningOp<ViewLikeOpInterface>()) {
+      v = view.getViewSource();
+      continue;
+    }
+    if (auto cast = v.getDefiningOp<memref::CastOp>()) {
+      v = cast.getSource();
+      continue;
+    }
+    if (auto arg = dyn_cast<BlockArgument>(v))
+      if (auto loop = dyn_cast<scf::ForOp>(arg.getOwner()->getParentOp()))
+        if (OpOperand *init = loop.getTiedLoopInit(arg)) {
+          v = init->get();
+          continue;
+        }
+    return v;
+  }
+}
+
+struct GuardDonatedWritesPass
+    : lazymlir::impl::GuardDonatedWritesPassBase<GuardDonatedWritesPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto func = module.lookupSymbol<func::FuncOp>(entry);
+    if (!func || func.isExternal())
+      return;
+    llvm::SmallPtrSet<Value, 8> donated;
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+      if (func.removeArgAttr(i, kDonated))
+        donated.insert(func.getArgument(i));
+    if (donated.empty() || !module.lookupSymbol(kCheckFlag))
+      return;
+    if (!func.getBody().hasOneBlock()) {
+      func.emitError() << "donated arguments in an entry of several blocks";
+      return signalPassFailure();
+    }
+    Block &body = func.getBody().front();
+    auto writesDonated = [&](Operation *top) {
+      WalkResult result = top->walk([&](Operation *op) {
+        auto touches = [&](Value v) {
+          return isa<BaseMemRefType>(v.getType()) &&
+                 donated.contains(rootBuffer(v));
+        };
+        if (auto effects = dyn_cast<MemoryEffectOpInterface>(op)) {
+          SmallVector<MemoryEffects::EffectInstance> list;
+          effects.getEffects(list);
+          for (auto &effect : list) {
+            if (!isa<MemoryEffects::Write>(effect.getEffect()))
+              continue;
+            Value target = effect.getValue();
+            if (target ? touches(target)
+                       : llvm::any_of(op->getOperands(), touches))
+              return WalkResult::interrupt();
+          }
+          return WalkResult::advance();
+        }
+        if (op->hasTrait<OpTrait::HasRecursiveMemoryEffects>())
+          return WalkResult::advance();
+        // Unknown effects: any use of a donated buffer may write it.
+        return llvm::any_of(op->getOperands(), touches)
+                   ? WalkResult::interrupt()
+                   : WalkResult::advance();
+      });
+      return result.wasInterrupted();
+    };
+    Operation *first = nullptr;
+    for (Operation &op : body.without_terminator())
+      if (writesDonated(&op)) {
+        first = &op;
+        break;
+      }
+    if (!first)
+      return;
+    for (Operation *op = first; op != body.getTerminator();
+         op = op->getNextNode()) {
+      WalkResult late = op->walk([&](memref::GetGlobalOp global) {
+        return global.getName() == kCheckFlag ? WalkResult::interrupt()
+                                              : WalkResult::advance();
+      });
+      if (late.wasInterrupted()) {
+        op->emitError() << "a runtime check runs after the first write into "
+                           "a donated argument";
+        return signalPassFailure();
+      }
+    }
+    for (Value v : body.getTerminator()->getOperands())
+      if (Operation *def = v.getDefiningOp();
+          def && def->getBlock() == &body && !def->isBeforeInBlock(first)) {
+        func.emitError() << "a result computed after the first write into a "
+                            "donated argument";
+        return signalPassFailure();
+      }
+
+    OpBuilder b(first);
+    Location loc = first->getLoc();
+    auto flagType = MemRefType::get({}, b.getI32Type());
+    Value flag = memref::GetGlobalOp::create(b, loc, flagType, kCheckFlag);
+    Value failed = memref::LoadOp::create(b, loc, flag, ValueRange{});
+    Value zero = arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(0));
+    Value passed =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, failed, zero);
+    auto branch = scf::IfOp::create(b, loc, passed, /*withElseRegion=*/false);
+    Block *then = branch.thenBlock();
+    then->getOperations().splice(then->getTerminator()->getIterator(),
+                                 body.getOperations(), first->getIterator(),
+                                 body.getTerminator()->getIterator());
+  }
+};
+
+} // namespace
