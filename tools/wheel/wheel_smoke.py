@@ -60,9 +60,16 @@ def ldd(path):
 
 
 def native_libraries(package, script):
+    """ldd lists a library's whole closure: _device's holds torch's libraries
+    and what they need themselves (libstdc++, libgomp, ...), which is the torch
+    wheel's business; anything else, or anything beyond glibc in _native and
+    lazymlir-opt, fails. (build_wheel.py checked each binary's own needs.)"""
     import torch
 
     torch_lib = os.path.realpath(os.path.join(os.path.dirname(torch.__file__), "lib"))
+    torch_closure = set(TORCH_LIBS)
+    for name in TORCH_LIBS:
+        torch_closure |= set(ldd(os.path.join(torch_lib, name)))
     files = [os.path.join(package, f) for f in sorted(os.listdir(package)) if f.endswith(".so")] + [script]
     check(len(files) == 3, f"expected _native, _device and lazymlir-opt, found {files}")
     report["ldd"] = {}
@@ -72,8 +79,10 @@ def native_libraries(package, script):
         for name, where in libs.items():
             if name in GLIBC_LIBS:
                 continue
-            allowed = os.path.basename(path).startswith("_device") and name in TORCH_LIBS
-            check(allowed and os.path.realpath(where).startswith(torch_lib), f"{path} needs {name} ({where})")
+            device = os.path.basename(path).startswith("_device")
+            check(device and name in torch_closure, f"{path} needs {name} ({where})")
+            if name in TORCH_LIBS:
+                check(os.path.realpath(where).startswith(torch_lib), f"{path}: {name} is not torch's ({where})")
 
 
 def mnist():
