@@ -12,9 +12,11 @@ package, and has ``auditwheel repair`` check and tag the wheel:
   A version script exports ``PyInit__native`` alone: every LLVM, MLIR and
   libstdc++ symbol is local, so torch-mlir's own LLVM in the same process
   cannot bind to ours or ours to it.
-- ``lazymlir/_device*.so``: the lazy device's objects, static libstdc++ the
-  same way, linked against the torch wheel's libraries (``libc10.so``,
-  ``libtorch*.so``, found through ``$ORIGIN/../torch/lib``).
+- ``lazymlir/_device*.so``: the lazy device's objects, linked against the
+  torch wheel's libraries (``libc10.so``, ``libtorch*.so``, found through
+  ``$ORIGIN/../torch/lib``) and the libstdc++/libgcc_s that torch loads
+  (its C++ objects and exceptions cross into libtorch: one C++ runtime in
+  the process; ``shared_runtime``).
 
 All three are linked by zig's clang driver (PyPI ``ziglang``) for
 ``x86_64-linux-gnu.2.28``: the symbol versions are those of glibc 2.28's
@@ -54,10 +56,14 @@ SYSTEM_LIB = Path("/usr/lib/x86_64-linux-gnu")
 # glibc's own libraries: all a binary of the wheel may need (plus torch's for _device).
 GLIBC_LIBS = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1", "ld-linux-x86-64.so.2"}
 TORCH_LIBS = {"libc10.so", "libtorch.so", "libtorch_cpu.so", "libtorch_python.so"}
+# GCC's C++ runtime as torch itself loads it (manylinux's allowed libraries).
+CXX_RUNTIME = {"libstdc++.so.6", "libgcc_s.so.1"}
+# The newest versions of those that manylinux_2_28 allows (auditwheel's policy).
+CXX_RUNTIME_LIMITS = {"GLIBCXX": "3.4.24", "CXXABI": "1.3.11", "GCC": "7.0.0"}
 TARGETS = {
-    # CMake target: (what it exports, the torch libraries it may need)
+    # CMake target: (what it exports, what else it may need besides glibc)
     "_native": ({"PyInit__native"}, set()),
-    "_device": ({"PyInit__device"}, TORCH_LIBS),
+    "_device": ({"PyInit__device"}, TORCH_LIBS | CXX_RUNTIME),
     "lazymlir-opt": (set(), set()),
 }
 
@@ -84,6 +90,18 @@ def runtime_archives():
     return [str(gcc_file(name)) for name in ("libstdc++.a", "libgcc_eh.a", "libgcc.a")]
 
 
+def shared_runtime():
+    """GCC's C++ runtime and unwinder as the shared libraries torch uses.
+
+    For _device, whose C++ exceptions and objects cross into libtorch: one
+    unwinder and one libstdc++ in the process. A static libgcc_eh there
+    aborts on torch's exceptions thrown through _device (test_devices'
+    refused ops); a static libstdc++ would keep a second count of
+    uncaught exceptions. Its symbol versions are checked against
+    manylinux_2_28's limits (CXX_RUNTIME_LIMITS)."""
+    return [str(gcc_file("libstdc++.so")), str(gcc_file("libgcc_s.so.1")), str(gcc_file("libgcc.a"))]
+
+
 def link_command(build, target):
     """CMake's final link command for `target` as a list of arguments."""
     out = subprocess.run(["ninja", "-C", build, "-t", "commands", target], check=True, capture_output=True, text=True)
@@ -96,7 +114,7 @@ def link_command(build, target):
     return args
 
 
-def static_link(args, out, exports, python, objects):
+def static_link(args, out, exports, python, objects, shared_cxx):
     """`args` (CMake's link command) rewritten for zig's driver and the archives."""
     result = zig_cc(python)
     uses_llvm = False
@@ -121,7 +139,7 @@ def static_link(args, out, exports, python, objects):
         archives = sorted(str(p) for p in LLVM_LIB.glob("lib*.a"))
         result += ["-Wl,--start-group", *archives, "-Wl,--end-group"]
         result += [str(SYSTEM_LIB / "libz.a"), str(SYSTEM_LIB / "libzstd.a")]
-    result += runtime_archives()
+    result += shared_runtime() if shared_cxx else runtime_archives()
     result += ["-lm", "-lpthread", "-ldl", "-Wl,--gc-sections", "-s"]
     if "-shared" in args:
         script = out.with_suffix(out.suffix + ".map")
@@ -134,22 +152,29 @@ def readelf(flags, path):
     return subprocess.run(["readelf", "-W", *flags, str(path)], check=True, capture_output=True, text=True).stdout
 
 
-def check_binary(path, exports, torch_libs):
-    """Fails unless `path` needs glibc (and `torch_libs`) only, references no
-    glibc symbol newer than GLIBC, and exports `exports` only. Returns what
-    it needs and the newest glibc version, for the log."""
+def version_key(version):
+    return tuple(int(x) for x in version.split(".") if x.isdigit())
+
+
+def check_binary(path, exports, allowed):
+    """Fails unless `path` needs glibc (and `allowed`) only, references no
+    glibc symbol newer than GLIBC (nor libstdc++/libgcc_s ones newer than
+    manylinux_2_28 allows, where it may need those), and exports `exports`
+    only. Returns what it needs and the newest glibc version, for the log."""
     dynamic = readelf(["-d"], path)
     needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic))
-    extra = needed - GLIBC_LIBS - torch_libs
+    extra = needed - GLIBC_LIBS - allowed
     problems = [f"needs {sorted(extra)}"] if extra else []
     symbols = readelf(["--dyn-syms"], path)
     versions = set(re.findall(r"@(GLIBC_[0-9.]+)", symbols))
-    newest = max(versions, key=lambda v: tuple(int(x) for x in v[6:].split(".")), default="GLIBC_0")
-    if tuple(int(x) for x in newest[6:].split(".")) > tuple(int(x) for x in GLIBC.split(".")):
+    newest = max(versions, key=lambda v: version_key(v[6:]), default="GLIBC_0")
+    if version_key(newest[6:]) > version_key(GLIBC):
         problems.append(f"references {newest}")
-    foreign = sorted(set(re.findall(r"@((?:GLIBCXX|CXXABI|GCC)_[0-9.]+)", symbols)))
-    if foreign:
-        problems.append(f"references libstdc++/libgcc_s versions {foreign}")
+    for name, version in sorted(set(re.findall(r"@(GLIBCXX|CXXABI|GCC)_([0-9.]+)", symbols))):
+        if not allowed & CXX_RUNTIME:
+            problems.append(f"references {name}_{version} (libstdc++/libgcc_s should be static here)")
+        elif version_key(version) > version_key(CXX_RUNTIME_LIMITS[name]):
+            problems.append(f"references {name}_{version}, newer than manylinux_2_28 allows")
     exported = set()
     for line in symbols.splitlines():
         fields = line.split()
@@ -285,15 +310,15 @@ def main():
     run([test])
 
     binaries = {}
-    for target, (exports, torch_libs) in TARGETS.items():
+    for target, (exports, allowed) in TARGETS.items():
         cmake_args = link_command(build, target)
         built = Path(cmake_args[cmake_args.index("-o") + 1]).name
         out = stage / built
-        cmd = static_link(cmake_args, out, exports, args.python, objects)
+        cmd = static_link(cmake_args, out, exports, args.python, objects, shared_cxx=bool(allowed & CXX_RUNTIME))
         if target == "_device":
             cmd.append("-Wl,-rpath,$ORIGIN/../torch/lib")
         run(cmd, cwd=build)
-        needed, newest = check_binary(out, exports, torch_libs)
+        needed, newest = check_binary(out, exports, allowed)
         print(f"{built}: {out.stat().st_size / 2**20:.1f} MiB, needs {' '.join(needed)}; newest symbol {newest}")
         binaries[target] = out
 

@@ -11,6 +11,11 @@ LLVM is (docs/NOTES.md, section 17).
 3. There, tools/wheel/wheel_smoke.py runs with the venv's Python in
    isolated mode from an empty directory: ldd of the wheel's binaries,
    lazymlir-opt --help, the MNIST CNN trained compiled, torch.compile.
+4. Then pytest joins the venv (it is no dependency of the wheel, so only
+   after step 3) and WHEEL_TESTS, tests of the source tree, run against the
+   installed wheel in a second namespace like the first: the compiler's own
+   tests, errors raised through _device and through compiled steps,
+   training against eager, the eager fallbacks.
 
 Prints the wheel's size, pip install's time and the time from the start of
 pip install to the first trained step (an empty compile cache).
@@ -29,6 +34,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PATTERNS = ("libLLVM*.so*", "libMLIR*.so*", "libmlir_*.so*")
+WHEEL_TESTS = [
+    "test_native.py",
+    "test_devices.py",
+    "test_failed_steps.py",
+    "test_train_models.py",
+    "test_lazy_fallback.py",
+]
+# Runs WHEEL_TESTS with the installed lazymlir, imported before pytest
+# imports anything from the source tree.
+PYTEST = """
+import os, sys, sysconfig, lazymlir, pytest
+assert lazymlir.__file__.startswith(sysconfig.get_paths()["purelib"]), lazymlir.__file__
+print("pytest against", os.path.dirname(lazymlir.__file__), flush=True)
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-m", "not slow", *sys.argv[1:]]))
+"""
 
 
 def hide_llvm():
@@ -58,6 +78,10 @@ def inside(args):
         env["LAZYMLIR_CACHE_DIR"] = os.path.join(work, "cache")  # an empty compile cache
         env["WHEEL_CHECK_START"] = args.start
         env["PATH"] = f"{Path(args.venv) / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
+        if args.pytest:
+            tests = ROOT / "test" / "python"
+            cmd = [venv_python, "-c", PYTEST, *WHEEL_TESTS]
+            return subprocess.run(cmd, cwd=tests, env=env).returncode
         smoke = shutil.copy(Path(__file__).parent / "wheel_smoke.py", work)
         result = subprocess.run([venv_python, "-I", smoke], cwd=work, env=env, capture_output=True, text=True)
     sys.stderr.write(result.stderr[-6000:])
@@ -73,6 +97,7 @@ def main():
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--venv", help=argparse.SUPPRESS)
     parser.add_argument("--start", help=argparse.SUPPRESS)
+    parser.add_argument("--pytest", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
         return inside(args)
@@ -117,9 +142,20 @@ def main():
     for name, libs in report.pop("ldd").items():
         print(f"ldd {name}: {' '.join(libs)}")
     print(json.dumps(report))
+
+    pip = subprocess.run(
+        [venv / "bin" / "python", "-m", "pip", "install", "-q", "pytest"], capture_output=True, text=True
+    )
+    if pip.returncode:
+        sys.stderr.write(pip.stdout[-3000:] + pip.stderr[-3000:])
+        raise SystemExit("wheel check: pip install pytest failed")
+    tests_start = time.time()
+    if subprocess.run([*cmd, "--pytest"]).returncode:
+        raise SystemExit("wheel check: the tests failed against the installed wheel")
     print(
         f"wheel check passed: {wheel.stat().st_size / 2**20:.1f} MiB, pip install {installed - start:.0f} s, "
-        f"first trained step {report['seconds_install_to_first_step']:.0f} s after pip install began"
+        f"first trained step {report['seconds_install_to_first_step']:.0f} s after pip install began; "
+        f"{len(WHEEL_TESTS)} test files against the wheel {time.time() - tests_start:.0f} s"
     )
 
 
