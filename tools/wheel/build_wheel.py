@@ -119,7 +119,7 @@ def static_link(args, out, exports, python, objects, shared_cxx):
     result = zig_cc(python)
     uses_llvm = False
     skip = False
-    for i, arg in enumerate(args[1:], 1):
+    for arg in args[1:]:
         if skip:
             skip = False
             continue
