@@ -13,7 +13,7 @@ STAMPS := .stamps
 pip_install = set -o pipefail; $(VPY) -m pip install -q $(1) 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
 NATIVE_SOURCES := $(shell find CMakeLists.txt include lib tools python test -name '*.cpp' -o -name '*.h' -o -name '*.inc' -o -name '*.td' -o -name 'CMakeLists.txt' -o -name '*.in' 2>/dev/null) pyproject.toml
 
-.PHONY: all demo bench test test-slow lint format check-lit check-python conformance gpu-bundles deps build clean stress asan asan-build
+.PHONY: all demo bench test test-slow lint format check-lit check-python conformance gpu-bundles deps build clean stress asan asan-build wheel wheel-check
 
 all: build
 
@@ -121,6 +121,32 @@ asan: asan-build
 	  echo "== $$report"; head -n 60 "$$report"; status=1; done; \
 	echo "AddressSanitizer reports: $$(ls $(ASAN_BUILD)/reports | wc -l)"; \
 	exit $$status
+
+# The self-contained wheel (docs/NOTES.md, section 17): the developer
+# build's objects relinked against Debian's static MLIR/LLVM archives and a
+# static libstdc++, all symbols but the modules' entry points hidden, by zig's
+# driver against glibc 2.28's symbol versions (tools/wheel/build_wheel.py):
+# dist/lazymlir-0.1.0-cp311-cp311-manylinux_2_28_x86_64.whl, checked by
+# auditwheel. `make wheel-check` installs it into a fresh venv with only its
+# declared dependencies and, in a mount namespace that hides every LLVM/MLIR
+# library of the system, runs ldd, lazymlir-opt --help, the MNIST CNN trained
+# compiled and torch.compile(backend="lazymlir") (tools/wheel/check_wheel.py).
+WHEEL_APT_PACKAGES := libzstd-dev zlib1g-dev
+
+$(STAMPS)/wheel-tools: $(STAMPS)/venv tools/wheel/requirements.txt
+	@if ! dpkg -s $(WHEEL_APT_PACKAGES) >/dev/null 2>&1; then \
+	  echo "Installing Debian packages: $(WHEEL_APT_PACKAGES)"; \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $(WHEEL_APT_PACKAGES); \
+	fi
+	$(call pip_install,-r tools/wheel/requirements.txt)
+	@touch $@
+
+wheel: build $(STAMPS)/wheel-tools
+	$(VPY) tools/wheel/build_wheel.py
+
+wheel-check: wheel
+	$(VPY) tools/wheel/check_wheel.py
 
 deps: $(STAMPS)/apt $(STAMPS)/venv
 
