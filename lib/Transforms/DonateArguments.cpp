@@ -48,6 +48,12 @@ bool isAliasOp(Operation *op) {
              tensor::ReshapeOp>(op);
 }
 
+/// The entry function the runtime calls, or null (absent or external).
+func::FuncOp entryFunction(ModuleOp module, StringRef name) {
+  auto func = module.lookupSymbol<func::FuncOp>(name);
+  return func && !func.isExternal() ? func : nullptr;
+}
+
 /// The op of `block` that holds `op` (itself, or an ancestor).
 Operation *inBlock(Block &block, Operation *op) {
   return block.findAncestorOpInBlock(*op);
@@ -59,8 +65,8 @@ struct DonateArgumentsPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto func = module.lookupSymbol<func::FuncOp>(entry);
-    if (!func || func.isExternal())
+    func::FuncOp func = entryFunction(module, entry);
+    if (!func)
       return;
     Block &body = func.getBody().front();
     auto ret = dyn_cast<func::ReturnOp>(body.getTerminator());
@@ -211,8 +217,8 @@ struct DropDonatedResultsPass
   using Base::Base;
 
   void runOnOperation() override {
-    auto func = getOperation().lookupSymbol<func::FuncOp>(entry);
-    if (!func || func.isExternal())
+    func::FuncOp func = entryFunction(getOperation(), entry);
+    if (!func)
       return;
     // The arguments stay marked for lazymlir-guard-donated-writes.
     for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
@@ -280,8 +286,8 @@ struct GuardDonatedWritesPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto func = module.lookupSymbol<func::FuncOp>(entry);
-    if (!func || func.isExternal())
+    func::FuncOp func = entryFunction(module, entry);
+    if (!func)
       return;
     llvm::SmallPtrSet<Value, 8> donated;
     for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
