@@ -180,3 +180,21 @@ def test_a_failed_step_in_flight_with_donation(native_built):
     for k in expected:
         torch.testing.assert_close(got[k], expected[k], msg=k)
     assert metrics.counter_value("DonatedBuffers") > 0
+
+
+def test_a_donating_graph_comes_back_from_disk(native_built, tmp_path):
+    """A donating graph's trace record names the executable compiled with
+    its donations: a process that finds it (here: the memory cache
+    cleared) loads it without lowering, donates, and matches eager."""
+    from lazymlir.execution import cache
+
+    with config.patch(donate_min_bytes=0, cache_dir=str(tmp_path)):
+        _train("lazy", 3, True)
+        cache.clear()
+        metrics.reset()
+        model, opt = _train("lazy", 3, True)
+    ref, ref_opt = _train("cpu", 3, True)
+    _assert_same(model, opt, ref, ref_opt)
+    assert cache.stats().disk_hits > 0
+    assert not metrics.timing_samples("LoweringTime")
+    assert metrics.counter_value("DonatedBuffers") > 0

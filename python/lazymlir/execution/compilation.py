@@ -174,8 +174,9 @@ def _compile_locked(graph: ir.Graph):
                     listener(name, graph, lowered.linalg)
                 try:
                     executable = _compile_donating(native, lowered.linalg, pairs, options)
-                    if executable is None:  # donation refused (donation.py): copy semantics
-                        pairs = record = None
+                    if executable is None:
+                        if pairs:  # donation refused: copy semantics, and no record under the donating key
+                            pairs = record = None
                         executable = native.compile_linalg(
                             lowered.linalg, keep_llvm_dialect=bool(config.dump_dir), profile=config.profile, **options
                         )
