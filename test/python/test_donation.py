@@ -189,6 +189,7 @@ def test_a_donating_graph_comes_back_from_disk(native_built, tmp_path):
     from lazymlir.execution import cache
 
     with config.patch(donate_min_bytes=0, cache_dir=str(tmp_path)):
+        cache.clear()  # compiled here (earlier tests' graphs are in memory), records written there
         _train("lazy", 3, True)
         cache.clear()
         metrics.reset()
