@@ -48,6 +48,24 @@ bool isAliasOp(Operation *op) {
              tensor::ReshapeOp>(op);
 }
 
+/// The uses of `root` and, through alias ops, of the values that alias it:
+/// everything that reads its value.
+SmallVector<OpOperand *> aliasUses(Value root) {
+  SmallVector<OpOperand *> uses;
+  SmallVector<Value> todo = {root};
+  while (!todo.empty()) {
+    Value v = todo.pop_back_val();
+    for (OpOperand &use : v.getUses()) {
+      uses.push_back(&use);
+      if (isAliasOp(use.getOwner()))
+        for (Value r : use.getOwner()->getResults())
+          if (isa<TensorType>(r.getType()))
+            todo.push_back(r);
+    }
+  }
+  return uses;
+}
+
 /// The entry function the runtime calls, or null (absent or external).
 func::FuncOp entryFunction(ModuleOp module, StringRef name) {
   auto func = module.lookupSymbol<func::FuncOp>(name);
@@ -101,38 +119,28 @@ struct DonateArgumentsPass
       // through views and reshapes, theirs. Another result that is such an
       // alias gets its own copy, taken before the argument is written.
       SmallVector<Operation *> readers;
-      SmallVector<Value> todo = {arg};
-      while (!todo.empty()) {
-        Value v = todo.pop_back_val();
-        SmallVector<OpOperand *> uses;
-        for (OpOperand &use : v.getUses())
-          uses.push_back(&use);
-        for (OpOperand *use : uses) {
-          Operation *user = use->getOwner();
-          if (user != ret.getOperation()) {
-            readers.push_back(user);
-            if (isAliasOp(user))
-              for (Value r : user->getResults())
-                if (isa<TensorType>(r.getType()))
-                  todo.push_back(r);
-            continue;
-          }
-          if (use->getOperandNumber() == j && v == arg)
-            continue; // returned unchanged: already in place
-          if (Operation *def = v.getDefiningOp())
-            rewriter.setInsertionPointAfter(inBlock(body, def));
-          else
-            rewriter.setInsertionPointToStart(&body);
-          Location loc = v.getLoc();
-          SmallVector<OpFoldResult> sizes =
-              tensor::getMixedSizes(rewriter, loc, v);
-          Value empty = tensor::EmptyOp::create(
-              rewriter, loc, sizes,
-              cast<RankedTensorType>(v.getType()).getElementType());
-          auto copy = linalg::CopyOp::create(rewriter, loc, v, empty);
-          use->set(copy->getResult(0));
-          readers.push_back(copy);
+      for (OpOperand *use : aliasUses(arg)) {
+        Operation *user = use->getOwner();
+        if (user != ret.getOperation()) {
+          readers.push_back(user);
+          continue;
         }
+        Value v = use->get();
+        if (use->getOperandNumber() == j && v == arg)
+          continue; // returned unchanged: already in place
+        if (Operation *def = v.getDefiningOp())
+          rewriter.setInsertionPointAfter(inBlock(body, def));
+        else
+          rewriter.setInsertionPointToStart(&body);
+        Location loc = v.getLoc();
+        SmallVector<OpFoldResult> sizes =
+            tensor::getMixedSizes(rewriter, loc, v);
+        Value empty = tensor::EmptyOp::create(
+            rewriter, loc, sizes,
+            cast<RankedTensorType>(v.getType()).getElementType());
+        auto copy = linalg::CopyOp::create(rewriter, loc, v, empty);
+        use->set(copy->getResult(0));
+        readers.push_back(copy);
       }
       Value value = ret.getOperand(j);
       if (value == arg)
@@ -153,19 +161,8 @@ struct DonateArgumentsPass
       // And after every read of the new value: once materialized in the
       // argument, a later read of it would see the write as a conflict
       // (an optimizer reads the new moments to update the parameter).
-      SmallVector<Value> values = {value};
-      while (!values.empty()) {
-        Value v = values.pop_back_val();
-        for (Operation *user : v.getUsers()) {
-          if (user == ret.getOperation())
-            continue;
-          later(user);
-          if (isAliasOp(user))
-            for (Value r : user->getResults())
-              if (isa<TensorType>(r.getType()))
-                values.push_back(r);
-        }
-      }
+      for (OpOperand *use : aliasUses(value))
+        later(use->getOwner()); // the return is never `after`
       if (after)
         rewriter.setInsertionPointAfter(after);
       else

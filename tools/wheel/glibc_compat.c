@@ -42,8 +42,18 @@ char __libc_single_threaded = 0;
 
 typedef int (*FindObjectFn)(void *, struct dl_find_object *);
 
-// Resolved once: glibc's _dl_find_object, or (void *)-1 when it has none.
-static void *resolvedFindObject;
+// glibc's own `name`@`version`, looked up once into *slot ((void *)-1
+// there when it has none); NULL when the running glibc lacks it.
+static void *glibcOwn(void **slot, const char *name, const char *version) {
+  void *fn = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  if (!fn) {
+    fn = dlvsym(RTLD_DEFAULT, name, version);
+    if (!fn)
+      fn = (void *)-1;
+    __atomic_store_n(slot, fn, __ATOMIC_RELEASE);
+  }
+  return fn == (void *)-1 ? NULL : fn;
+}
 
 struct PhdrSearch {
   uintptr_t pc;
@@ -85,14 +95,9 @@ static int findObjectCallback(struct dl_phdr_info *info, size_t size,
 }
 
 int _dl_find_object(void *pc, struct dl_find_object *result) {
-  void *fn = __atomic_load_n(&resolvedFindObject, __ATOMIC_ACQUIRE);
-  if (!fn) {
-    fn = dlvsym(RTLD_DEFAULT, "_dl_find_object", "GLIBC_2.35");
-    if (!fn)
-      fn = (void *)-1;
-    __atomic_store_n(&resolvedFindObject, fn, __ATOMIC_RELEASE);
-  }
-  if (fn != (void *)-1)
+  static void *resolved;
+  void *fn = glibcOwn(&resolved, "_dl_find_object", "GLIBC_2.35");
+  if (fn)
     return ((FindObjectFn)fn)(pc, result);
   struct PhdrSearch search = {(uintptr_t)pc, result, 0};
   dl_iterate_phdr(findObjectCallback, &search);
@@ -137,14 +142,8 @@ uint32_t arc4random(void) {
 struct mallinfo2 mallinfo2(void) {
   typedef struct mallinfo2 (*MallInfo2Fn)(void);
   static void *resolved;
-  void *fn = __atomic_load_n(&resolved, __ATOMIC_ACQUIRE);
-  if (!fn) {
-    fn = dlvsym(RTLD_DEFAULT, "mallinfo2", "GLIBC_2.33");
-    if (!fn)
-      fn = (void *)-1;
-    __atomic_store_n(&resolved, fn, __ATOMIC_RELEASE);
-  }
-  if (fn != (void *)-1)
+  void *fn = glibcOwn(&resolved, "mallinfo2", "GLIBC_2.33");
+  if (fn)
     return ((MallInfo2Fn)fn)();
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

@@ -4,6 +4,7 @@ disk cache's record of an earlier process's compile, or a dynamic graph
 in memory under the trace's key. ``run.execute`` calls :func:`compile_graph`.
 """
 
+import functools
 import threading
 import time
 import warnings
@@ -93,26 +94,22 @@ def _zero_size(graph: ir.Graph) -> bool:
     return any(isinstance(m, torch.Tensor) and m.numel() == 0 for m in metas)
 
 
-def _compile_donating(native, linalg: str, pairs, options):
-    """The graph compiled with the inputs of ``pairs`` donated to their
-    outputs; None when there are none, or when the compiler refuses them (a
-    runtime check after the first write into a donated input, an update it
-    cannot tie to its input): the caller compiles without."""
-    if not pairs:
-        return None
-    try:
-        return native.compile_linalg(
-            linalg,
-            keep_llvm_dialect=bool(config.dump_dir),
-            profile=config.profile,
-            donate=[index for pair in pairs for index in pair],
-            **options,
-        )
-    except native.CompileError as e:
-        metrics.counter("DonationRefused")
-        if config.verbose:
-            print(f"lazymlir: compiling without donated inputs: {str(e)[:500]}")
-        return None
+def _compile_linalg(native, linalg: str, options: dict, pairs):
+    """The graph compiled, with the inputs of ``pairs`` donated to their
+    outputs unless the compiler refuses them (a runtime check after the
+    first write into a donated input, an update it cannot tie to its
+    input): then it is compiled without. (executable, the pairs it donates)."""
+    compile = functools.partial(
+        native.compile_linalg, linalg, keep_llvm_dialect=bool(config.dump_dir), profile=config.profile, **options
+    )
+    if pairs:
+        try:
+            return compile(donate=[index for pair in pairs for index in pair]), pairs
+        except native.CompileError as e:
+            metrics.counter("DonationRefused")
+            if config.verbose:
+                print(f"lazymlir: compiling without donated inputs: {str(e)[:500]}")
+    return compile(), ()
 
 
 def compile_graph(graph: ir.Graph):
@@ -173,13 +170,10 @@ def _compile_locked(graph: ir.Graph):
                 for listener in lowered_graph_listeners:
                     listener(name, graph, lowered.linalg)
                 try:
-                    executable = _compile_donating(native, lowered.linalg, pairs, options)
-                    if executable is None:
-                        if pairs:  # donation refused: copy semantics, and no record under the donating key
-                            pairs = record = None
-                        executable = native.compile_linalg(
-                            lowered.linalg, keep_llvm_dialect=bool(config.dump_dir), profile=config.profile, **options
-                        )
+                    requested = pairs
+                    executable, pairs = _compile_linalg(native, lowered.linalg, options, pairs)
+                    if requested and not pairs:  # refused: copy semantics, no record under the donating key
+                        record = None
                 except Exception:
                     # The IR that failed, for the bug report.
                     debug.dump(name, "torch", lowered.torch_mlir)
