@@ -45,7 +45,9 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   }
   // Large float32 matrix products: the runtime's packed GEMM
   // (lazymlir-gemm-calls makes them calls once they are on buffers).
-  pm.addNestedPass<func::FuncOp>(createMarkGemmsPass());
+  MarkGemmsPassOptions marks;
+  marks.bf16Operands = options.bf16Gemm;
+  pm.addNestedPass<func::FuncOp>(createMarkGemmsPass(marks));
   TileContractionsPassOptions tiling;
   tiling.fuseEpilogue = options.fusion;
   pm.addNestedPass<func::FuncOp>(createTileContractionsPass(tiling));

@@ -92,6 +92,8 @@ CpuPipelineSettings hostPipelineSettings(const CompileOptions &options) {
   settings.vectorWidth = features.lookup("avx512f") ? 16u
                          : features.lookup("avx")   ? 8u
                                                     : 4u;
+  // bf16 products on the CPU's bf16 dot product (the runtime's bf16 GEMM).
+  settings.bf16Gemm = features.lookup("avx512bf16");
   return settings;
 }
 
@@ -103,6 +105,7 @@ std::string describeOptions(const CompileOptions &options) {
      << ";threads=" << pipeline.threads << ";checks=" << pipeline.runtimeChecks
      << ";parallel=" << pipeline.parallelThreshold
      << ";ldexp=" << pipeline.useLdexp << ";vw=" << pipeline.vectorWidth
+     << ";bf16gemm=" << pipeline.bf16Gemm
      << ";streaming=" << pipeline.streamingStoreBytes;
   return os.str();
 }

@@ -4,6 +4,7 @@
 #include "GemmScratch.h"
 #include "OpenMP.h"
 
+#include <cpuid.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,8 @@
 #include <cstdlib>
 #include <memory>
 #include <thread>
+#include <vector>
+#include <cstring>
 
 namespace lazymlir {
 
@@ -47,6 +50,7 @@ float *gemmScratch(GemmBuffer which, size_t floats) {
   int lanes();                                                                 \
   }
 GEMM_ISA(avx512)
+GEMM_ISA(avx512bf16)
 GEMM_ISA(avx2)
 GEMM_ISA(sse2)
 #undef GEMM_ISA
@@ -61,6 +65,7 @@ struct Kernel {
   GemmBlocking blocking;
   float (*fmaLoop)(int64_t); // the FMA chains measureFmaPeak times
   int lanes;                 // floats per vector
+  int64_t abBytes;           // bytes of an element of A and B (C: float)
 };
 
 int64_t cacheBytes(int name, int64_t fallback) {
@@ -74,37 +79,47 @@ int64_t roundDown(int64_t value, int64_t multiple) {
 
 /// The blocking of a micro-tile from the caches this host reports: a KC x NR
 /// sliver of B in half of L1, an MC x KC block of A in half of L2, a
-/// KC x NC panel of B in this core's share of half of L3.
-GemmBlocking blockingFor(GemmBlocking tile) {
+/// KC x NC panel of B in this core's share of half of L3 (A's and B's
+/// elements `bytes` wide).
+GemmBlocking blockingFor(GemmBlocking tile, int64_t bytes = 4) {
   int64_t l1 = cacheBytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10);
   int64_t l2 = cacheBytes(_SC_LEVEL2_CACHE_SIZE, 256 << 10);
   int64_t l3 = cacheBytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20);
   int64_t cores = teamCores();
-  tile.kc = std::clamp<int64_t>(roundDown(l1 / 2 / (tile.nr * 4), 8), 64, 1024);
-  tile.mc = std::clamp<int64_t>(roundDown(l2 / 2 / (tile.kc * 4), tile.mr),
+  tile.kc = std::clamp<int64_t>(roundDown(l1 / 2 / (tile.nr * bytes), 8), 64,
+                                1024);
+  tile.mc = std::clamp<int64_t>(roundDown(l2 / 2 / (tile.kc * bytes), tile.mr),
                                 tile.mr, 4096 / tile.mr * tile.mr);
-  tile.nc =
-      std::clamp<int64_t>(roundDown(l3 / 2 / cores / (tile.kc * 4), tile.nr),
-                          tile.nr, 8192 / tile.nr * tile.nr);
+  tile.nc = std::clamp<int64_t>(
+      roundDown(l3 / 2 / cores / (tile.kc * bytes), tile.nr), tile.nr,
+      8192 / tile.nr * tile.nr);
   return tile;
 }
 
 Kernel kernelFor(const std::string &isa) {
-#define GEMM_KERNEL(name, ns)                                                  \
+#define GEMM_KERNEL(name, ns, bytes)                                           \
   Kernel {                                                                     \
-    name, &ns::chunk, &ns::packPanel, &ns::panelRows, blockingFor(ns::tile()), \
-        &ns::fmaLoop, ns::lanes()                                              \
+    name, &ns::chunk, &ns::packPanel, &ns::panelRows,                          \
+        blockingFor(ns::tile(), bytes), &ns::fmaLoop, ns::lanes(), bytes       \
   }
+  if (isa == "avx512bf16")
+    return GEMM_KERNEL("avx512bf16", avx512bf16, 2);
   if (isa == "avx512f")
-    return GEMM_KERNEL("avx512f", avx512);
+    return GEMM_KERNEL("avx512f", avx512, 4);
   if (isa == "avx2")
-    return GEMM_KERNEL("avx2", avx2);
-  return GEMM_KERNEL("sse2", sse2);
+    return GEMM_KERNEL("avx2", avx2, 4);
+  return GEMM_KERNEL("sse2", sse2, 4);
 #undef GEMM_KERNEL
 }
 
 bool hostHas(const std::string &isa) {
   __builtin_cpu_init();
+  if (isa == "avx512bf16") {
+    // CPUID leaf 7, sub-leaf 1: EAX bit 5 (AVX512_BF16).
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx512f") &&
+           __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax >> 5 & 1);
+  }
   if (isa == "avx512f")
     return __builtin_cpu_supports("avx512f");
   if (isa == "avx2")
@@ -267,38 +282,40 @@ void run(const GemmArgs &g, const Kernel &kernel, int threads) {
   runOnTeam(job.chunks > 1 ? threads : 1, &runColumnChunks, &job);
 }
 
-/// Product `i` of a batch whose operands are `batchStrides` elements apart.
+/// Product `i` of a batch whose operands are `batchStrides` elements apart
+/// (A's and B's elements `abBytes` wide).
 GemmArgs nthProduct(const GemmArgs &args, int64_t i, int64_t aBatch,
-                    int64_t bBatch, int64_t cBatch) {
+                    int64_t bBatch, int64_t cBatch, int64_t abBytes) {
   GemmArgs g = args;
-  g.a += i * aBatch;
-  g.b += i * bBatch;
+  g.a = reinterpret_cast<const float *>(
+      reinterpret_cast<const char *>(g.a) + i * aBatch * abBytes);
+  g.b = reinterpret_cast<const float *>(
+      reinterpret_cast<const char *>(g.b) + i * bBatch * abBytes);
   g.c += i * cBatch;
   return g;
 }
 
 struct BatchJob {
   const GemmArgs *args;
+  const Kernel *kernel;
   int64_t aBatch, bBatch, cBatch, batch;
   std::atomic<int64_t> next{0};
 };
 
 void runProducts(void *data) {
   BatchJob &job = *static_cast<BatchJob *>(data);
-  const Kernel &kernel = hostKernel();
+  const Kernel &kernel = *job.kernel;
   for (int64_t i; (i = job.next.fetch_add(1)) < job.batch;) {
-    GemmArgs g = nthProduct(*job.args, i, job.aBatch, job.bBatch, job.cBatch);
+    GemmArgs g = nthProduct(*job.args, i, job.aBatch, job.bBatch, job.cBatch,
+                            kernel.abBytes);
     kernel.chunk(g, kernel.blocking, 0, g.m, 0, g.n);
   }
 }
 
-} // namespace
-
-void sgemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
-                  int64_t bBatch, int64_t cBatch, int threads) {
+void gemmBatched(const Kernel &kernel, const GemmArgs &args, int64_t batch,
+                 int64_t aBatch, int64_t bBatch, int64_t cBatch, int threads) {
   if (threads <= 0)
     threads = teamCores();
-  const Kernel &kernel = hostKernel();
   // A product too small to split well (under ~4 micro-tile rows per thread
   // in each dimension): the threads take whole products instead. (Products
   // over an empty K go through run, which zeroes C when it overwrites.)
@@ -308,6 +325,7 @@ void sgemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
       (small || batch >= 4 * threads)) {
     BatchJob job;
     job.args = &args;
+    job.kernel = &kernel;
     job.aBatch = aBatch;
     job.bBatch = bBatch;
     job.cBatch = cBatch;
@@ -316,7 +334,74 @@ void sgemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
     return;
   }
   for (int64_t i = 0; i < batch; ++i)
-    run(nthProduct(args, i, aBatch, bBatch, cBatch), kernel, threads);
+    run(nthProduct(args, i, aBatch, bBatch, cBatch, kernel.abBytes), kernel,
+        threads);
+}
+
+/// A bfloat16 product on a host without AVX512-BF16: A and B widened into
+/// float32 copies (a bf16 value is the high half of its float), then the
+/// float32 kernel.
+void widenedBf16(const GemmArgs &args, int64_t batch, int64_t aBatch,
+                 int64_t bBatch, int64_t cBatch, int threads) {
+  if (args.m <= 0 || args.n <= 0)
+    return;
+  std::vector<float> a(static_cast<size_t>(args.m * std::max<int64_t>(args.k, 0))),
+      b(static_cast<size_t>(std::max<int64_t>(args.k, 0) * args.n));
+  auto widen = [](uint16_t v) {
+    uint32_t bits = static_cast<uint32_t>(v) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  };
+  for (int64_t i = 0; i < batch; ++i) {
+    GemmArgs g = nthProduct(args, i, aBatch, bBatch, cBatch, 2);
+    auto *ga = reinterpret_cast<const uint16_t *>(g.a);
+    auto *gb = reinterpret_cast<const uint16_t *>(g.b);
+    for (int64_t r = 0; r < g.m; ++r)
+      for (int64_t p = 0; p < g.k; ++p)
+        a[r * g.k + p] = widen(ga[r * g.aRow + p * g.aCol]);
+    for (int64_t p = 0; p < g.k; ++p)
+      for (int64_t j = 0; j < g.n; ++j)
+        b[p * g.n + j] = widen(gb[p * g.bRow + j * g.bCol]);
+    g.a = a.data();
+    g.aRow = g.k;
+    g.aCol = 1;
+    g.b = b.data();
+    g.bRow = g.n;
+    g.bCol = 1;
+    run(g, hostKernel(), threads > 0 ? threads : teamCores());
+  }
+}
+
+} // namespace
+
+void sgemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
+                  int64_t bBatch, int64_t cBatch, int threads) {
+  gemmBatched(hostKernel(), args, batch, aBatch, bBatch, cBatch, threads);
+}
+
+void bf16GemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
+                     int64_t bBatch, int64_t cBatch, int threads) {
+  static const bool dot = hostHas("avx512bf16");
+  if (!dot) {
+    widenedBf16(args, batch, aBatch, bBatch, cBatch, threads);
+    return;
+  }
+  static const Kernel kernel = kernelFor("avx512bf16");
+  gemmBatched(kernel, args, batch, aBatch, bBatch, cBatch, threads);
+}
+
+bool bf16GemmWith(const GemmArgs &args, const std::string &isa, int threads) {
+  if (isa == "widen") {
+    widenedBf16(args, 1, 0, 0, 0, threads);
+    return true;
+  }
+  if (!isa.empty() && isa != "avx512bf16")
+    return false;
+  if (!isa.empty() && !hostHas(isa))
+    return false;
+  bf16GemmBatched(args, 1, 0, 0, 0, threads);
+  return true;
 }
 
 bool sgemmWith(const GemmArgs &args, const std::string &isa, int threads) {
@@ -381,4 +466,17 @@ extern "C" void lazymlir_sgemm_batched(int64_t batch, int64_t m, int64_t n,
   args.overwrite = accumulate == 0;
   lazymlir::sgemmBatched(args, batch, aBatch, bBatch, cBatch,
                          static_cast<int>(threads));
+}
+
+extern "C" void lazymlir_bf16gemm_batched(
+    int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a, int64_t aBatch,
+    int64_t aRow, int64_t aCol, int64_t b, int64_t bBatch, int64_t bRow,
+    int64_t bCol, int64_t c, int64_t cBatch, int64_t cRow, int64_t cCol,
+    int64_t threads, int64_t accumulate) {
+  lazymlir::GemmArgs args = lazymlir::gemmArgs(
+      m, n, k, static_cast<uintptr_t>(a), aRow, aCol, static_cast<uintptr_t>(b),
+      bRow, bCol, static_cast<uintptr_t>(c), cRow, cCol);
+  args.overwrite = accumulate == 0;
+  lazymlir::bf16GemmBatched(args, batch, aBatch, bBatch, cBatch,
+                            static_cast<int>(threads));
 }

@@ -97,6 +97,8 @@ KernelJit::KernelJit() {
   bind("__truncsfbf2", reinterpret_cast<void *>(&lazymlirTruncSfBf2));
   bind("lazymlir_sgemm_batched",
        reinterpret_cast<void *>(&lazymlir_sgemm_batched));
+  bind("lazymlir_bf16gemm_batched",
+       reinterpret_cast<void *>(&lazymlir_bf16gemm_batched));
   bind("__truncdfbf2", reinterpret_cast<void *>(&lazymlirTruncDfBf2));
   for (const RuntimeSymbol &symbol : openMPEntryPoints())
     bind(symbol.name, symbol.address);

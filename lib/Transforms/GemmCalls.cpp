@@ -16,10 +16,14 @@
 #include "lazymlir/Transforms/Passes.h"
 #include "lazymlir/Transforms/RuntimeGemm.h"
 
+#include "llvm/ADT/SetVector.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/PatternMatch.h"
 #include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -39,6 +43,7 @@ namespace {
 
 using lazymlir::kGemmAttr;
 constexpr StringLiteral kGemmFunction = "lazymlir_sgemm_batched";
+constexpr StringLiteral kBf16GemmFunction = "lazymlir_bf16gemm_batched";
 
 /// The loops of a contraction by role: batch (in A, B and C), rows M (A and
 /// C), columns N (B and C) and reduction K (A and B), each in loop order.
@@ -142,19 +147,129 @@ bool lazymlir::isRuntimeGemm(linalg::LinalgOp op, ArrayRef<AffineMap> maps) {
 
 namespace {
 
+/// The bf16 value `value` widens, when it is a result of a linalg.generic
+/// on tensors that yields `arith.extf` of a bf16 value computed in its body
+/// into an init that the body never reads, made by tensor.empty.
+arith::ExtFOp widenedBf16(Value value) {
+  auto result = dyn_cast<OpResult>(value);
+  auto producer = value.getDefiningOp<linalg::GenericOp>();
+  if (!result || !producer || !producer.hasPureTensorSemantics())
+    return {};
+  unsigned index = result.getResultNumber();
+  OpOperand *init = producer.getDpsInitOperand(index);
+  if (!init->get().getDefiningOp<tensor::EmptyOp>() ||
+      producer.payloadUsesValueFromOperand(init))
+    return {};
+  auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
+  auto extend = yield.getOperand(index).getDefiningOp<arith::ExtFOp>();
+  if (!extend || !extend.getIn().getType().isBF16() ||
+      !extend.getType().isF32())
+    return {};
+  return extend;
+}
+
+/// `value`'s producer (widenedBf16) made to yield the bf16 value itself.
+void narrowProducer(Value value, arith::ExtFOp extend) {
+  auto result = cast<OpResult>(value);
+  auto producer = cast<linalg::GenericOp>(result.getOwner());
+  unsigned index = result.getResultNumber();
+  OpOperand *init = producer.getDpsInitOperand(index);
+  auto empty = init->get().getDefiningOp<tensor::EmptyOp>();
+  OpBuilder builder(producer);
+  Type bf16 = extend.getIn().getType();
+  auto narrowEmpty = tensor::EmptyOp::create(
+      builder, empty.getLoc(), empty.getMixedSizes(), bf16);
+  init->set(narrowEmpty);
+  producer.getMatchingBlockArgument(init).setType(bf16);
+  result.setType(narrowEmpty.getType());
+  auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
+  yield.setOperand(index, extend.getIn());
+  if (extend->use_empty())
+    extend->erase();
+  if (empty->use_empty())
+    empty->erase();
+}
+
+/// `op`'s input `operand`, now bf16, widened in its body instead.
+void widenInBody(linalg::GenericOp op, OpOperand *operand) {
+  BlockArgument argument = op.getMatchingBlockArgument(operand);
+  Type f32 = argument.getType();
+  argument.setType(getElementTypeOrSelf(operand->get().getType()));
+  OpBuilder builder = OpBuilder::atBlockBegin(op.getBody());
+  auto extend = arith::ExtFOp::create(builder, op.getLoc(), f32, argument);
+  argument.replaceAllUsesExcept(extend, extend);
+}
+
 struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
   using Base::Base;
 
   void runOnOperation() override {
+    SmallVector<linalg::LinalgOp> marked;
     getOperation().walk([&](linalg::LinalgOp op) {
       // Only a whole contraction: one that an earlier pass fused into a
       // loop (a row reduction's rows, lazymlir-fuse-row-reductions) is a
       // slice per iteration, tiled where it is.
       if (isa<func::FuncOp>(op->getParentOp()) &&
           lazymlir::isRuntimeGemm(op, op.getIndexingMapsArray(), minSize,
-                                  minWork))
+                                  minWork)) {
         op->setAttr(kGemmAttr, UnitAttr::get(op->getContext()));
+        marked.push_back(op);
+      }
     });
+    if (bf16Operands)
+      readBf16Operands(marked);
+  }
+
+  /// The marked contractions whose A and B both widen bf16 values (and
+  /// whose producers feed nothing else but such contractions' A and B) read
+  /// those values in bf16.
+  void readBf16Operands(ArrayRef<linalg::LinalgOp> marked) {
+    llvm::SetVector<Operation *> chosen;
+    for (linalg::LinalgOp op : marked)
+      if (widenedBf16(op.getDpsInputOperand(0)->get()) &&
+          widenedBf16(op.getDpsInputOperand(1)->get()))
+        chosen.insert(op);
+    // Drop, until none is left to drop, a contraction with an operand that
+    // something outside the chosen ones' A and B also reads.
+    auto onlyChosenRead = [&](Value value) {
+      return llvm::all_of(value.getUses(), [&](OpOperand &use) {
+        auto user = dyn_cast<linalg::LinalgOp>(use.getOwner());
+        return user && chosen.contains(user) &&
+               use.getOperandNumber() < 2;
+      });
+    };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (Operation *op : SmallVector<Operation *>(chosen.getArrayRef()))
+        if (!onlyChosenRead(op->getOperand(0)) ||
+            !onlyChosenRead(op->getOperand(1))) {
+          chosen.remove(op);
+          changed = true;
+        }
+    }
+    IRRewriter rewriter(&getContext());
+    for (Operation *op : chosen) {
+      for (unsigned i = 0; i < 2; ++i)
+        if (arith::ExtFOp extend = widenedBf16(op->getOperand(i)))
+          narrowProducer(op->getOperand(i), extend);
+      auto generic = dyn_cast<linalg::GenericOp>(op);
+      if (!generic) {
+        rewriter.setInsertionPoint(op);
+        FailureOr<linalg::GenericOp> general =
+            linalg::generalizeNamedOp(rewriter, cast<linalg::LinalgOp>(op));
+        if (failed(general)) {
+          op->emitError("lazymlir-mark-gemms: cannot generalize");
+          return signalPassFailure();
+        }
+        generic = *general;
+        generic->setAttr(kGemmAttr, rewriter.getUnitAttr());
+      }
+      for (unsigned i = 0; i < 2; ++i)
+        if (OpOperand *operand = generic.getDpsInputOperand(i);
+            getElementTypeOrSelf(operand->get().getType()).isBF16() &&
+            generic.getMatchingBlockArgument(operand).getType().isF32())
+          widenInBody(generic, operand);
+    }
   }
 };
 
@@ -234,14 +349,18 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
     MLIRContext *ctx = module.getContext();
     OpBuilder builder(ctx);
     Type i64 = builder.getI64Type();
-    auto callee = module.lookupSymbol<func::FuncOp>(kGemmFunction);
-    if (!callee) {
-      builder.setInsertionPointToStart(module.getBody());
-      callee = func::FuncOp::create(
-          builder, module.getLoc(), kGemmFunction,
-          builder.getFunctionType(SmallVector<Type>(18, i64), {}));
-      callee.setPrivate();
-    }
+    auto declare = [&](StringRef name) {
+      auto callee = module.lookupSymbol<func::FuncOp>(name);
+      if (!callee) {
+        OpBuilder::InsertionGuard guard(builder);
+        builder.setInsertionPointToStart(module.getBody());
+        callee = func::FuncOp::create(
+            builder, module.getLoc(), name,
+            builder.getFunctionType(SmallVector<Type>(18, i64), {}));
+        callee.setPrivate();
+      }
+      return callee;
+    };
     for (linalg::LinalgOp op : marked) {
       op->removeAttr(kGemmAttr);
       if (!op.hasPureBufferSemantics()) {
@@ -280,6 +399,20 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
                        "read as a matrix; left to the loops");
         continue;
       }
+      // A and B in bf16 (lazymlir-mark-gemms' bf16-operands), C in float32:
+      // the bf16 GEMM; else all three float32.
+      auto elementOf = [](Value v) { return getElementTypeOrSelf(v.getType()); };
+      bool bf16 = elementOf(operands[0]).isBF16() &&
+                  elementOf(operands[1]).isBF16() &&
+                  elementOf(operands[2]).isF32();
+      if (!bf16 && !llvm::all_of(operands, [&](Value v) {
+            return elementOf(v).isF32();
+          })) {
+        op->emitRemark("lazymlir-gemm-calls: operands neither all float32 "
+                       "nor bf16 x bf16 -> float32; left to the loops");
+        continue;
+      }
+      func::FuncOp callee = declare(bf16 ? kBf16GemmFunction : kGemmFunction);
       linalg::FillOp zeroFill = zeroFillBefore(op, operands[2]);
       builder.setInsertionPoint(op);
       Location loc = op.getLoc();

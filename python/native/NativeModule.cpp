@@ -287,6 +287,26 @@ NB_MODULE(_native, m) {
       "GIL by lazymlir._device's replay; 0 when it ran, 1 when a runtime "
       "check failed, 2 on any other error.");
   m.def(
+      "bf16gemm",
+      [](int64_t m, int64_t n, int64_t k, uintptr_t a, int64_t aRow,
+         int64_t aCol, uintptr_t b, int64_t bRow, int64_t bCol, uintptr_t c,
+         int64_t cRow, int64_t cCol, const std::string &isa, int threads,
+         bool accumulate) {
+        GemmArgs args =
+            gemmArgs(m, n, k, a, aRow, aCol, b, bRow, bCol, c, cRow, cCol);
+        args.overwrite = !accumulate;
+        nb::gil_scoped_release release;
+        return bf16GemmWith(args, isa, threads);
+      },
+      nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("a"), nb::arg("a_row"),
+      nb::arg("a_col"), nb::arg("b"), nb::arg("b_row"), nb::arg("b_col"),
+      nb::arg("c"), nb::arg("c_row"), nb::arg("c_col"), nb::arg("isa") = "",
+      nb::arg("threads") = 0, nb::arg("accumulate") = true,
+      "For tests: C += A x B (accumulate=False: C = A x B) with A and B "
+      "bfloat16, C float32, as compiled bf16 contractions call it; `isa` "
+      "avx512bf16 (the dot-product kernel; False when the host lacks it), "
+      "widen (float32 copies, the float32 kernel) or '' (the host's).");
+  m.def(
       "sgemm",
       [](int64_t m, int64_t n, int64_t k, uintptr_t a, int64_t aRow,
          int64_t aCol, uintptr_t b, int64_t bRow, int64_t bCol, uintptr_t c,

@@ -226,3 +226,75 @@ def test_threads_sharing_packed_panels_match_one_thread_exactly(threads):
                 c = c0.clone()
                 assert _gemm(a, b, c, "", threads)
                 assert torch.equal(c, one), (m, n, k, layout, threads, (c - one).abs().max())
+
+
+def _bf16gemm(a, b, c, isa="", threads=0, accumulate=True):
+    return _native.bf16gemm(
+        a.shape[0], b.shape[1], a.shape[1],
+        a.data_ptr(), a.stride(0), a.stride(1),
+        b.data_ptr(), b.stride(0), b.stride(1),
+        c.data_ptr(), c.stride(0), c.stride(1),
+        isa, threads, accumulate,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("isa", ["avx512bf16", "widen"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bf16_kernel_matches_float64_for_every_layout(isa, threads):
+    """The bf16 GEMM (A and B bf16, C float32): the AVX512-BF16 dot-product
+    kernel (K in pairs: odd K, K past one KC block) and the widening path of
+    other hosts, A and B read row by row or transposed in place, C
+    accumulated, strided, or overwritten (NaN never read); products of bf16
+    values are exact in float32, so the result is float64's up to the sums'
+    rounding."""
+    if isa == "avx512bf16" and "avx512_bf16" not in _flags():
+        assert not _bf16gemm(torch.ones(1, 1).bfloat16(), torch.ones(1, 1).bfloat16(), torch.zeros(1, 1), isa)
+        pytest.skip("no AVX512-BF16 on this host")
+    torch.manual_seed(0)
+    for m, n, k in SHAPES + [(700, 300, 601), (40, 700, 1031)]:
+        for layout in range(4):
+            a = torch.randn(k, m).bfloat16().t() if layout & 1 else torch.randn(m, k).bfloat16()
+            b = torch.randn(n, k).bfloat16().t() if layout & 2 else torch.randn(k, n).bfloat16()
+            want = a.double() @ b.double()
+            for c_kind in ("rows", "slice", "overwrite"):
+                c = torch.randn(m, n + 5)[:, 2 : 2 + n] if c_kind == "slice" else torch.randn(m, n)
+                if c_kind == "overwrite":
+                    c.fill_(float("nan"))
+                before = torch.zeros(m, n) if c_kind == "overwrite" else c.clone()
+                assert _bf16gemm(a, b, c, isa, threads, accumulate=c_kind != "overwrite")
+                err = (c.double() - before.double() - want).abs().max()
+                assert err <= 1e-5 * k**0.5 * 4, (isa, m, n, k, layout, c_kind, err)
+
+
+def test_bf16_autocast_products_read_bf16(native_built, fresh_cache, tmp_path):
+    """Under bf16 autocast a linear layer's product and its gradients read
+    their operands in bf16: on a host with AVX512-BF16 the compiled code
+    calls the bf16 GEMM (lazymlir-mark-gemms' bf16-operands), elsewhere the
+    float32 one; the results equal eager's bf16 ones within bf16 rounding."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(192, 320)
+    x = torch.randn(4, 64, 192)
+
+    def run(dev):
+        m = lin.to(dev) if dev == "lazy" else lin
+        xx = x.detach().to(dev).requires_grad_()
+        with torch.autocast(dev if dev == "lazy" else "cpu", torch.bfloat16):
+            y = m(xx)
+        y.float().square().sum().backward()
+        outs = [y, xx.grad, m.weight.grad]
+        m.weight.grad = None
+        m.bias.grad = None
+        return [t.detach().float().cpu() for t in outs]
+
+    eager = run("cpu")
+    with config.patch(dump_dir=str(tmp_path)):
+        lazy = run("lazy")
+    for e, got in zip(eager, lazy):
+        assert (e - got).abs().max() <= 2e-2 * e.abs().max(), (e - got).abs().max()
+    assert_compiled()
+    text = "".join(open(p).read() for p in glob.glob(f"{tmp_path}/*.llvm.mlir"))
+    bf16_calls = text.count("llvm.call @lazymlir_bf16gemm_batched(")
+    if "avx512_bf16" in _flags():
+        assert bf16_calls >= 3, bf16_calls  # the product and both gradients
+    else:
+        assert bf16_calls == 0 and _compiled_calls(tmp_path) >= 3

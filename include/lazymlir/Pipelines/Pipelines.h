@@ -29,6 +29,7 @@ struct CpuPipelineOptions
     parallelThreshold = settings.parallelThreshold;
     useLdexp = settings.useLdexp;
     vectorWidth = settings.vectorWidth;
+    bf16Gemm = settings.bf16Gemm;
     streamingStoreBytes = settings.streamingStoreBytes;
     profile = settings.profile;
   }
@@ -76,6 +77,13 @@ struct CpuPipelineOptions
                      "(lazymlir-lower-to-loops); 0: LLVM's cost model "
                      "decides; the runtime sets it from the host's features"),
       llvm::cl::init(CpuPipelineSettings().vectorWidth)};
+  Option<bool> bf16Gemm{
+      *this, "bf16-gemm",
+      llvm::cl::desc("Contractions of widened bf16 operands read them in "
+                     "bf16 and call the runtime's bf16 GEMM "
+                     "(lazymlir-mark-gemms' bf16-operands); the runtime sets "
+                     "it on hosts with AVX512-BF16"),
+      llvm::cl::init(CpuPipelineSettings().bf16Gemm)};
   Option<int64_t> streamingStoreBytes{
       *this, "streaming-store-bytes",
       llvm::cl::desc("Elementwise kernels writing at least this many bytes "

@@ -98,6 +98,18 @@ using GemmPanelRowsFn = void (*)(const GemmArgs &, const GemmBlocking &,
 void sgemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
                   int64_t bBatch, int64_t cBatch, int threads);
 
+/// The same with A and B in bfloat16 (GemmArgs' `a` and `b` point at bf16
+/// values; strides in elements), C in float32: on AVX512-BF16 hosts the
+/// dot-product kernel (GemmBf16.cpp), elsewhere A and B widened to float32
+/// copies for the float32 kernel. The products are exact in float32 either
+/// way; the sums' order (and so their rounding) differs.
+void bf16GemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
+                     int64_t bBatch, int64_t cBatch, int threads);
+
+/// For tests: one bf16 product with `isa` "avx512bf16" (false when the host
+/// lacks it), "widen" (the float32 copies) or "" (the host's choice).
+bool bf16GemmWith(const GemmArgs &args, const std::string &isa, int threads);
+
 /// The micro-kernel and blocking chosen for this host, in words
 /// ("avx512f 14x32, kc 128 mc 504 nc 4096"); `isa` forces one ("avx512f",
 /// "avx2", "sse2") for tests, "" the host's.
@@ -127,5 +139,12 @@ extern "C" void lazymlir_sgemm_batched(int64_t batch, int64_t m, int64_t n,
                                        int64_t bCol, int64_t c, int64_t cBatch,
                                        int64_t cRow, int64_t cCol,
                                        int64_t threads, int64_t accumulate);
+
+/// The same with A and B in bfloat16 (bf16GemmBatched), C in float32.
+extern "C" void lazymlir_bf16gemm_batched(
+    int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a, int64_t aBatch,
+    int64_t aRow, int64_t aCol, int64_t b, int64_t bBatch, int64_t bRow,
+    int64_t bCol, int64_t c, int64_t cBatch, int64_t cRow, int64_t cCol,
+    int64_t threads, int64_t accumulate);
 
 #endif // LAZYMLIR_RUNTIME_GEMM_H

@@ -41,6 +41,10 @@ struct CpuPipelineSettings {
   /// AVX-512): elementwise loops are vectorized at this width
   /// (lazymlir-lower-to-loops' vector-width); 0: LLVM's cost model decides.
   unsigned vectorWidth = 8;
+  /// Large contractions whose operands widen bf16 values read them in bf16
+  /// and call the runtime's bf16 GEMM (lazymlir-mark-gemms' bf16-operands):
+  /// for hosts with a bf16 dot product (AVX512-BF16).
+  bool bf16Gemm = false;
   /// Elementwise kernels writing at least this many bytes store them with
   /// aligned non-temporal vector stores (lazymlir-streaming-stores); 0: never.
   int64_t streamingStoreBytes = 16 << 20;

@@ -457,12 +457,30 @@ def MarkGemmsPass : Pass<"lazymlir-mark-gemms", "mlir::func::FuncOp"> {
     bufferization lazymlir-gemm-calls replaces it with a call of the runtime's
     GEMM, whose micro-kernel and cache blocking are chosen on the host that
     runs it (lib/Runtime/Gemm.cpp). Operand transposes are read in place.
+
+    With `bf16-operands` (the CPU pipeline on a host with AVX512-BF16), a
+    marked contraction whose A and B are each the result of a
+    `linalg.generic` that yields `arith.extf` of a bf16 value (bf16 autocast:
+    operands rounded to bf16, widened for a float32 product) reads them in
+    bf16: each producer yields the bf16 value into a bf16 tensor, and the
+    contraction (generalized) widens them in its body. lazymlir-gemm-calls
+    then calls the runtime's bf16 GEMM (its dot-product instructions, float32
+    accumulation), and the operands' copies take half the bytes. The values
+    are the same; the products are exact in float32 either way. A producer
+    with any other user (or a contraction with only one such operand) is
+    left as it is.
   }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect", "mlir::tensor::TensorDialect",
+  ];
   let options = [
     Option<"minSize", "min-size", "int64_t", /*default=*/"16",
            "Smallest M, N and K">,
     Option<"minWork", "min-work", "int64_t", /*default=*/"262144",
            "Smallest M x N x K (64^3 by default)">,
+    Option<"bf16Operands", "bf16-operands", "bool", /*default=*/"false",
+           "Read A and B in bf16 where their producers widen bf16 values "
+           "(the runtime's bf16 GEMM)">,
   ];
 }
 
@@ -475,7 +493,9 @@ def GemmCallsPass : Pass<"lazymlir-gemm-calls", "mlir::ModuleOp"> {
     b_batch, b_row, b_col, c, c_batch, c_row, c_col, threads)` (all i64,
     declared in the module): addresses of each operand's first element and
     element strides of each role, read from the buffers' static layouts,
-    and C += A x B as the op computed (its init is already in C). An op whose
+    and C += A x B as the op computed (its init is already in C). With A
+    and B in bf16 (lazymlir-mark-gemms' `bf16-operands`) and C in float32,
+    the call is `lazymlir_bf16gemm_batched`, with the same arguments. An op whose
     buffer does not read as a matrix (a role's dimensions not contiguous, a
     dynamic stride) keeps its linalg form, with a remark, and becomes loops.
   }];

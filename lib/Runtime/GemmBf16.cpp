@@ -1,0 +1,229 @@
+//===- GemmBf16.cpp - the packed bfloat16 GEMM for AVX512-BF16 ------------===//
+//
+// C (float32) += A x B with A and B in bfloat16, on the CPU's bf16
+// dot-product instruction (vdpbf16ps: per float32 lane, the products of two
+// adjacent bf16 pairs added to the accumulator). Compiled with AVX512-BF16's
+// -m flags (lib/Runtime/CMakeLists.txt); called only when the CPU reports
+// it (Gemm.cpp). The driver (threads, panels, blocking) is the float32
+// kernels'; what differs is the packing: A's sliver holds, per pair of K
+// rows, MR 32-bit pairs (A[i, p], A[i, p + 1]); B's holds, per pair, NR
+// such pairs (B[p, j], B[p + 1, j]), so that one broadcast of A's pair and
+// NR / 16 loads of B feed MR x NR / 16 dot products. An odd K is padded with
+// a zero. The packed buffers are sized in floats (GemmScratch.h): a pair is
+// one float's 4 bytes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "lazymlir/Runtime/Gemm.h"
+#include "GemmScratch.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace lazymlir {
+namespace avx512bf16 {
+namespace {
+
+// No inline function or template shared with other files (see
+// GemmKernel.inc).
+inline int64_t lo(int64_t a, int64_t b) { return a < b ? a : b; }
+
+constexpr int W = 16, MR = 14, NV = 2, NR = NV * W;
+
+inline const uint16_t *bf16(const float *p) {
+  return reinterpret_cast<const uint16_t *>(p);
+}
+inline uint32_t pair(uint16_t low, uint16_t high) {
+  return static_cast<uint32_t>(low) | static_cast<uint32_t>(high) << 16;
+}
+inline uint32_t load32(const uint16_t *p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/// A's rows [i0, i0 + mc), columns [p0, p0 + kc) as slivers of MR rows:
+/// sliver s holds, per pair q, its MR pairs (zeros past mc and past kc).
+void packA(const GemmArgs &g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+           uint32_t *out) {
+  const uint16_t *a = bf16(g.a);
+  int64_t pairs = (kc + 1) / 2;
+  for (int64_t ir = 0; ir < mc; ir += MR) {
+    int mr = static_cast<int>(lo(MR, mc - ir));
+    uint32_t *sliver = out + ir * pairs;
+    const uint16_t *base = a + (i0 + ir) * g.aRow + p0 * g.aCol;
+    for (int i = 0; i < MR; ++i) {
+      if (i >= mr) {
+        for (int64_t q = 0; q < pairs; ++q)
+          sliver[q * MR + i] = 0;
+        continue;
+      }
+      const uint16_t *row = base + i * g.aRow;
+      int64_t q = 0;
+      if (g.aCol == 1)
+        for (; 2 * q + 1 < kc; ++q)
+          sliver[q * MR + i] = load32(row + 2 * q);
+      for (; q < pairs; ++q) {
+        int64_t p = 2 * q;
+        sliver[q * MR + i] = pair(
+            row[p * g.aCol], p + 1 < kc ? row[(p + 1) * g.aCol] : uint16_t(0));
+      }
+    }
+  }
+}
+
+/// B's rows [p0, p0 + kc), columns [j0, j0 + nc) as slivers of NR columns:
+/// sliver s holds, per pair q, its NR pairs (zeros past nc and past kc).
+void packB(const GemmArgs &g, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+           uint32_t *out) {
+  const uint16_t *b = bf16(g.b);
+  int64_t pairs = (kc + 1) / 2;
+  for (int64_t jr = 0; jr < nc; jr += NR) {
+    int nr = static_cast<int>(lo(NR, nc - jr));
+    uint32_t *sliver = out + jr * pairs;
+    const uint16_t *base = b + p0 * g.bRow + (j0 + jr) * g.bCol;
+    if (g.bRow == 1) {
+      // B^T read in place (a linear layer's weight): each column of B is
+      // contiguous, its pairs read as one 32-bit word.
+      for (int j = 0; j < NR; ++j) {
+        const uint16_t *column = base + j * g.bCol;
+        int64_t q = 0;
+        if (j < nr)
+          for (; 2 * q + 1 < kc; ++q)
+            sliver[q * NR + j] = load32(column + 2 * q);
+        for (; q < pairs; ++q)
+          sliver[q * NR + j] =
+              j < nr && 2 * q < kc ? pair(column[2 * q], 0) : 0;
+      }
+      continue;
+    }
+    for (int64_t q = 0; q < pairs; ++q) {
+      const uint16_t *row0 = base + 2 * q * g.bRow;
+      const uint16_t *row1 = row0 + g.bRow;
+      bool second = 2 * q + 1 < kc;
+      uint32_t *to = sliver + q * NR;
+      if (g.bCol == 1 && nr == NR && second) {
+        for (int j = 0; j < NR; ++j) // vectorized: zero-extend, shift, or
+          to[j] = pair(row0[j], row1[j]);
+        continue;
+      }
+      for (int j = 0; j < nr; ++j)
+        to[j] = pair(row0[j * g.bCol], second ? row1[j * g.bCol] : 0);
+      for (int j = nr; j < NR; ++j)
+        to[j] = 0;
+    }
+  }
+}
+
+/// C's MR x NR tile at `c` += (with `overwrite`, =) the packed slivers'
+/// product over `pairs` pairs of K; an edge tile or a C whose rows are not
+/// contiguous goes through a buffer.
+template <bool Direct>
+void micro(int64_t pairs, const uint32_t *__restrict a,
+           const uint32_t *__restrict b, float *c, int64_t cRow, int64_t cCol,
+           int mr, int nr, bool overwrite) {
+  if (Direct)
+    for (int i = 0; i < MR; ++i) {
+      __builtin_prefetch(c + i * cRow, 1, 3);
+      __builtin_prefetch(c + i * cRow + NR - 1, 1, 3);
+    }
+  __m512 acc[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v)
+      acc[i][v] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int64_t q = 0; q < pairs; ++q) {
+    __m512bh bv[NV];
+    for (int v = 0; v < NV; ++v)
+      bv[v] = (__m512bh)_mm512_loadu_si512(b + q * NR + v * W);
+    for (int i = 0; i < MR; ++i) {
+      __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[q * MR + i]));
+      for (int v = 0; v < NV; ++v)
+        acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
+    }
+  }
+  if (Direct) {
+    for (int i = 0; i < MR; ++i)
+      for (int v = 0; v < NV; ++v) {
+        float *at = c + i * cRow + v * W;
+        _mm512_storeu_ps(at, overwrite ? acc[i][v]
+                                       : _mm512_add_ps(_mm512_loadu_ps(at),
+                                                       acc[i][v]));
+      }
+    return;
+  }
+  alignas(64) float tile[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v)
+      _mm512_store_ps(&tile[i][v * W], acc[i][v]);
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) {
+      float &at = c[i * cRow + j * cCol];
+      at = overwrite ? tile[i][j] : at + tile[i][j];
+    }
+}
+
+} // namespace
+
+GemmBlocking tile() {
+  GemmBlocking blocking;
+  blocking.mr = MR;
+  blocking.nr = NR;
+  return blocking;
+}
+
+float fmaLoop(int64_t) { return 0.0f; } // the peak is the float32 kernel's
+
+int lanes() { return W; }
+
+void packPanel(const GemmArgs &g, int64_t p0, int64_t kc, int64_t j0,
+               int64_t nc, int64_t s0, int64_t s1, float *out) {
+  int64_t begin = s0 * NR, end = lo(nc, s1 * NR);
+  if (begin < end)
+    packB(g, p0, kc, j0 + begin, end - begin,
+          reinterpret_cast<uint32_t *>(out) + begin * ((kc + 1) / 2));
+}
+
+void panelRows(const GemmArgs &g, const GemmBlocking &bl, int64_t p0,
+               int64_t kc, int64_t j0, int64_t nc, const float *pbFloats,
+               int64_t r0, int64_t r1, bool overwrite) {
+  auto *pa = reinterpret_cast<uint32_t *>(gemmScratch(
+      GemmBuffer::PackedA, static_cast<size_t>(bl.mc + MR) * bl.kc));
+  const auto *pb = reinterpret_cast<const uint32_t *>(pbFloats);
+  int64_t pairs = (kc + 1) / 2;
+  for (int64_t ic = r0; ic < r1; ic += bl.mc) {
+    int64_t mc = lo(bl.mc, r1 - ic);
+    packA(g, ic, mc, p0, kc, pa);
+    for (int64_t jr = 0; jr < nc; jr += NR) {
+      int nr = static_cast<int>(lo(NR, nc - jr));
+      for (int64_t ir = 0; ir < mc; ir += MR) {
+        int mr = static_cast<int>(lo(MR, mc - ir));
+        float *cp = g.c + (ic + ir) * g.cRow + (j0 + jr) * g.cCol;
+        if (mr == MR && nr == NR && g.cCol == 1)
+          micro<true>(pairs, pa + ir * pairs, pb + jr * pairs, cp, g.cRow,
+                      g.cCol, mr, nr, overwrite);
+        else
+          micro<false>(pairs, pa + ir * pairs, pb + jr * pairs, cp, g.cRow,
+                       g.cCol, mr, nr, overwrite);
+      }
+    }
+  }
+}
+
+void chunk(const GemmArgs &g, const GemmBlocking &bl, int64_t r0, int64_t r1,
+           int64_t c0, int64_t c1) {
+  float *pb =
+      gemmScratch(GemmBuffer::PackedB, static_cast<size_t>(bl.nc + NR) * bl.kc);
+  for (int64_t jc = c0; jc < c1; jc += bl.nc) {
+    int64_t nc = lo(bl.nc, c1 - jc);
+    for (int64_t pc = 0; pc < g.k; pc += bl.kc) {
+      int64_t kc = lo(bl.kc, g.k - pc);
+      packPanel(g, pc, kc, jc, nc, 0, (nc + NR - 1) / NR, pb);
+      panelRows(g, bl, pc, kc, jc, nc, pb, r0, r1, g.overwrite && pc == 0);
+    }
+  }
+}
+
+} // namespace avx512bf16
+} // namespace lazymlir

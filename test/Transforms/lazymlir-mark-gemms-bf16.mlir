@@ -1,0 +1,111 @@
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-mark-gemms="bf16-operands=1" | FileCheck %s
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-mark-gemms | FileCheck %s --check-prefix=OFF
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-mark-gemms="bf16-operands=1" --one-shot-bufferize="bufferize-function-boundaries" --lazymlir-gemm-calls | FileCheck %s --check-prefix=CALL
+
+// bf16 autocast's linear layer, as torch-mlir lowers it and the fusion
+// leaves it: x and W rounded to bf16 and widened back (one generic each,
+// W transposed), then a float32 matmul. With bf16-operands the producers
+// yield the bf16 values and the (generalized) matmul widens them.
+// CHECK-LABEL: func.func @linear
+// CHECK:       %[[X:.+]] = linalg.generic
+// CHECK-SAME:  outs(%{{.+}} : tensor<256x128xbf16>)
+// CHECK:       %[[T:.+]] = arith.truncf
+// CHECK-NOT:   arith.extf
+// CHECK:       linalg.yield %[[T]] : bf16
+// CHECK:       %[[W:.+]] = linalg.generic
+// CHECK-SAME:  outs(%{{.+}} : tensor<128x512xbf16>)
+// CHECK:       linalg.generic
+// CHECK-SAME:  ins(%[[X]], %[[W]] : tensor<256x128xbf16>, tensor<128x512xbf16>)
+// CHECK-SAME:  lazymlir.gemm
+// CHECK:       ^bb0(%[[A:.+]]: bf16, %[[B:.+]]: bf16, %{{.+}}: f32):
+// CHECK-DAG:   arith.extf %[[A]] : bf16 to f32
+// CHECK-DAG:   arith.extf %[[B]] : bf16 to f32
+// OFF-LABEL:   func.func @linear
+// OFF:         linalg.matmul {lazymlir.gemm}
+// OFF-SAME:    tensor<256x128xf32>, tensor<128x512xf32>
+// CALL-LABEL:  func.func @linear
+// CALL:        call @lazymlir_bf16gemm_batched
+// CALL-NOT:    call @lazymlir_sgemm_batched
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#tr = affine_map<(d0, d1) -> (d1, d0)>
+func.func @linear(%x: tensor<256x128xf32>, %w: tensor<512x128xf32>) -> tensor<256x512xf32> {
+  %z = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<256x128xf32>
+  %xa = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<256x128xf32>) outs(%e0 : tensor<256x128xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %t = arith.truncf %in : f32 to bf16
+    %w2 = arith.extf %t : bf16 to f32
+    linalg.yield %w2 : f32
+  } -> tensor<256x128xf32>
+  %e1 = tensor.empty() : tensor<128x512xf32>
+  %wa = linalg.generic {indexing_maps = [#tr, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%w : tensor<512x128xf32>) outs(%e1 : tensor<128x512xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %t = arith.truncf %in : f32 to bf16
+    %w2 = arith.extf %t : bf16 to f32
+    linalg.yield %w2 : f32
+  } -> tensor<128x512xf32>
+  %e2 = tensor.empty() : tensor<256x512xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e2 : tensor<256x512xf32>) -> tensor<256x512xf32>
+  %r = linalg.matmul ins(%xa, %wa : tensor<256x128xf32>, tensor<128x512xf32>) outs(%f : tensor<256x512xf32>) -> tensor<256x512xf32>
+  return %r : tensor<256x512xf32>
+}
+
+// -----
+
+// Only one operand widens bf16 values: both stay float32 (the bf16 kernel
+// takes A and B in bf16).
+// CHECK-LABEL: func.func @one_side
+// CHECK:       linalg.matmul {lazymlir.gemm}
+// CHECK-SAME:  tensor<256x128xf32>, tensor<128x512xf32>
+// CALL-LABEL:  func.func @one_side
+// CALL:        call @lazymlir_sgemm_batched
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @one_side(%x: tensor<256x128xf32>, %w: tensor<128x512xf32>) -> tensor<256x512xf32> {
+  %z = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<256x128xf32>
+  %xa = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<256x128xf32>) outs(%e0 : tensor<256x128xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %t = arith.truncf %in : f32 to bf16
+    %w2 = arith.extf %t : bf16 to f32
+    linalg.yield %w2 : f32
+  } -> tensor<256x128xf32>
+  %e2 = tensor.empty() : tensor<256x512xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e2 : tensor<256x512xf32>) -> tensor<256x512xf32>
+  %r = linalg.matmul ins(%xa, %w : tensor<256x128xf32>, tensor<128x512xf32>) outs(%f : tensor<256x512xf32>) -> tensor<256x512xf32>
+  return %r : tensor<256x512xf32>
+}
+
+// -----
+
+// The widened operand is also returned (another reader needs its float32
+// values): it stays as it is, and so does the product.
+// CHECK-LABEL: func.func @shared
+// CHECK:       linalg.matmul {lazymlir.gemm}
+// CHECK-SAME:  tensor<256x128xf32>, tensor<128x512xf32>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @shared(%x: tensor<256x128xf32>, %w: tensor<128x512xf32>) -> (tensor<256x512xf32>, tensor<256x128xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<256x128xf32>
+  %xa = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<256x128xf32>) outs(%e0 : tensor<256x128xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %t = arith.truncf %in : f32 to bf16
+    %w2 = arith.extf %t : bf16 to f32
+    linalg.yield %w2 : f32
+  } -> tensor<256x128xf32>
+  %e1 = tensor.empty() : tensor<128x512xf32>
+  %wa = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%w : tensor<128x512xf32>) outs(%e1 : tensor<128x512xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %t = arith.truncf %in : f32 to bf16
+    %w2 = arith.extf %t : bf16 to f32
+    linalg.yield %w2 : f32
+  } -> tensor<128x512xf32>
+  %e2 = tensor.empty() : tensor<256x512xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e2 : tensor<256x512xf32>) -> tensor<256x512xf32>
+  %r = linalg.matmul ins(%xa, %wa : tensor<256x128xf32>, tensor<128x512xf32>) outs(%f : tensor<256x512xf32>) -> tensor<256x512xf32>
+  return %r, %xa : tensor<256x512xf32>, tensor<256x128xf32>
+}
