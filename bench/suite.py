@@ -600,8 +600,18 @@ def workloads(smoke):
     # Issue 48: the same linears in bf16 (bf16 in and out, float32 sums), at
     # least eager's GFLOP/s (on AVX512-BF16 both use the bf16 dot product).
     for name, label, fn, shapes in (
-        ("gemm_ffn_up_bf16", f"linear {tokens}x{hidden} -> {inter}, bf16", F.linear, ((tokens, hidden), (inter, hidden))),
-        ("gemm_ffn_down_bf16", f"linear {tokens}x{inter} -> {hidden}, bf16", F.linear, ((tokens, inter), (hidden, inter))),
+        (
+            "gemm_ffn_up_bf16",
+            f"linear {tokens}x{hidden} -> {inter}, bf16",
+            F.linear,
+            ((tokens, hidden), (inter, hidden)),
+        ),
+        (
+            "gemm_ffn_down_bf16",
+            f"linear {tokens}x{inter} -> {hidden}, bf16",
+            F.linear,
+            ((tokens, inter), (hidden, inter)),
+        ),
     ):
         w.append(
             Workload(

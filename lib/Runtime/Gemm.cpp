@@ -86,8 +86,8 @@ GemmBlocking blockingFor(GemmBlocking tile, int64_t bytes = 4) {
   int64_t l2 = cacheBytes(_SC_LEVEL2_CACHE_SIZE, 256 << 10);
   int64_t l3 = cacheBytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20);
   int64_t cores = teamCores();
-  tile.kc = std::clamp<int64_t>(roundDown(l1 / 2 / (tile.nr * bytes), 8), 64,
-                                1024);
+  tile.kc =
+      std::clamp<int64_t>(roundDown(l1 / 2 / (tile.nr * bytes), 8), 64, 1024);
   tile.mc = std::clamp<int64_t>(roundDown(l2 / 2 / (tile.kc * bytes), tile.mr),
                                 tile.mr, 4096 / tile.mr * tile.mr);
   tile.nc = std::clamp<int64_t>(
@@ -287,10 +287,10 @@ void run(const GemmArgs &g, const Kernel &kernel, int threads) {
 GemmArgs nthProduct(const GemmArgs &args, int64_t i, int64_t aBatch,
                     int64_t bBatch, int64_t cBatch, int64_t abBytes) {
   GemmArgs g = args;
-  g.a = reinterpret_cast<const float *>(
-      reinterpret_cast<const char *>(g.a) + i * aBatch * abBytes);
-  g.b = reinterpret_cast<const float *>(
-      reinterpret_cast<const char *>(g.b) + i * bBatch * abBytes);
+  g.a = reinterpret_cast<const float *>(reinterpret_cast<const char *>(g.a) +
+                                        i * aBatch * abBytes);
+  g.b = reinterpret_cast<const float *>(reinterpret_cast<const char *>(g.b) +
+                                        i * bBatch * abBytes);
   g.c += i * cBatch;
   return g;
 }
@@ -345,7 +345,8 @@ void widenedBf16(const GemmArgs &args, int64_t batch, int64_t aBatch,
                  int64_t bBatch, int64_t cBatch, int threads) {
   if (args.m <= 0 || args.n <= 0)
     return;
-  std::vector<float> a(static_cast<size_t>(args.m * std::max<int64_t>(args.k, 0))),
+  std::vector<float> a(
+      static_cast<size_t>(args.m * std::max<int64_t>(args.k, 0))),
       b(static_cast<size_t>(std::max<int64_t>(args.k, 0) * args.n));
   auto widen = [](uint16_t v) {
     uint32_t bits = static_cast<uint32_t>(v) << 16;
@@ -468,11 +469,12 @@ extern "C" void lazymlir_sgemm_batched(int64_t batch, int64_t m, int64_t n,
                          static_cast<int>(threads));
 }
 
-extern "C" void lazymlir_bf16gemm_batched(
-    int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a, int64_t aBatch,
-    int64_t aRow, int64_t aCol, int64_t b, int64_t bBatch, int64_t bRow,
-    int64_t bCol, int64_t c, int64_t cBatch, int64_t cRow, int64_t cCol,
-    int64_t threads, int64_t accumulate) {
+extern "C" void
+lazymlir_bf16gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k,
+                          int64_t a, int64_t aBatch, int64_t aRow, int64_t aCol,
+                          int64_t b, int64_t bBatch, int64_t bRow, int64_t bCol,
+                          int64_t c, int64_t cBatch, int64_t cRow, int64_t cCol,
+                          int64_t threads, int64_t accumulate) {
   lazymlir::GemmArgs args = lazymlir::gemmArgs(
       m, n, k, static_cast<uintptr_t>(a), aRow, aCol, static_cast<uintptr_t>(b),
       bRow, bCol, static_cast<uintptr_t>(c), cRow, cCol);

@@ -138,7 +138,8 @@ void micro(int64_t pairs, const uint32_t *__restrict a,
     for (int v = 0; v < NV; ++v)
       bv[v] = (__m512bh)_mm512_loadu_si512(b + q * NR + v * W);
     for (int i = 0; i < MR; ++i) {
-      __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[q * MR + i]));
+      __m512bh ai =
+          (__m512bh)_mm512_set1_epi32(static_cast<int>(a[q * MR + i]));
       for (int v = 0; v < NV; ++v)
         acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
     }
@@ -147,9 +148,9 @@ void micro(int64_t pairs, const uint32_t *__restrict a,
     for (int i = 0; i < MR; ++i)
       for (int v = 0; v < NV; ++v) {
         float *at = c + i * cRow + v * W;
-        _mm512_storeu_ps(at, overwrite ? acc[i][v]
-                                       : _mm512_add_ps(_mm512_loadu_ps(at),
-                                                       acc[i][v]));
+        _mm512_storeu_ps(
+            at, overwrite ? acc[i][v]
+                          : _mm512_add_ps(_mm512_loadu_ps(at), acc[i][v]));
       }
     return;
   }

@@ -16,7 +16,8 @@
 #include "lazymlir/Transforms/Passes.h"
 #include "lazymlir/Transforms/RuntimeGemm.h"
 
-#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -168,17 +169,26 @@ arith::ExtFOp widenedBf16(Value value) {
   return extend;
 }
 
-/// `value`'s producer (widenedBf16) made to yield the bf16 value itself.
-void narrowProducer(Value value, arith::ExtFOp extend) {
+/// `value`'s producer (widenedBf16) made to yield the bf16 value itself:
+/// in place when `inPlace` (nothing else reads the float32 values), else
+/// in a copy of the producer. Returns the bf16 value.
+Value narrowProducer(Value value, arith::ExtFOp extend, bool inPlace) {
   auto result = cast<OpResult>(value);
   auto producer = cast<linalg::GenericOp>(result.getOwner());
   unsigned index = result.getResultNumber();
+  if (!inPlace) {
+    OpBuilder builder(producer);
+    producer = cast<linalg::GenericOp>(builder.clone(*producer));
+    result = producer->getResult(index);
+    auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
+    extend = yield.getOperand(index).getDefiningOp<arith::ExtFOp>();
+  }
   OpOperand *init = producer.getDpsInitOperand(index);
   auto empty = init->get().getDefiningOp<tensor::EmptyOp>();
   OpBuilder builder(producer);
   Type bf16 = extend.getIn().getType();
-  auto narrowEmpty = tensor::EmptyOp::create(
-      builder, empty.getLoc(), empty.getMixedSizes(), bf16);
+  auto narrowEmpty = tensor::EmptyOp::create(builder, empty.getLoc(),
+                                             empty.getMixedSizes(), bf16);
   init->set(narrowEmpty);
   producer.getMatchingBlockArgument(init).setType(bf16);
   result.setType(narrowEmpty.getType());
@@ -188,6 +198,7 @@ void narrowProducer(Value value, arith::ExtFOp extend) {
     extend->erase();
   if (empty->use_empty())
     empty->erase();
+  return result;
 }
 
 /// `op`'s input `operand`, now bf16, widened in its body instead.
@@ -220,38 +231,44 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
       readBf16Operands(marked);
   }
 
-  /// The marked contractions whose A and B both widen bf16 values (and
-  /// whose producers feed nothing else but such contractions' A and B) read
-  /// those values in bf16.
+  /// The marked contractions whose A and B both widen bf16 values read
+  /// those values in bf16: a producer that only such contractions read is
+  /// narrowed in place, one that something else reads too (a bias gradient
+  /// summing the same output gradient) is copied, the copy narrowed.
   void readBf16Operands(ArrayRef<linalg::LinalgOp> marked) {
-    llvm::SetVector<Operation *> chosen;
+    SmallVector<Operation *> chosen;
+    llvm::SmallPtrSet<Operation *, 8> isChosen;
     for (linalg::LinalgOp op : marked)
       if (widenedBf16(op.getDpsInputOperand(0)->get()) &&
-          widenedBf16(op.getDpsInputOperand(1)->get()))
-        chosen.insert(op);
-    // Drop, until none is left to drop, a contraction with an operand that
-    // something outside the chosen ones' A and B also reads.
+          widenedBf16(op.getDpsInputOperand(1)->get())) {
+        chosen.push_back(op);
+        isChosen.insert(op);
+      }
     auto onlyChosenRead = [&](Value value) {
       return llvm::all_of(value.getUses(), [&](OpOperand &use) {
-        auto user = dyn_cast<linalg::LinalgOp>(use.getOwner());
-        return user && chosen.contains(user) &&
-               use.getOperandNumber() < 2;
+        return isChosen.contains(use.getOwner()) && use.getOperandNumber() < 2;
       });
     };
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (Operation *op : SmallVector<Operation *>(chosen.getArrayRef()))
-        if (!onlyChosenRead(op->getOperand(0)) ||
-            !onlyChosenRead(op->getOperand(1))) {
-          chosen.remove(op);
-          changed = true;
-        }
-    }
+    // Each float32 value's decision and bf16 value, taken once for all its
+    // readers (before any is rewritten).
+    llvm::DenseMap<Value, Value> narrowed;
+    llvm::DenseMap<Value, bool> inPlace;
+    for (Operation *op : chosen)
+      for (unsigned i = 0; i < 2; ++i)
+        inPlace.try_emplace(op->getOperand(i),
+                            onlyChosenRead(op->getOperand(i)));
     IRRewriter rewriter(&getContext());
     for (Operation *op : chosen) {
-      for (unsigned i = 0; i < 2; ++i)
-        if (arith::ExtFOp extend = widenedBf16(op->getOperand(i)))
-          narrowProducer(op->getOperand(i), extend);
+      for (unsigned i = 0; i < 2; ++i) {
+        Value value = op->getOperand(i);
+        auto it = narrowed.find(value);
+        if (it == narrowed.end())
+          it = narrowed
+                   .try_emplace(value, narrowProducer(value, widenedBf16(value),
+                                                      inPlace.lookup(value)))
+                   .first;
+        op->setOperand(i, it->second);
+      }
       auto generic = dyn_cast<linalg::GenericOp>(op);
       if (!generic) {
         rewriter.setInsertionPoint(op);
@@ -266,7 +283,6 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
       }
       for (unsigned i = 0; i < 2; ++i)
         if (OpOperand *operand = generic.getDpsInputOperand(i);
-            getElementTypeOrSelf(operand->get().getType()).isBF16() &&
             generic.getMatchingBlockArgument(operand).getType().isF32())
           widenInBody(generic, operand);
     }
@@ -401,7 +417,9 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
       }
       // A and B in bf16 (lazymlir-mark-gemms' bf16-operands), C in float32:
       // the bf16 GEMM; else all three float32.
-      auto elementOf = [](Value v) { return getElementTypeOrSelf(v.getType()); };
+      auto elementOf = [](Value v) {
+        return getElementTypeOrSelf(v.getType());
+      };
       bool bf16 = elementOf(operands[0]).isBF16() &&
                   elementOf(operands[1]).isBF16() &&
                   elementOf(operands[2]).isF32();

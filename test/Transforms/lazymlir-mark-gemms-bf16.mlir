@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-mark-gemms="bf16-operands=1" | FileCheck %s
 // RUN: lazymlir-opt %s --split-input-file --lazymlir-mark-gemms | FileCheck %s --check-prefix=OFF
-// RUN: lazymlir-opt %s --split-input-file --lazymlir-mark-gemms="bf16-operands=1" --one-shot-bufferize="bufferize-function-boundaries" --lazymlir-gemm-calls | FileCheck %s --check-prefix=CALL
+// RUN: lazymlir-opt %s --split-input-file --lazymlir-mark-gemms="bf16-operands=1" --one-shot-bufferize="bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map" --lazymlir-gemm-calls | FileCheck %s --check-prefix=CALL
 
 // bf16 autocast's linear layer, as torch-mlir lowers it and the fusion
 // leaves it: x and W rounded to bf16 and widened back (one generic each,
@@ -80,11 +80,21 @@ func.func @one_side(%x: tensor<256x128xf32>, %w: tensor<128x512xf32>) -> tensor<
 
 // -----
 
-// The widened operand is also returned (another reader needs its float32
-// values): it stays as it is, and so does the product.
+// The widened operand is also returned (another reader, a bias gradient's
+// sum, needs its float32 values): the product reads a bf16 copy of its
+// producer, the float32 one stays for the other reader.
 // CHECK-LABEL: func.func @shared
-// CHECK:       linalg.matmul {lazymlir.gemm}
-// CHECK-SAME:  tensor<256x128xf32>, tensor<128x512xf32>
+// CHECK:       %[[X:.+]] = linalg.generic
+// CHECK-SAME:  outs(%{{.+}} : tensor<256x128xbf16>)
+// CHECK:       %[[F32:.+]] = linalg.generic
+// CHECK-SAME:  outs(%{{.+}} : tensor<256x128xf32>)
+// CHECK:       arith.extf
+// CHECK:       %[[W:.+]] = linalg.generic
+// CHECK-SAME:  outs(%{{.+}} : tensor<128x512xbf16>)
+// CHECK:       %[[R:.+]] = linalg.generic
+// CHECK-SAME:  ins(%[[X]], %[[W]] : tensor<256x128xbf16>, tensor<128x512xbf16>)
+// CHECK-SAME:  lazymlir.gemm
+// CHECK:       return %[[R]], %[[F32]]
 #id = affine_map<(d0, d1) -> (d0, d1)>
 func.func @shared(%x: tensor<256x128xf32>, %w: tensor<128x512xf32>) -> (tensor<256x512xf32>, tensor<256x128xf32>) {
   %z = arith.constant 0.0 : f32

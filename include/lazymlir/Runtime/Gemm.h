@@ -141,10 +141,11 @@ extern "C" void lazymlir_sgemm_batched(int64_t batch, int64_t m, int64_t n,
                                        int64_t threads, int64_t accumulate);
 
 /// The same with A and B in bfloat16 (bf16GemmBatched), C in float32.
-extern "C" void lazymlir_bf16gemm_batched(
-    int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a, int64_t aBatch,
-    int64_t aRow, int64_t aCol, int64_t b, int64_t bBatch, int64_t bRow,
-    int64_t bCol, int64_t c, int64_t cBatch, int64_t cRow, int64_t cCol,
-    int64_t threads, int64_t accumulate);
+extern "C" void
+lazymlir_bf16gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k,
+                          int64_t a, int64_t aBatch, int64_t aRow, int64_t aCol,
+                          int64_t b, int64_t bBatch, int64_t bRow, int64_t bCol,
+                          int64_t c, int64_t cBatch, int64_t cRow, int64_t cCol,
+                          int64_t threads, int64_t accumulate);
 
 #endif // LAZYMLIR_RUNTIME_GEMM_H
