@@ -53,6 +53,21 @@ void packA(const GemmArgs &g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
     int mr = static_cast<int>(lo(MR, mc - ir));
     uint32_t *sliver = out + ir * pairs;
     const uint16_t *base = a + (i0 + ir) * g.aRow + p0 * g.aCol;
+    if (g.aRow == 1) {
+      // A^T read in place (a weight gradient's activations): A's column p
+      // is contiguous, so a pair of columns gives a run of the sliver.
+      for (int64_t q = 0; q < pairs; ++q) {
+        const uint16_t *column0 = base + 2 * q * g.aCol;
+        const uint16_t *column1 = column0 + g.aCol;
+        bool second = 2 * q + 1 < kc;
+        uint32_t *to = sliver + q * MR;
+        for (int i = 0; i < mr; ++i)
+          to[i] = pair(column0[i], second ? column1[i] : uint16_t(0));
+        for (int i = mr; i < MR; ++i)
+          to[i] = 0;
+      }
+      continue;
+    }
     for (int i = 0; i < MR; ++i) {
       if (i >= mr) {
         for (int64_t q = 0; q < pairs; ++q)
