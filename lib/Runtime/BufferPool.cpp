@@ -15,9 +15,13 @@ namespace lazymlir {
 namespace {
 
 /// Serves the compiled code's temporaries. Graphs run again and again with
-/// the same shapes, so freed blocks are kept by size and handed out again;
-/// only past `kMaxCachedBytes` of idle blocks is memory returned to the
-/// system. Thread-safe: graphs may run concurrently.
+/// the same shapes, so freed blocks are kept by size and handed out again.
+/// Idle blocks are kept up to the most the pool has had in use at once
+/// (at least `kMaxCachedBytes`): what a step needed, the next step of the
+/// same graph needs again, and giving it back only to map it again costs a
+/// page fault per 4 KiB (a BERT-base step re-mapped 2.3 GiB: 585K faults,
+/// 2.2 s of system time per 4.9 s step). Past that, and on trim(), memory
+/// goes back to the system. Thread-safe: graphs may run concurrently.
 class BufferPool {
 public:
   static BufferPool &get() {
@@ -34,6 +38,7 @@ public:
         void *block = it->second.back();
         it->second.pop_back();
         idleBytes -= size;
+        noteInUse(size);
         return block;
       }
     }
@@ -51,6 +56,7 @@ public:
     }
     std::lock_guard<std::mutex> lock(mutex);
     sizes[block] = {size, mapped};
+    noteInUse(size);
     return block;
   }
 
@@ -59,7 +65,8 @@ public:
       return;
     std::lock_guard<std::mutex> lock(mutex);
     size_t size = sizes.at(block).size;
-    if (idleBytes + size > kMaxCachedBytes) {
+    inUseBytes -= size;
+    if (idleBytes + size > std::max(kMaxCachedBytes, peakInUseBytes)) {
       giveBack(block);
       return;
     }
@@ -75,6 +82,7 @@ public:
         giveBack(block);
     idle.clear();
     idleBytes = 0;
+    peakInUseBytes = inUseBytes; // what is kept idle starts over
     return freed;
   }
 
@@ -88,6 +96,12 @@ private:
     size_t size;
     bool mapped; // pages of its own (munmap), else from malloc (free)
   };
+
+  /// Counts `size` more bytes in use (the mutex is held).
+  void noteInUse(size_t size) {
+    inUseBytes += size;
+    peakInUseBytes = std::max(peakInUseBytes, inUseBytes);
+  }
 
   /// Returns `block`'s memory to the system (the mutex is held).
   void giveBack(void *block) {
@@ -117,6 +131,7 @@ private:
   std::unordered_map<void *, Block> sizes;
   std::unordered_map<size_t, std::vector<void *>> idle;
   size_t idleBytes = 0;
+  size_t inUseBytes = 0, peakInUseBytes = 0;
 };
 
 } // namespace
