@@ -145,6 +145,55 @@ struct DonateArgumentsPass
       Value value = ret.getOperand(j);
       if (value == arg)
         continue;
+      // An update computed in another shape and reshaped (elementwise
+      // kernels collapsed to one dimension) is computed into the argument
+      // viewed in that shape (empty tensor elimination does not look
+      // through reshapes: the update went into a temporary, copied).
+      Value source = value, destination = arg;
+      Operation *reshape = value.getDefiningOp();
+      if (reshape &&
+          isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(reshape) &&
+          cast<RankedTensorType>(reshape->getOperand(0).getType())
+              .hasStaticShape() &&
+          cast<RankedTensorType>(arg.getType()).hasStaticShape()) {
+        source = reshape->getOperand(0);
+        OpBuilder::InsertionGuard guard(rewriter);
+        rewriter.setInsertionPointToStart(&body);
+        // The same view of the argument where the update reads the old
+        // value (one value, so that reading and writing it in place is no
+        // conflict), moved to the start; else a new one there.
+        auto sameView = [&](Operation *user) {
+          if (user->getName() == reshape->getName() ||
+              user->getResult(0).getType() != source.getType())
+            return false;
+          if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(user))
+            return isa<tensor::ExpandShapeOp>(reshape) &&
+                   collapse.getReassociationIndices() ==
+                       cast<tensor::ExpandShapeOp>(reshape)
+                           .getReassociationIndices();
+          if (auto expand = dyn_cast<tensor::ExpandShapeOp>(user))
+            return isa<tensor::CollapseShapeOp>(reshape) &&
+                   expand.getReassociationIndices() ==
+                       cast<tensor::CollapseShapeOp>(reshape)
+                           .getReassociationIndices();
+          return false;
+        };
+        auto users = arg.getUsers();
+        auto view = llvm::find_if(users, sameView);
+        if (view != users.end()) {
+          (*view)->moveBefore(&body, body.begin());
+          destination = (*view)->getResult(0);
+        } else if (auto expand = dyn_cast<tensor::ExpandShapeOp>(reshape))
+          destination = tensor::CollapseShapeOp::create(
+              rewriter, arg.getLoc(), source.getType(), arg,
+              expand.getReassociationIndices());
+        else
+          destination = tensor::ExpandShapeOp::create(
+              rewriter, arg.getLoc(), source.getType(), arg,
+              cast<tensor::CollapseShapeOp>(reshape).getReassociationIndices());
+      } else {
+        reshape = nullptr;
+      }
       // After the value is computed and after the last read of the old one.
       Operation *after = nullptr;
       auto later = [&](Operation *op) {
@@ -155,21 +204,28 @@ struct DonateArgumentsPass
             (!after || after->isBeforeInBlock(op)))
           after = op;
       };
-      later(value.getDefiningOp());
+      later(source.getDefiningOp());
       for (Operation *reader : readers)
         later(reader);
       // And after every read of the new value: once materialized in the
       // argument, a later read of it would see the write as a conflict
       // (an optimizer reads the new moments to update the parameter).
-      for (OpOperand *use : aliasUses(value))
+      for (OpOperand *use : aliasUses(source))
         later(use->getOwner()); // the return is never `after`
       if (after)
         rewriter.setInsertionPointAfter(after);
       else
         rewriter.setInsertionPointToStart(&body);
       auto materialize = bufferization::MaterializeInDestinationOp::create(
-          rewriter, value.getLoc(), value, arg);
-      ret.setOperand(j, materialize.getResult());
+          rewriter, value.getLoc(), source, destination);
+      Value result = materialize.getResult();
+      if (reshape) {
+        // The argument in its own shape again (a view of the same buffer).
+        Operation *back = rewriter.clone(*reshape);
+        back->setOperand(0, result);
+        result = back->getResult(0);
+      }
+      ret.setOperand(j, result);
       ours[materialize] = std::move(readers);
     }
     if (ours.empty())
@@ -182,6 +238,20 @@ struct DonateArgumentsPass
     // recomputed the update in a later op that reads the argument too: that
     // one must still find the old value, so the update goes into a
     // temporary, copied into the argument after that read).
+    // A reshaped tensor.empty (an update computed in one dimension into a
+    // collapsed init) is a tensor.empty of the new shape, which the
+    // elimination can replace with the argument's view of that shape.
+    func.walk([&](Operation *op) {
+      if (!isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(op) ||
+          !op->getOperand(0).getDefiningOp<tensor::EmptyOp>())
+        return;
+      auto type = cast<RankedTensorType>(op->getResult(0).getType());
+      if (!type.hasStaticShape())
+        return;
+      rewriter.setInsertionPoint(op);
+      rewriter.replaceOpWithNewOp<tensor::EmptyOp>(op, type.getShape(),
+                                                   type.getElementType());
+    });
     bufferization::OneShotBufferizationOptions options;
     options.allowReturnAllocsFromLoops = true;
     options.bufferizeFunctionBoundaries = true;
@@ -209,6 +279,25 @@ struct DonateArgumentsPass
   }
 };
 
+/// `v` without a reshape and its inverse (the argument viewed in an
+/// update's shape and back, lazymlir-donate-arguments): the buffer viewed.
+Value withoutRoundTrip(Value v) {
+  if (auto expand = v.getDefiningOp<memref::ExpandShapeOp>())
+    if (auto collapse =
+            expand.getSrc().getDefiningOp<memref::CollapseShapeOp>())
+      if (collapse.getSrc().getType() == expand.getType() &&
+          collapse.getReassociationIndices() ==
+              expand.getReassociationIndices())
+        return collapse.getSrc();
+  if (auto collapse = v.getDefiningOp<memref::CollapseShapeOp>())
+    if (auto expand = collapse.getSrc().getDefiningOp<memref::ExpandShapeOp>())
+      if (expand.getSrc().getType() == collapse.getType() &&
+          collapse.getReassociationIndices() ==
+              expand.getReassociationIndices())
+        return expand.getSrc();
+  return v;
+}
+
 struct DropDonatedResultsPass
     : lazymlir::impl::DropDonatedResultsPassBase<DropDonatedResultsPass> {
   using Base::Base;
@@ -233,7 +322,7 @@ struct DropDonatedResultsPass
         Value v = ret.getOperand(j);
         while (auto cast = v.getDefiningOp<memref::CastOp>())
           v = cast.getSource();
-        ok &= v == arg;
+        ok &= withoutRoundTrip(v) == arg;
       });
       if (!ok) {
         func.emitError() << "result " << j << " was not written into argument "
