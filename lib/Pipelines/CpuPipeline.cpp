@@ -141,6 +141,9 @@ void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(
       bufferization::createPromoteBuffersToStackPass(toStack));
   bufferization::buildBufferDeallocationPipeline(pm);
+  // Each temporary freed after its last use, not at the end of its block:
+  // the pool reuses it for what the step allocates next.
+  pm.addNestedPass<func::FuncOp>(createEarlyDeallocsPass());
 
   // Copies between strided layouts become linalg.copy, lowered like the
   // other linalg ops instead of by MLIR's element-by-element runtime copy.

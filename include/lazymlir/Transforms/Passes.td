@@ -880,6 +880,27 @@ def ChannelsLastPass : Pass<"lazymlir-channels-last", "mlir::func::FuncOp"> {
   ];
 }
 
+def EarlyDeallocsPass
+    : Pass<"lazymlir-early-deallocs", "mlir::func::FuncOp"> {
+  let summary = "Move each memref.dealloc of a block's own allocation to "
+                "right after the last op that uses the buffer";
+  let description = [{
+    Upstream's ownership-based buffer deallocation frees a block's
+    allocations at the end of the block: in a compiled training step every
+    activation, gradient and temporary of the forward and the backward is
+    alive until the step returns (BERT-base: the step's peak was the sum of
+    all its temporaries). This pass moves a `memref.dealloc` whose operand
+    is a `memref.alloc` of the same block to right after the last op of the
+    block that uses the buffer, or anything computed from it (views, casts,
+    its address as an index passed to a runtime call, transitively: a value
+    derived from the buffer in any way counts as a use), so the runtime's
+    pool hands the memory to the allocations that follow. Nothing moves
+    past an op that derives a value used later, and a dealloc already right
+    after its last use stays. Run after the buffer deallocation pipeline.
+  }];
+  let dependentDialects = ["mlir::memref::MemRefDialect"];
+}
+
 def PrivateFillsPass
     : Pass<"lazymlir-private-fills", "mlir::func::FuncOp"> {
   let summary = "Give each destination a shared linalg.fill writes its own "
