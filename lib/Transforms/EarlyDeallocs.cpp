@@ -20,9 +20,11 @@ using namespace mlir;
 namespace {
 
 /// The last op of `block` that uses `buffer` or any value computed from it
-/// (forward through every result of every user, and the values nested ops
-/// yield), other than `dealloc`; null if none.
-Operation *lastUse(Value buffer, Block &block, Operation *dealloc) {
+/// (forward through every result of every user and, for a user nested in a
+/// region, of its ancestor in the block), other than `dealloc`: null if
+/// none; failure if such a value leaves the block (a use outside it, or
+/// the block's terminator).
+FailureOr<Operation *> lastUse(Value buffer, Block &block, Operation *dealloc) {
   Operation *last = nullptr;
   SmallVector<Value> todo = {buffer};
   llvm::SmallPtrSet<Operation *, 16> seen;
@@ -32,13 +34,10 @@ Operation *lastUse(Value buffer, Block &block, Operation *dealloc) {
       if (user == dealloc || !seen.insert(user).second)
         continue;
       Operation *top = block.findAncestorOpInBlock(*user);
-      if (!top)
-        continue; // used outside this block: handled by the caller's check
+      if (!top || top == block.getTerminator())
+        return failure();
       if (!last || last->isBeforeInBlock(top))
         last = top;
-      // What the user computes from the buffer (a view, an address) and,
-      // for a user nested in a region, what its ancestor in the block
-      // returns.
       for (Value result : user->getResults())
         todo.push_back(result);
       if (top != user)
@@ -47,30 +46,6 @@ Operation *lastUse(Value buffer, Block &block, Operation *dealloc) {
     }
   }
   return last;
-}
-
-/// Whether every use of `buffer` and of what is computed from it lies in
-/// `block` (no value derived from it flows out of the block).
-bool staysInBlock(Value buffer, Block &block) {
-  SmallVector<Value> todo = {buffer};
-  llvm::SmallPtrSet<Operation *, 16> seen;
-  while (!todo.empty()) {
-    Value v = todo.pop_back_val();
-    for (Operation *user : v.getUsers()) {
-      if (!seen.insert(user).second)
-        continue;
-      Operation *top = block.findAncestorOpInBlock(*user);
-      if (!top || (user->hasTrait<OpTrait::IsTerminator>() &&
-                   user->getBlock() == &block))
-        return false;
-      for (Value result : user->getResults())
-        todo.push_back(result);
-      if (top != user)
-        for (Value result : top->getResults())
-          todo.push_back(result);
-    }
-  }
-  return true;
 }
 
 struct EarlyDeallocsPass
@@ -83,10 +58,12 @@ struct EarlyDeallocsPass
     for (memref::DeallocOp dealloc : deallocs) {
       Block &block = *dealloc->getBlock();
       auto alloc = dealloc.getMemref().getDefiningOp<memref::AllocOp>();
-      if (!alloc || alloc->getBlock() != &block ||
-          !staysInBlock(alloc.getResult(), block))
+      if (!alloc || alloc->getBlock() != &block)
         continue;
-      Operation *last = lastUse(alloc.getResult(), block, dealloc);
+      FailureOr<Operation *> use = lastUse(alloc.getResult(), block, dealloc);
+      if (failed(use))
+        continue;
+      Operation *last = *use;
       if (!last || !last->isBeforeInBlock(dealloc) ||
           last->getNextNode() == dealloc.getOperation())
         continue;

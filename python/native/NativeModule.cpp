@@ -286,47 +286,43 @@ NB_MODULE(_native, m) {
       "graph's run on raw contiguous buffers (as run_raw), called without the "
       "GIL by lazymlir._device's replay; 0 when it ran, 1 when a runtime "
       "check failed, 2 on any other error.");
-  m.def(
-      "bf16gemm",
-      [](int64_t m, int64_t n, int64_t k, uintptr_t a, int64_t aRow,
-         int64_t aCol, uintptr_t b, int64_t bRow, int64_t bCol, uintptr_t c,
-         int64_t cRow, int64_t cCol, const std::string &isa, int threads,
-         bool accumulate) {
-        GemmArgs args =
-            gemmArgs(m, n, k, a, aRow, aCol, b, bRow, bCol, c, cRow, cCol);
-        args.overwrite = !accumulate;
-        nb::gil_scoped_release release;
-        return bf16GemmWith(args, isa, threads);
-      },
-      nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("a"), nb::arg("a_row"),
-      nb::arg("a_col"), nb::arg("b"), nb::arg("b_row"), nb::arg("b_col"),
-      nb::arg("c"), nb::arg("c_row"), nb::arg("c_col"), nb::arg("isa") = "",
-      nb::arg("threads") = 0, nb::arg("accumulate") = true,
-      "For tests: C += A x B (accumulate=False: C = A x B) with A and B "
-      "bfloat16, C float32, as compiled bf16 contractions call it; `isa` "
-      "avx512bf16 (the dot-product kernel; False when the host lacks it), "
-      "widen (float32 copies, the float32 kernel) or '' (the host's).");
-  m.def(
-      "sgemm",
-      [](int64_t m, int64_t n, int64_t k, uintptr_t a, int64_t aRow,
-         int64_t aCol, uintptr_t b, int64_t bRow, int64_t bCol, uintptr_t c,
-         int64_t cRow, int64_t cCol, const std::string &isa, int threads,
-         bool accumulate) {
-        GemmArgs args =
-            gemmArgs(m, n, k, a, aRow, aCol, b, bRow, bCol, c, cRow, cCol);
-        args.overwrite = !accumulate;
-        nb::gil_scoped_release release;
-        return sgemmWith(args, isa, threads);
-      },
-      nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("a"), nb::arg("a_row"),
-      nb::arg("a_col"), nb::arg("b"), nb::arg("b_row"), nb::arg("b_col"),
-      nb::arg("c"), nb::arg("c_row"), nb::arg("c_col"), nb::arg("isa") = "",
-      nb::arg("threads") = 0, nb::arg("accumulate") = true,
-      "For tests and benchmarks: C += A x B (accumulate=False: C = A x B) with "
-      "the runtime's float32 GEMM "
-      "(what compiled contractions call) on float32 buffers given by address "
-      "and element strides; `isa` (avx512f, avx2, sse2; '' the host's) and "
-      "`threads` (0: every core). False when the host lacks the ISA.");
+  // One product on buffers given by address and element strides, with the
+  // float32 or the bf16 GEMM (`with`: sgemmWith, bf16GemmWith).
+  auto defineGemm = [&m](const char *name,
+                         bool (*with)(const GemmArgs &, const std::string &,
+                                      int),
+                         const char *doc) {
+    m.def(
+        name,
+        [with](int64_t m, int64_t n, int64_t k, uintptr_t a, int64_t aRow,
+               int64_t aCol, uintptr_t b, int64_t bRow, int64_t bCol,
+               uintptr_t c, int64_t cRow, int64_t cCol, const std::string &isa,
+               int threads, bool accumulate) {
+          GemmArgs args =
+              gemmArgs(m, n, k, a, aRow, aCol, b, bRow, bCol, c, cRow, cCol);
+          args.overwrite = !accumulate;
+          nb::gil_scoped_release release;
+          return with(args, isa, threads);
+        },
+        nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("a"),
+        nb::arg("a_row"), nb::arg("a_col"), nb::arg("b"), nb::arg("b_row"),
+        nb::arg("b_col"), nb::arg("c"), nb::arg("c_row"), nb::arg("c_col"),
+        nb::arg("isa") = "", nb::arg("threads") = 0,
+        nb::arg("accumulate") = true, doc);
+  };
+  defineGemm(
+      "sgemm", &sgemmWith,
+      "For tests and benchmarks: C += A x B (accumulate=False: C = A x B) "
+      "with the runtime's float32 GEMM (what compiled contractions call) on "
+      "float32 buffers given by address and element strides; `isa` (avx512f, "
+      "avx2, sse2; '' the host's) and `threads` (0: every core). False when "
+      "the host lacks the ISA.");
+  defineGemm(
+      "bf16gemm", &bf16GemmWith,
+      "For tests: sgemm's product with A and B bfloat16, C float32, as "
+      "compiled bf16 contractions call it; `isa` avx512bf16 (the dot-product "
+      "kernel; False when the host lacks it), widen (float32 copies, the "
+      "float32 kernel) or '' (the host's).");
   m.def(
       "fma_peak",
       [] {

@@ -26,8 +26,8 @@ def _flags():
     return set()
 
 
-def _gemm(a, b, c, isa="", threads=0, accumulate=True):
-    return _native.sgemm(
+def _gemm(a, b, c, isa="", threads=0, accumulate=True, gemm=None):
+    return (gemm or _native.sgemm)(
         a.shape[0], b.shape[1], a.shape[1],
         a.data_ptr(), a.stride(0), a.stride(1),
         b.data_ptr(), b.stride(0), b.stride(1),
@@ -229,13 +229,7 @@ def test_threads_sharing_packed_panels_match_one_thread_exactly(threads):
 
 
 def _bf16gemm(a, b, c, isa="", threads=0, accumulate=True):
-    return _native.bf16gemm(
-        a.shape[0], b.shape[1], a.shape[1],
-        a.data_ptr(), a.stride(0), a.stride(1),
-        b.data_ptr(), b.stride(0), b.stride(1),
-        c.data_ptr(), c.stride(0), c.stride(1),
-        isa, threads, accumulate,
-    )  # fmt: skip
+    return _gemm(a, b, c, isa, threads, accumulate, gemm=_native.bf16gemm)
 
 
 @pytest.mark.parametrize("isa", ["avx512bf16", "widen"])
