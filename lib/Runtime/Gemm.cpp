@@ -12,9 +12,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <cstring>
 #include <thread>
 #include <vector>
-#include <cstring>
 
 namespace lazymlir {
 
@@ -406,9 +406,7 @@ bool bf16GemmWith(const GemmArgs &args, const std::string &isa, int threads) {
     widenedBf16(args, 1, 0, 0, 0, threads);
     return true;
   }
-  if (!isa.empty() && isa != "avx512bf16")
-    return false;
-  if (!isa.empty() && !hostHas(isa))
+  if (!isa.empty() && (isa != "avx512bf16" || !hostHas(isa)))
     return false;
   bf16GemmBatched(args, 1, 0, 0, 0, threads);
   return true;

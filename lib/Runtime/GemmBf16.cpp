@@ -43,92 +43,64 @@ inline uint32_t load32(const uint16_t *p) {
   return v;
 }
 
-/// A's rows [i0, i0 + mc), columns [p0, p0 + kc) as slivers of MR rows:
-/// sliver s holds, per pair q, its MR pairs (zeros past mc and past kc).
+/// One sliver of `width` lines (A's rows, B's columns): per pair q of its
+/// kc values along K, the pairs (X[2q][t], X[2q + 1][t]) of lines t <
+/// `count`, zeros past `count` and past kc, where X[p][t] =
+/// base[p * pStride + t * tStride].
+void packSliver(const uint16_t *base, int64_t pStride, int64_t tStride,
+                int64_t kc, int count, int width, uint32_t *sliver) {
+  int64_t pairs = (kc + 1) / 2;
+  if (pStride == 1) {
+    // Each line contiguous along K (a row-major A; B^T, a linear layer's
+    // weight, read in place): a pair is one 32-bit word.
+    for (int t = 0; t < width; ++t) {
+      const uint16_t *line = base + t * tStride;
+      int64_t q = 0;
+      if (t < count)
+        for (; 2 * q + 1 < kc; ++q)
+          sliver[q * width + t] = load32(line + 2 * q);
+      for (; q < pairs; ++q)
+        sliver[q * width + t] = t < count ? pair(line[2 * q], 0) : 0;
+    }
+    return;
+  }
+  // The lines side by side (a row-major B; A^T, a weight gradient's
+  // activations, read in place): a pair of K rows gives a run of the sliver.
+  for (int64_t q = 0; q < pairs; ++q) {
+    const uint16_t *row0 = base + 2 * q * pStride;
+    const uint16_t *row1 = row0 + pStride;
+    bool second = 2 * q + 1 < kc;
+    uint32_t *to = sliver + q * width;
+    if (tStride == 1 && count == width && second) {
+      for (int t = 0; t < width; ++t) // vectorized: zero-extend, shift, or
+        to[t] = pair(row0[t], row1[t]);
+      continue;
+    }
+    for (int t = 0; t < count; ++t)
+      to[t] = pair(row0[t * tStride], second ? row1[t * tStride] : 0);
+    for (int t = count; t < width; ++t)
+      to[t] = 0;
+  }
+}
+
+/// A's rows [i0, i0 + mc), columns [p0, p0 + kc) as slivers of MR rows.
 void packA(const GemmArgs &g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
            uint32_t *out) {
   const uint16_t *a = bf16(g.a);
   int64_t pairs = (kc + 1) / 2;
-  for (int64_t ir = 0; ir < mc; ir += MR) {
-    int mr = static_cast<int>(lo(MR, mc - ir));
-    uint32_t *sliver = out + ir * pairs;
-    const uint16_t *base = a + (i0 + ir) * g.aRow + p0 * g.aCol;
-    if (g.aRow == 1) {
-      // A^T read in place (a weight gradient's activations): A's column p
-      // is contiguous, so a pair of columns gives a run of the sliver.
-      for (int64_t q = 0; q < pairs; ++q) {
-        const uint16_t *column0 = base + 2 * q * g.aCol;
-        const uint16_t *column1 = column0 + g.aCol;
-        bool second = 2 * q + 1 < kc;
-        uint32_t *to = sliver + q * MR;
-        for (int i = 0; i < mr; ++i)
-          to[i] = pair(column0[i], second ? column1[i] : uint16_t(0));
-        for (int i = mr; i < MR; ++i)
-          to[i] = 0;
-      }
-      continue;
-    }
-    for (int i = 0; i < MR; ++i) {
-      if (i >= mr) {
-        for (int64_t q = 0; q < pairs; ++q)
-          sliver[q * MR + i] = 0;
-        continue;
-      }
-      const uint16_t *row = base + i * g.aRow;
-      int64_t q = 0;
-      if (g.aCol == 1)
-        for (; 2 * q + 1 < kc; ++q)
-          sliver[q * MR + i] = load32(row + 2 * q);
-      for (; q < pairs; ++q) {
-        int64_t p = 2 * q;
-        sliver[q * MR + i] = pair(
-            row[p * g.aCol], p + 1 < kc ? row[(p + 1) * g.aCol] : uint16_t(0));
-      }
-    }
-  }
+  for (int64_t ir = 0; ir < mc; ir += MR)
+    packSliver(a + (i0 + ir) * g.aRow + p0 * g.aCol, g.aCol, g.aRow, kc,
+               static_cast<int>(lo(MR, mc - ir)), MR, out + ir * pairs);
 }
 
-/// B's rows [p0, p0 + kc), columns [j0, j0 + nc) as slivers of NR columns:
-/// sliver s holds, per pair q, its NR pairs (zeros past nc and past kc).
+/// B's rows [p0, p0 + kc), columns [j0, j0 + nc) as slivers of NR columns.
 void packB(const GemmArgs &g, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
            uint32_t *out) {
   const uint16_t *b = bf16(g.b);
   int64_t pairs = (kc + 1) / 2;
-  for (int64_t jr = 0; jr < nc; jr += NR) {
-    int nr = static_cast<int>(lo(NR, nc - jr));
-    uint32_t *sliver = out + jr * pairs;
-    const uint16_t *base = b + p0 * g.bRow + (j0 + jr) * g.bCol;
-    if (g.bRow == 1) {
-      // B^T read in place (a linear layer's weight): each column of B is
-      // contiguous, its pairs read as one 32-bit word.
-      for (int j = 0; j < NR; ++j) {
-        const uint16_t *column = base + j * g.bCol;
-        int64_t q = 0;
-        if (j < nr)
-          for (; 2 * q + 1 < kc; ++q)
-            sliver[q * NR + j] = load32(column + 2 * q);
-        for (; q < pairs; ++q)
-          sliver[q * NR + j] =
-              j < nr && 2 * q < kc ? pair(column[2 * q], 0) : 0;
-      }
-      continue;
-    }
-    for (int64_t q = 0; q < pairs; ++q) {
-      const uint16_t *row0 = base + 2 * q * g.bRow;
-      const uint16_t *row1 = row0 + g.bRow;
-      bool second = 2 * q + 1 < kc;
-      uint32_t *to = sliver + q * NR;
-      if (g.bCol == 1 && nr == NR && second) {
-        for (int j = 0; j < NR; ++j) // vectorized: zero-extend, shift, or
-          to[j] = pair(row0[j], row1[j]);
-        continue;
-      }
-      for (int j = 0; j < nr; ++j)
-        to[j] = pair(row0[j * g.bCol], second ? row1[j * g.bCol] : 0);
-      for (int j = nr; j < NR; ++j)
-        to[j] = 0;
-    }
-  }
+  for (int64_t jr = 0; jr < nc; jr += NR)
+    packSliver(b + p0 * g.bRow + (j0 + jr) * g.bCol, g.bRow, g.bCol, kc,
+               static_cast<int>(lo(NR, nc - jr)), NR, out + jr * pairs);
 }
 
 /// C's MR x NR tile at `c` += (with `overwrite`, =) the packed slivers'

@@ -66,6 +66,20 @@ SmallVector<OpOperand *> aliasUses(Value root) {
   return uses;
 }
 
+/// The reassociation of a tensor or memref collapse_shape / expand_shape;
+/// empty for any other op.
+SmallVector<ReassociationIndices> reassociation(Operation *op) {
+  if (auto c = dyn_cast<tensor::CollapseShapeOp>(op))
+    return c.getReassociationIndices();
+  if (auto e = dyn_cast<tensor::ExpandShapeOp>(op))
+    return e.getReassociationIndices();
+  if (auto c = dyn_cast<memref::CollapseShapeOp>(op))
+    return c.getReassociationIndices();
+  if (auto e = dyn_cast<memref::ExpandShapeOp>(op))
+    return e.getReassociationIndices();
+  return {};
+}
+
 /// The entry function the runtime calls, or null (absent or external).
 func::FuncOp entryFunction(ModuleOp module, StringRef name) {
   auto func = module.lookupSymbol<func::FuncOp>(name);
@@ -163,34 +177,25 @@ struct DonateArgumentsPass
         // value (one value, so that reading and writing it in place is no
         // conflict), moved to the start; else a new one there.
         auto sameView = [&](Operation *user) {
-          if (user->getName() == reshape->getName() ||
-              user->getResult(0).getType() != source.getType())
-            return false;
-          if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(user))
-            return isa<tensor::ExpandShapeOp>(reshape) &&
-                   collapse.getReassociationIndices() ==
-                       cast<tensor::ExpandShapeOp>(reshape)
-                           .getReassociationIndices();
-          if (auto expand = dyn_cast<tensor::ExpandShapeOp>(user))
-            return isa<tensor::CollapseShapeOp>(reshape) &&
-                   expand.getReassociationIndices() ==
-                       cast<tensor::CollapseShapeOp>(reshape)
-                           .getReassociationIndices();
-          return false;
+          return isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(user) &&
+                 user->getName() != reshape->getName() &&
+                 user->getResult(0).getType() == source.getType() &&
+                 reassociation(user) == reassociation(reshape);
         };
         auto users = arg.getUsers();
         auto view = llvm::find_if(users, sameView);
         if (view != users.end()) {
           (*view)->moveBefore(&body, body.begin());
           destination = (*view)->getResult(0);
-        } else if (auto expand = dyn_cast<tensor::ExpandShapeOp>(reshape))
-          destination = tensor::CollapseShapeOp::create(
-              rewriter, arg.getLoc(), source.getType(), arg,
-              expand.getReassociationIndices());
-        else
-          destination = tensor::ExpandShapeOp::create(
-              rewriter, arg.getLoc(), source.getType(), arg,
-              cast<tensor::CollapseShapeOp>(reshape).getReassociationIndices());
+        } else if (isa<tensor::ExpandShapeOp>(reshape)) {
+          destination = tensor::CollapseShapeOp::create(rewriter, arg.getLoc(),
+                                                        source.getType(), arg,
+                                                        reassociation(reshape));
+        } else {
+          destination = tensor::ExpandShapeOp::create(rewriter, arg.getLoc(),
+                                                      source.getType(), arg,
+                                                      reassociation(reshape));
+        }
       } else {
         reshape = nullptr;
       }
@@ -282,20 +287,17 @@ struct DonateArgumentsPass
 /// `v` without a reshape and its inverse (the argument viewed in an
 /// update's shape and back, lazymlir-donate-arguments): the buffer viewed.
 Value withoutRoundTrip(Value v) {
-  if (auto expand = v.getDefiningOp<memref::ExpandShapeOp>())
-    if (auto collapse =
-            expand.getSrc().getDefiningOp<memref::CollapseShapeOp>())
-      if (collapse.getSrc().getType() == expand.getType() &&
-          collapse.getReassociationIndices() ==
-              expand.getReassociationIndices())
-        return collapse.getSrc();
-  if (auto collapse = v.getDefiningOp<memref::CollapseShapeOp>())
-    if (auto expand = collapse.getSrc().getDefiningOp<memref::ExpandShapeOp>())
-      if (expand.getSrc().getType() == collapse.getType() &&
-          collapse.getReassociationIndices() ==
-              expand.getReassociationIndices())
-        return expand.getSrc();
-  return v;
+  Operation *back = v.getDefiningOp();
+  if (!back || !isa<memref::CollapseShapeOp, memref::ExpandShapeOp>(back))
+    return v;
+  Value inner = back->getOperand(0);
+  Operation *there = inner.getDefiningOp();
+  if (!there || !isa<memref::CollapseShapeOp, memref::ExpandShapeOp>(there) ||
+      there->getName() == back->getName() ||
+      there->getOperand(0).getType() != v.getType() ||
+      reassociation(there) != reassociation(back))
+    return v;
+  return there->getOperand(0);
 }
 
 struct DropDonatedResultsPass

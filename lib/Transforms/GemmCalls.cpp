@@ -249,14 +249,9 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
         return isChosen.contains(use.getOwner()) && use.getOperandNumber() < 2;
       });
     };
-    // Each float32 value's decision and bf16 value, taken once for all its
-    // readers (before any is rewritten).
+    // Each float32 value's bf16 value, made once for all its readers (at
+    // its first reader, before any of its uses is redirected).
     llvm::DenseMap<Value, Value> narrowed;
-    llvm::DenseMap<Value, bool> inPlace;
-    for (Operation *op : chosen)
-      for (unsigned i = 0; i < 2; ++i)
-        inPlace.try_emplace(op->getOperand(i),
-                            onlyChosenRead(op->getOperand(i)));
     IRRewriter rewriter(&getContext());
     for (Operation *op : chosen) {
       for (unsigned i = 0; i < 2; ++i) {
@@ -265,7 +260,7 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
         if (it == narrowed.end())
           it = narrowed
                    .try_emplace(value, narrowProducer(value, widenedBf16(value),
-                                                      inPlace.lookup(value)))
+                                                      onlyChosenRead(value)))
                    .first;
         op->setOperand(i, it->second);
       }
