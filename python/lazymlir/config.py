@@ -136,6 +136,18 @@ tiered: bool = _env_bool("LAZYMLIR_TIERED", True)
 # effort (LAZYMLIR_TIER_UP_RUNS, a count, default 4).
 tier_up_runs: int = max(1, int(_env_str("LAZYMLIR_TIER_UP_RUNS", "4")))
 
+# Graphs of at least this many traced ops (LAZYMLIR_COMPILE_ASIDE_OPS,
+# default 1500; 0: never) compile in a child process while they run eagerly,
+# instead of stopping the step for the compile: a 12-layer transformer's
+# training step takes tens of seconds to lower and compile on a small host.
+# The compile starts at the graph's second run (a graph run once never pays
+# for one), one child at a time, niced; the child writes the disk cache, and
+# the first run after it finished loads the compiled graph from there. Needs
+# the disk cache (cache_dir); a child that crashes or fails leaves the graph
+# eager with a warning, one that finds ops that do not lower leaves those
+# ops eager, as an in-process compile would (lazymlir.execution.aside).
+compile_aside_ops: int = int(_env_str("LAZYMLIR_COMPILE_ASIDE_OPS", "1500"))
+
 # A graph structure compiled for this many different input shapes gets a
 # RuntimeWarning (the recompilation storm: pad or bucket the shapes);
 # LAZYMLIR_RECOMPILE_WARNING_AT, a count of shapes, default 8; 0: never warn.
@@ -178,6 +190,7 @@ _NAMES = (
     "cache_max_bytes",
     "tiered",
     "tier_up_runs",
+    "compile_aside_ops",
     "device",
     "fusion",
     "channels_last",
@@ -198,6 +211,17 @@ _NAMES = (
     "eager_read_ops",
     "eager_read_elements",
 )
+
+
+def snapshot() -> dict:
+    """Every option's value (for a child process: :func:`apply`)."""
+    g = globals()
+    return {name: g[name] for name in _NAMES}
+
+
+def apply(values: dict) -> None:
+    """Set options from a :func:`snapshot` (for good, unlike :func:`patch`)."""
+    _set({name: value for name, value in values.items() if name in _NAMES})
 
 
 def options_key() -> tuple:

@@ -68,6 +68,12 @@ def insert(key: tuple, entry: Any, compile_seconds: float) -> None:
     _compile_seconds += compile_seconds
 
 
+def remove(key: tuple) -> None:
+    """Forget one entry (if there)."""
+    if _entries.pop(key, None) is not None:
+        _forget()
+
+
 def drop(kind: str) -> None:
     """Forget the entries whose key starts with ``kind`` (torch.compile's
     regions at exit: their executables go before the native runtime)."""

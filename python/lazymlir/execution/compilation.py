@@ -4,7 +4,6 @@ disk cache's record of an earlier process's compile, or a dynamic graph
 in memory under the trace's key. ``run.execute`` calls :func:`compile_graph`.
 """
 
-import functools
 import threading
 import time
 import warnings
@@ -16,9 +15,10 @@ from .. import dtypes as dtype_table
 from ..lowering import decompositions, linalg, LoweringError
 from ..trace import dynamic, ir
 from ..trace.template import decompose
-from . import cache, donation
+from . import aside, cache, donation
 from .entries import (
     Compiled,
+    compile_linalg_donating,
     compile_lock,
     compile_options,
     configure_disk_cache,
@@ -94,30 +94,94 @@ def _zero_size(graph: ir.Graph) -> bool:
     return any(isinstance(m, torch.Tensor) and m.numel() == 0 for m in metas)
 
 
-def _compile_linalg(native, linalg: str, options: dict, pairs):
-    """The graph compiled, with the inputs of ``pairs`` donated to their
-    outputs unless the compiler refuses them (a runtime check after the
-    first write into a donated input, an update it cannot tie to its
-    input): then it is compiled without. (executable, the pairs it donates)."""
-    compile = functools.partial(
-        native.compile_linalg, linalg, keep_llvm_dialect=bool(config.dump_dir), profile=config.profile, **options
-    )
+def _compiled_entry(native, executable, name, specs, gm, pairs, uses, disk) -> Compiled:
+    note_compile(executable.compile_stats, disk)
+    for message in native.take_disk_cache_warnings():
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+    metrics.sample("KernelCount", executable.kernel_count)
+    entry = Compiled(name, executable, specs, gm)
     if pairs:
-        try:
-            return compile(donate=[index for pair in pairs for index in pair]), pairs
-        except native.CompileError as e:
-            metrics.counter("DonationRefused")
-            if config.verbose:
-                print(f"lazymlir: compiling without donated inputs: {str(e)[:500]}")
-    return compile(), ()
+        entry.donate(pairs, uses)
+    metrics.counter("UncachedCompile")
+    return entry
 
 
-def compile_graph(graph: ir.Graph):
+def _failed(graph: ir.Graph, name: str, gm, specs, e: Exception):
+    """What runs a graph that failed to compile with ``e``: Split when the
+    lowering failed on ops found not to lower alone (they run eagerly from
+    now on, the rest of later traces compiles), else the graph eagerly, with
+    a warning."""
+    if isinstance(e, LoweringError):
+        culprits = linalg.find_unsupported(graph)
+        for key in culprits:
+            for listener in unsupported_op_listeners:
+                listener(key)
+        if culprits:
+            warnings.warn(
+                f"lazymlir: graph {name} ({len(graph.nodes)} ops) holds ops that do not compile; they run "
+                f"eagerly from now on, the rest compiles: "
+                f"{', '.join(sorted(f'{op} on {list(dtypes)}' for op, (dtypes, *_) in culprits))}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return Split(culprits)
+    warnings.warn(
+        f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile and runs eagerly: {str(e)[:2000]}",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return Eager(name, gm, "CompileFallback", specs)
+
+
+def _goes_aside(graph: ir.Graph) -> bool:
+    return 0 < config.compile_aside_ops <= len(graph.nodes)
+
+
+def finish_aside(entry: aside.Pending, graph: ir.Graph):
+    """The entry that replaces ``entry`` once its child finished: the
+    compiled graph loaded from the disk cache, or what a compile failure
+    gives (``_failed``); a graph whose compile cannot be loaded (the disk
+    cache evicted it) compiles here."""
+    answer = aside.take(entry)
+    status = answer["status"]
+    if status == "nochild":  # the graph cannot go to a child: compiled here
+        return compile_graph(graph, aside_ok=False)
+    t0 = time.perf_counter()
     with compile_lock:
-        return _compile_locked(graph)
+        if status == "ok":
+            native = require_native()
+            disk = configure_disk_cache(native)
+            executable = native.load_cached(answer["graph"], **entry.options)
+            if executable is None:
+                return compile_graph(graph, aside_ok=False)
+            pairs = entry.pairs if answer["donated"] else ()
+            if entry.pairs and not pairs:
+                metrics.counter("DonationRefused")
+            for phase, seconds in answer["seconds"].items():
+                metrics.timing("LoweringTime" if phase == "lowering" else "CompileTime", seconds)
+            result = _compiled_entry(native, executable, entry.name, entry.out_specs, entry.gm, pairs, entry.uses, disk)
+            metrics.counter("CompiledAside")
+        else:
+            metrics.counter("CompileAsideFailed")
+            error = LoweringError(answer["message"]) if status == "lowering" else RuntimeError(answer["message"])
+            result = _failed(graph, entry.name, entry.gm, entry.out_specs, error)
+        if type(result) is not Split:
+            cache.insert(graph.key, result, time.perf_counter() - t0)
+        else:
+            cache.remove(graph.key)
+    if config.verbose:
+        print(f"lazymlir: graph {entry.name} compiled in a child process: {type(result).__name__}")
+    return result
 
 
-def _compile_locked(graph: ir.Graph):
+def compile_graph(graph: ir.Graph, aside_ok: bool = True):
+    """``aside_ok``: a large graph may become an aside.Pending entry (compiled
+    in a child process, eager until then)."""
+    with compile_lock:
+        return _compile_locked(graph, aside_ok)
+
+
+def _compile_locked(graph: ir.Graph, aside_ok: bool):
     t0 = time.perf_counter()
     gm = ir.to_fx(graph)
     name = ir.graph_hash(graph.key)
@@ -159,7 +223,11 @@ def _compile_locked(graph: ir.Graph):
                 entry = dynamic_entry(graph, native, name, options, disk, plain, t0)
                 if entry is not None:
                     return entry
-            if executable is None:
+            if executable is None and record is not None and aside_ok and _goes_aside(graph):
+                uses = donation.input_uses(graph, pairs) if pairs else None
+                metas = [(tuple(t.shape), tuple(t.stride()), t.dtype) for t in graph.input_values()]
+                entry = aside.Pending(name, gm, specs, len(graph.nodes), metas, options, pairs, uses, record)
+            elif executable is None:
                 t1 = time.perf_counter()
                 lowered = linalg.lower(gm, graph.input_values(), origins=config.profile)
                 metrics.timing("LoweringTime", time.perf_counter() - t1)
@@ -171,7 +239,7 @@ def _compile_locked(graph: ir.Graph):
                     listener(name, graph, lowered.linalg)
                 try:
                     requested = pairs
-                    executable, pairs = _compile_linalg(native, lowered.linalg, options, pairs)
+                    executable, pairs = compile_linalg_donating(native, lowered.linalg, options, pairs)
                     if requested and not pairs:  # refused: copy semantics, no record under the donating key
                         record = None
                 except Exception:
@@ -187,37 +255,13 @@ def _compile_locked(graph: ir.Graph):
                     debug.dump(name, "torch", lowered.torch_mlir, kernels)
                     debug.dump(name, "linalg", lowered.linalg, kernels)
                     debug.dump(name, "llvm", executable.llvm_dialect, kernels)
-            note_compile(executable.compile_stats, disk)
-            for message in native.take_disk_cache_warnings():
-                warnings.warn(message, RuntimeWarning, stacklevel=3)
-            metrics.sample("KernelCount", executable.kernel_count)
-            entry = Compiled(name, executable, specs, gm)
-            if pairs:
-                entry.donate(pairs, donation.input_uses(graph, pairs))
-            metrics.counter("UncachedCompile")
+            if entry is None:
+                uses = donation.input_uses(graph, pairs) if pairs else None
+                entry = _compiled_entry(native, executable, name, specs, gm, pairs, uses, disk)
         except Exception as e:  # never fail the user: run it eagerly instead
-            if isinstance(e, LoweringError):
-                # Find the ops that cannot lower and run them eagerly from now
-                # on, so that the rest of later traces compiles.
-                culprits = linalg.find_unsupported(graph)
-                for key in culprits:
-                    for listener in unsupported_op_listeners:
-                        listener(key)
-                if culprits:
-                    warnings.warn(
-                        f"lazymlir: graph {name} ({len(graph.nodes)} ops) holds ops that do not compile; they run "
-                        f"eagerly from now on, the rest compiles: "
-                        f"{', '.join(sorted(f'{op} on {list(dtypes)}' for op, (dtypes, *_) in culprits))}",
-                        RuntimeWarning,
-                        stacklevel=3,
-                    )
-                    return Split(culprits)
-            warnings.warn(
-                f"lazymlir: graph {name} ({len(graph.nodes)} ops) failed to compile and runs eagerly: {str(e)[:2000]}",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            entry = Eager(name, gm, "CompileFallback", specs)
+            entry = _failed(graph, name, gm, specs, e)
+            if type(entry) is Split:
+                return entry
     seconds = time.perf_counter() - t0
     if config.verbose:
         kernels = f", {entry.kernel_count} kernels" if entry.kernel_count is not None else ""

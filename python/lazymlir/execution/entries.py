@@ -8,6 +8,7 @@ the listeners told of lowered graphs and of ops that do not lower.
 and dynamic variants; ``run.execute`` caches and runs them."""
 
 import atexit
+import functools
 import linecache
 import re
 import threading
@@ -19,6 +20,8 @@ import torch
 
 from .. import config, metrics
 from . import cache
+
+aten = torch.ops.aten
 
 
 # The native compiler (lazymlir.execution.native over the C++ build), imported at the
@@ -121,7 +124,7 @@ class Compiled:
         t0 = time.perf_counter()
         exe = self.executable
         if self.wrong:
-            run_fx(self.gm, inputs, outs)
+            run_fx(self.gm, inputs, outs, self.donated)
             metrics.timing("ExecuteTime", time.perf_counter() - t0)
             return
         args, results = inputs, outs
@@ -150,7 +153,7 @@ class Compiled:
             # self", ...), which becomes the job's; if it does not (a check
             # that failed needlessly), its outputs are the result.
             metrics.counter("RuntimeCheckEagerRerun")
-            run_fx(self.gm, inputs, outs)
+            run_fx(self.gm, inputs, outs, self.donated)
         elif self.validate:
             self.validate = False
             self._validated(inputs, outs)
@@ -259,19 +262,100 @@ def _close(out: torch.Tensor, ref: torch.Tensor) -> bool:
     return bool(((a - b).abs() <= rtol * b.abs() + rtol * scale + 1e-6).all())
 
 
-def run_fx(gm, inputs: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
-    """Run a graph's FX module eagerly, its i-th result copied into outs[i].
-    Grad mode and autocast are per thread: on the worker they are off; a
-    waiting thread that runs the graph itself (run._wait_for) may be
-    inside torch.autocast, which would change the recorded dtypes."""
+def run_fx(gm, inputs: List[torch.Tensor], outs: List[torch.Tensor], donated=()) -> None:
+    """Run a graph's FX module eagerly, its i-th result written into outs[i]
+    as soon as it is computed (:func:`_into`): a result then dies at its
+    last use, not at the end of the graph, and a step run eagerly holds its
+    new state once, in ``outs``, instead of twice. ``donated``: (input,
+    output) pairs whose output buffer may be the input's own (see
+    ``donation.assign``). Grad mode and autocast are per thread: on the
+    worker they are off; a waiting thread that runs the graph itself
+    (run._wait_for) may be inside torch.autocast, which would change the
+    recorded dtypes."""
     with torch.no_grad(), torch.autocast("cpu", enabled=False):
         try:
-            results = gm(*inputs)
+            _into(gm, tuple(donated))(*inputs, *outs)
         except Exception as e:
             _name_failed_op(e)
             raise
-        for out, r in zip(outs, results):
-            out.copy_(r)
+
+
+def _into(gm, donated: tuple):
+    """``gm`` rewritten to take its outputs' buffers after its inputs and
+    copy each result into its buffer right after the op that computes it
+    (built once per module and donation). An output whose buffer may be
+    donated input i's is written only after the last op reading input i or
+    a view of it, or at the end when an output is such a view: then after
+    the other outputs, from copies of the values that are views of donated
+    inputs."""
+    cache = gm.__dict__.setdefault("_lazymlir_into", {})
+    built = cache.get(donated)
+    if built is not None:
+        return built
+    nodes = list(gm.graph.nodes)
+    output = nodes[-1]
+    values = list(output.args[0])
+    count = sum(n.op == "placeholder" for n in nodes)
+    assert all(n.op == "placeholder" for n in nodes[:count]), "placeholders first"
+    placeholders = nodes[:count]
+    pos = {n: k for k, n in enumerate(nodes)}
+    end = len(nodes)  # after every op
+    at = [max(pos[v], count - 1) if isinstance(v, torch.fx.Node) else count - 1 for v in values]
+    shared = set()  # views of donated inputs
+    for i, j in donated:
+        aliases = _aliases(nodes, placeholders[i])
+        shared |= aliases
+        if any(v in aliases for v in values):
+            at[j] = end
+        else:
+            at[j] = max([at[j], *(pos[u] for a in aliases for u in a.users if u is not output)])
+    into = {j for _, j in donated}
+    order = sorted(range(len(values)), key=lambda j: (at[j], j in into))
+    g = torch.fx.Graph()
+    env = {}
+    buffers = []
+
+    def write(j, value):
+        g.call_function(aten.copy_.default, (buffers[j], value))
+
+    if count == 0:
+        buffers = [g.placeholder(f"out{j}") for j in range(len(values))]
+    for k, n in enumerate(nodes[:-1]):
+        env[n] = g.node_copy(n, env.__getitem__)
+        if k == count - 1:
+            buffers = [g.placeholder(f"out{j}") for j in range(len(values))]
+        while order and at[order[0]] <= k:
+            j = order.pop(0)
+            write(j, env[values[j]] if isinstance(values[j], torch.fx.Node) else values[j])
+    # Donated outputs written at the end: the values that are views of
+    # donated inputs are copied before any of those inputs is overwritten.
+    clones = {}
+    for v in values:
+        if isinstance(v, torch.fx.Node) and v in shared and v not in clones and order:
+            clones[v] = g.call_function(aten.clone.default, (env[v],))
+    for j in order:
+        v = values[j]
+        write(j, clones.get(v, env[v]) if isinstance(v, torch.fx.Node) else v)
+    g.output(None)
+    built = cache[donated] = torch.fx.GraphModule({}, g)
+    return built
+
+
+def _aliases(nodes, source) -> set:
+    """The nodes that may share ``source``'s memory: those computed from it
+    (or from one of them) by an op whose schema says its result may alias
+    an argument, or by anything that is not an ATen op."""
+    aliases = {source}
+    for n in nodes:
+        if n.op != "call_function" or not any(a in aliases for a in n.all_input_nodes):
+            continue
+        target = n.target
+        if isinstance(target, torch._ops.OpOverload) and not any(
+            r.alias_info is not None for r in target._schema.returns
+        ):
+            continue  # a new tensor
+        aliases.add(n)
+    return aliases
 
 
 _OP_CALL = re.compile(r"torch\.ops\.(\w+)\.(\w+)\.(\w+)\(")
@@ -376,6 +460,24 @@ def compile_options() -> dict:
         tiered=config.tiered,
         tier_up_runs=config.tier_up_runs,
     )
+
+
+def compile_linalg_donating(native, linalg: str, options: dict, pairs):
+    """The graph compiled, with the inputs of ``pairs`` donated to their
+    outputs unless the compiler refuses them (a runtime check after the
+    first write into a donated input, an update it cannot tie to its
+    input): then it is compiled without. (executable, the pairs it donates)."""
+    compile = functools.partial(
+        native.compile_linalg, linalg, keep_llvm_dialect=bool(config.dump_dir), profile=config.profile, **options
+    )
+    if pairs:
+        try:
+            return compile(donate=[index for pair in pairs for index in pair]), pairs
+        except native.CompileError as e:
+            metrics.counter("DonationRefused")
+            if config.verbose:
+                print(f"lazymlir: compiling without donated inputs: {str(e)[:500]}")
+    return compile(), ()
 
 
 # torch-mlir and the native compiler work for one graph at a time: the

@@ -22,9 +22,9 @@ import torch.autograd.profiler as _autograd_profiler
 from .. import _device, config, metrics
 from ..lowering import linalg
 from ..trace import dynamic, ir
-from . import cache, donation, entries, profiler, tierup
+from . import aside, cache, donation, entries, profiler, tierup
 
-from .compilation import compile_graph
+from .compilation import compile_graph, finish_aside
 from .entries import Compiled, Eager, Split
 from . import errors
 from .errors import DependencyError, drop_frames, report, unreported as _unreported
@@ -78,22 +78,22 @@ def execute(outputs: Sequence[ir.Node], now: bool = False, condition: bool = Fal
             _device.arm_replay(graph.key, exe, exe.address, entry.out_specs, exe.kernel_count)
     if type(entry) is Compiled and entry.dynamic:
         tierup.note_dynamic_run(graph, entry)  # a size that keeps coming back gets its static graph
+    elif type(entry) is aside.Pending and aside.note_run(entry):  # its child finished
+        entry = finish_aside(entry, graph)
     if entry is None and condition and _small_read(graph):
         return _run_read_eagerly(graph), None, None
     if entry is None:
         entry = compile_graph(graph)
-        if type(entry) is Split:
-            # Ops that do not lower: computed eagerly in place, the rest of
-            # the graph is traced again without them and compiled.
-            _run_in_place(graph, entry.ops)
-            return _execute_rest(outputs, now)
-    if type(entry) is Eager:
+    if type(entry) is Split:  # ops that do not lower run eagerly in place; the rest is traced again
+        _run_in_place(graph, entry.ops)
+        return _execute_rest(outputs, now)
+    if type(entry) in (Eager, aside.Pending):
         metrics.counter(entry.counter)
     deps = _unfinished_inputs(graph)
     ahead = now and not deps and _in_flight and not _running(entry)
     if _in_flight and not ahead:
         _throttle()  # before this graph's outputs are allocated
-    skip = entry.donated_outputs if type(entry) is Compiled else ()
+    skip = entry.donated_outputs if type(entry) in (Compiled, aside.Pending) else ()
     specs = entry.out_specs or graph.output_specs()
     outs = [None if j in skip else output_buffer(shape, dtype) for j, (shape, dtype) in enumerate(specs)]
     inputs = graph.input_values()
