@@ -220,8 +220,11 @@ _QUIESCE = []  # what the last backward at exit holds (dropped by finalization, 
 def _quiesce_autograd() -> None:
     """Lazy:0's autograd thread runs a backward's nodes; after it wakes the
     thread that called backward() it still releases the step's graph task,
-    and a last reference there to a tensor with a Python object decrefs it
-    (TensorImpl::decref_pyobject, noexcept), which takes the GIL. Once the
+    and a last reference there to a tensor with a Python object
+    (TensorImpl::decref_pyobject, noexcept) or to the copy of the caller's
+    contextvars torch 2.13's backward() stashes for the graph task (a core
+    dump showed it: ThreadLocalState's destructor) decrefs it, which takes
+    the GIL. Once the
     interpreter is finalizing, a thread that takes the GIL is ended with
     pthread_exit, and inside a noexcept frame that is std::terminate
     ("terminate called without an active exception", issue 47). The device
@@ -235,8 +238,15 @@ def _quiesce_autograd() -> None:
     try:
         x = torch.zeros((), device="lazy", requires_grad=True)
         y = x * 1.0
-        _QUIESCE.extend((x, y))
-        y.backward()
+        grad = torch.ones((), device="lazy")
+        _QUIESCE.extend((x, y, grad))
+        # Straight into the engine: torch's backward() stashes a copy of the
+        # caller's contextvars in the thread's state for the graph task to
+        # carry (and erases it once the backward returns), so the graph task
+        # would hold the copy's last reference and decref it on the device
+        # thread, racing finalization again (2 aborts in 6 runs of
+        # bench_dynamic --smoke before this). This one holds no Python object.
+        torch.autograd.Variable._execution_engine.run_backward((y,), (grad,), False, False, (), True, True)
     except Exception:  # an exit never fails for this
         pass
 
