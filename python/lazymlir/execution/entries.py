@@ -301,14 +301,16 @@ def _into(gm, donated: tuple):
     pos = {n: k for k, n in enumerate(nodes)}
     end = len(nodes)  # after every op
     at = [max(pos[v], count - 1) if isinstance(v, torch.fx.Node) else count - 1 for v in values]
-    shared = set()  # views of donated inputs
+    alias = _aliases(nodes, {placeholders[i]: i for i, _ in donated})
+    shared = {n for n, inputs in alias.items() if inputs}  # views of donated inputs
+    viewed = {i for v in values if isinstance(v, torch.fx.Node) for i in alias.get(v, ())}
+    last_read = {}
+    for n in nodes[:-1]:
+        for a in n.all_input_nodes:
+            for i in alias.get(a, ()):
+                last_read[i] = pos[n]
     for i, j in donated:
-        aliases = _aliases(nodes, placeholders[i])
-        shared |= aliases
-        if any(v in aliases for v in values):
-            at[j] = end
-        else:
-            at[j] = max([at[j], *(pos[u] for a in aliases for u in a.users if u is not output)])
+        at[j] = end if i in viewed else max(at[j], last_read.get(i, at[j]))
     into = {j for _, j in donated}
     order = sorted(range(len(values)), key=lambda j: (at[j], j in into))
     g = torch.fx.Graph()
@@ -341,21 +343,25 @@ def _into(gm, donated: tuple):
     return built
 
 
-def _aliases(nodes, source) -> set:
-    """The nodes that may share ``source``'s memory: those computed from it
-    (or from one of them) by an op whose schema says its result may alias
-    an argument, or by anything that is not an ATen op."""
-    aliases = {source}
+def _aliases(nodes, sources: dict) -> dict:
+    """For each node, the ``sources`` (node -> index) whose memory it may
+    share: those it was computed from (directly or through other such
+    nodes) by an op whose schema says its result may alias an argument, or
+    by anything that is not an ATen op."""
+    alias = {n: frozenset((i,)) for n, i in sources.items()}
     for n in nodes:
-        if n.op != "call_function" or not any(a in aliases for a in n.all_input_nodes):
+        if n.op != "call_function" or n in alias:
+            continue
+        found = frozenset().union(*(alias.get(a, frozenset()) for a in n.all_input_nodes))
+        if not found:
             continue
         target = n.target
         if isinstance(target, torch._ops.OpOverload) and not any(
             r.alias_info is not None for r in target._schema.returns
         ):
             continue  # a new tensor
-        aliases.add(n)
-    return aliases
+        alias[n] = found
+    return alias
 
 
 _OP_CALL = re.compile(r"torch\.ops\.(\w+)\.(\w+)\.(\w+)\(")
