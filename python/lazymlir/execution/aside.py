@@ -92,6 +92,20 @@ def _target(name):
     return value
 
 
+def _map(a, leaf):
+    """``a`` with ``leaf`` applied to everything in it that is not a tuple,
+    list, dict or slice."""
+    if isinstance(a, tuple):
+        return tuple(_map(x, leaf) for x in a)
+    if isinstance(a, list):
+        return [_map(x, leaf) for x in a]
+    if isinstance(a, dict):
+        return {k: _map(v, leaf) for k, v in a.items()}
+    if isinstance(a, slice):
+        return slice(_map(a.start, leaf), _map(a.stop, leaf), _map(a.step, leaf))
+    return leaf(a)
+
+
 def encode(gm: torch.fx.GraphModule) -> bytes:
     """``gm``'s graph as bytes for :func:`decode`: each node's kind, target
     (an op's name, a function's module and name), arguments with nodes as
@@ -101,17 +115,7 @@ def encode(gm: torch.fx.GraphModule) -> bytes:
     index = {n: i for i, n in enumerate(nodes)}
 
     def arg(a):
-        if isinstance(a, torch.fx.Node):
-            return _Ref(index[a])
-        if isinstance(a, tuple):
-            return tuple(arg(x) for x in a)
-        if isinstance(a, list):
-            return [arg(x) for x in a]
-        if isinstance(a, dict):
-            return {k: arg(v) for k, v in a.items()}
-        if isinstance(a, slice):
-            return slice(arg(a.start), arg(a.stop), arg(a.step))
-        return a
+        return _map(a, lambda x: _Ref(index[x]) if isinstance(x, torch.fx.Node) else x)
 
     rows = [
         (n.op, n.name, _target_name(n.target), arg(n.args), arg(n.kwargs), n.meta.get("lazymlir_dtypes")) for n in nodes
@@ -124,17 +128,7 @@ def decode(data: bytes) -> torch.fx.GraphModule:
     made: List[torch.fx.Node] = []
 
     def arg(a):
-        if isinstance(a, _Ref):
-            return made[a.index]
-        if isinstance(a, tuple):
-            return tuple(arg(x) for x in a)
-        if isinstance(a, list):
-            return [arg(x) for x in a]
-        if isinstance(a, dict):
-            return {k: arg(v) for k, v in a.items()}
-        if isinstance(a, slice):
-            return slice(arg(a.start), arg(a.stop), arg(a.step))
-        return a
+        return _map(a, lambda x: made[x.index] if isinstance(x, _Ref) else x)
 
     for op, name, target, args, kwargs, dtypes in pickle.loads(data):
         if op == "placeholder":
