@@ -233,3 +233,15 @@ def test_eager_runs_write_each_output_when_computed_and_donated_ones_after_their
     entries.run_fx(gm, inputs, outs, donated)
     for got, w in zip(outs, want):
         torch.testing.assert_close(got, w)
+
+
+def test_a_child_whose_graph_was_forgotten_leaves_no_files(native_built, aside_cache):
+    """lazymlir.cache.clear() while a child compiles: it still fills the disk
+    cache, and its job and result files go once it has finished."""
+    _train("lazy", 3)
+    job = aside._running
+    assert job is not None, metrics.metrics_report()
+    lazymlir.cache.clear()
+    aside.wait_all()
+    assert aside._running is None
+    assert not os.path.exists(job.job_path) and not os.path.exists(job.result_path)

@@ -284,6 +284,8 @@ def _pump() -> None:
     global _running
     if _running is not None and not _running.finished():
         return
+    if _running is not None and _running.pending.job is not _running:  # its graph was forgotten
+        _running.result()  # its files go
     _running = None
     if not _waiting:
         return
@@ -314,6 +316,8 @@ def forget() -> None:
     """The memory cache was cleared: no graph waits any more (a running
     child still finishes and fills the disk cache)."""
     _waiting.clear()
+    if _running is not None:
+        _running.pending.job = None
 
 
 cache.on_wait_background_compiles(wait_all)
