@@ -155,7 +155,6 @@ class Job:
         self.proc: Optional[subprocess.Popen] = None
         self.job_path = self.result_path = None
         self.log = None
-        self.started = None
         self.error = None  # why no child could start
 
     def start(self) -> None:
@@ -164,7 +163,7 @@ class Job:
             "graph": encode(p.gm),
             "inputs": p.inputs,
             "options": p.options,
-            "pairs": p.pairs,
+            "pairs": p.donated,
             "record": p.record,
             "config": config.snapshot(),
         }
@@ -181,7 +180,6 @@ class Job:
             stderr=subprocess.STDOUT,
             close_fds=True,
         )
-        self.started = time.perf_counter()
         metrics.counter("CompileAsideStarted")
         if config.verbose:
             print(f"lazymlir: compiling graph {p.name} ({p.ops} ops) in child process {self.proc.pid}")
@@ -229,7 +227,7 @@ class Pending:
     """A graph that runs eagerly while a child compiles it."""
 
     __slots__ = (
-        "name", "gm", "out_specs", "ops", "inputs", "options", "pairs", "uses", "record", "runs", "job",
+        "name", "gm", "out_specs", "ops", "inputs", "options", "record", "runs", "job",
         "donated", "donated_uses", "donated_outputs",
     )  # fmt: skip
     kernel_count = None
@@ -242,13 +240,12 @@ class Pending:
         self.ops = ops
         self.inputs = inputs  # (shape, stride, dtype) of each input
         self.options = options
-        self.pairs = pairs
-        self.uses = uses  # donation.input_uses of the pairs
         self.record = record
         self.runs = 1  # made for a run
         self.job: Optional[Job] = None
-        # Runs update donated inputs in place as the compiled graph will
-        # (donation.assign, entries.run_fx).
+        # The (input, output) pairs the compile is asked to donate, and
+        # donation.input_uses of them: runs already update donated inputs in
+        # place as the compiled graph will (donation.assign, entries.run_fx).
         self.donated, self.donated_uses = pairs, uses
         self.donated_outputs = frozenset(j for _, j in pairs)
 
@@ -266,7 +263,7 @@ def note_run(entry: Pending) -> bool:
     """``entry`` runs again: its compile is asked for at its second run.
     Whether its child has finished (then :func:`take` its result)."""
     entry.runs += 1
-    if entry.job is None and entry.runs >= 2 and entry not in _waiting:
+    if entry.job is None and entry not in _waiting:
         _waiting.append(entry)
     _pump()
     return entry.job is not None and entry.job.finished()

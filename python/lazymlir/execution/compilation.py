@@ -154,12 +154,14 @@ def finish_aside(entry: aside.Pending, graph: ir.Graph):
             executable = native.load_cached(answer["graph"], **entry.options)
             if executable is None:
                 return compile_graph(graph, aside_ok=False)
-            pairs = entry.pairs if answer["donated"] else ()
-            if entry.pairs and not pairs:
+            pairs = entry.donated if answer["donated"] else ()
+            if entry.donated and not pairs:
                 metrics.counter("DonationRefused")
             for phase, seconds in answer["seconds"].items():
                 metrics.timing("LoweringTime" if phase == "lowering" else "CompileTime", seconds)
-            result = _compiled_entry(native, executable, entry.name, entry.out_specs, entry.gm, pairs, entry.uses, disk)
+            result = _compiled_entry(
+                native, executable, entry.name, entry.out_specs, entry.gm, pairs, entry.donated_uses, disk
+            )
             metrics.counter("CompiledAside")
         else:
             metrics.counter("CompileAsideFailed")

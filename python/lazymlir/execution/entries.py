@@ -332,8 +332,8 @@ def _into(gm, donated: tuple):
     # Donated outputs written at the end: the values that are views of
     # donated inputs are copied before any of those inputs is overwritten.
     clones = {}
-    for v in values:
-        if isinstance(v, torch.fx.Node) and v in shared and v not in clones and order:
+    for v in values if order else ():
+        if isinstance(v, torch.fx.Node) and v in shared and v not in clones:
             clones[v] = g.call_function(aten.clone.default, (env[v],))
     for j in order:
         v = values[j]

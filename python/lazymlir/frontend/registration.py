@@ -224,8 +224,7 @@ def _quiesce_autograd() -> None:
     (TensorImpl::decref_pyobject, noexcept) or to the copy of the caller's
     contextvars torch 2.13's backward() stashes for the graph task (a core
     dump showed it: ThreadLocalState's destructor) decrefs it, which takes
-    the GIL. Once the
-    interpreter is finalizing, a thread that takes the GIL is ended with
+    the GIL. Once the interpreter is finalizing, a thread that takes the GIL is ended with
     pthread_exit, and inside a noexcept frame that is std::terminate
     ("terminate called without an active exception", issue 47). The device
     thread takes its tasks one at a time, so once a small backward through it
