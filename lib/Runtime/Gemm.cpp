@@ -78,10 +78,11 @@ int64_t roundDown(int64_t value, int64_t multiple) {
 }
 
 /// The blocking of a micro-tile from the caches this host reports: a KC x NR
-/// sliver of B in half of L1, an MC x KC block of A in half of L2, a
-/// KC x NC panel of B in this core's share of half of L3 (A's and B's
-/// elements `bytes` wide).
-GemmBlocking blockingFor(GemmBlocking tile, int64_t bytes = 4) {
+/// sliver of B in `l1Share` of L1 (half, BLIS's rule, or all of it: a longer
+/// KC re-reads C's tile less often, which the measured choice below weighs),
+/// an MC x KC block of A in half of L2, a KC x NC panel of B in this core's
+/// share of half of L3 (A's and B's elements `bytes` wide).
+GemmBlocking blockingFor(GemmBlocking tile, int64_t bytes, double l1Share) {
   int64_t l1 = cacheBytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10);
   int64_t l2 = cacheBytes(_SC_LEVEL2_CACHE_SIZE, 256 << 10);
   // bf16 operands: twice the K per byte, and C (float32, read and written
@@ -90,13 +91,14 @@ GemmBlocking blockingFor(GemmBlocking tile, int64_t bytes = 4) {
   // instead of 256: 2048^3 ~340 -> ~375 GFLOP/s, BERT-base's 1024x768 x
   // 768x3072 ~300 -> ~335, sequential runs, noisy host).
   if (bytes == 2) {
-    l1 *= 2;
+    l1Share = 1.0;
     l2 *= 2;
   }
   int64_t l3 = cacheBytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20);
   int64_t cores = teamCores();
+  int64_t sliver = static_cast<int64_t>(l1 * l1Share);
   tile.kc =
-      std::clamp<int64_t>(roundDown(l1 / 2 / (tile.nr * bytes), 8), 64, 1024);
+      std::clamp<int64_t>(roundDown(sliver / (tile.nr * bytes), 8), 64, 1024);
   tile.mc = std::clamp<int64_t>(roundDown(l2 / 2 / (tile.kc * bytes), tile.mr),
                                 tile.mr, 4096 / tile.mr * tile.mr);
   tile.nc = std::clamp<int64_t>(
@@ -105,11 +107,12 @@ GemmBlocking blockingFor(GemmBlocking tile, int64_t bytes = 4) {
   return tile;
 }
 
-Kernel kernelFor(const std::string &isa) {
+Kernel kernelFor(const std::string &isa, double l1Share = 0.5) {
 #define GEMM_KERNEL(name, ns, bytes)                                           \
   Kernel {                                                                     \
     name, &ns::chunk, &ns::packPanel, &ns::panelRows,                          \
-        blockingFor(ns::tile(), bytes), &ns::fmaLoop, ns::lanes(), bytes       \
+        blockingFor(ns::tile(), bytes, l1Share), &ns::fmaLoop, ns::lanes(),    \
+        bytes                                                                  \
   }
   if (isa == "avx512bf16")
     return GEMM_KERNEL("avx512bf16", avx512bf16, 2);
@@ -136,12 +139,81 @@ bool hostHas(const std::string &isa) {
   return isa == "sse2";
 }
 
-const Kernel &hostKernel() {
-  static const Kernel kernel = kernelFor(hostHas("avx512f") ? "avx512f"
-                                         : hostHas("avx2")  ? "avx2"
-                                                            : "sse2");
-  return kernel;
+void run(const GemmArgs &g, const Kernel &kernel, int threads);
+
+/// The float32 kernels this host can run, widest first, each with B's sliver
+/// in half of L1 and in all of it (when that changes KC).
+std::vector<Kernel> candidateKernels() {
+  std::vector<Kernel> kernels;
+  for (const char *isa : {"avx512f", "avx2", "sse2"}) {
+    if (!hostHas(isa) || (!kernels.empty() && std::string(isa) == "sse2"))
+      continue;
+    kernels.push_back(kernelFor(isa, 0.5));
+    Kernel whole = kernelFor(isa, 1.0);
+    if (whole.blocking.kc != kernels.back().blocking.kc)
+      kernels.push_back(whole);
+  }
+  return kernels;
 }
+
+/// The host's float32 kernel, picked by measurement: which ISA's micro-kernel
+/// and which KC run fastest depends on the core, not only on what it
+/// supports (a Zen 4 executes 512-bit FMAs as two 256-bit halves, and its
+/// AVX2 6x16 kernel outran the AVX-512 14x32 one by ~7%, KC 256 outran
+/// KC 128 by ~7%). Each candidate multiplies 168x512 by 512x256 on this
+/// thread (packing included; ~0.4 ms), in interleaved rounds; a candidate
+/// replaces the one picked so far only when its best time is at least 3%
+/// shorter, so near ties keep the earlier (wider, BLIS-blocked) kernel and
+/// the pick, and with it the sums' order, is stable from process to process.
+struct HostChoice {
+  Kernel kernel;
+  std::vector<std::pair<Kernel, double>> measured; // GFLOP/s, one thread
+};
+
+HostChoice measureHostKernels() {
+  std::vector<Kernel> kernels = candidateKernels();
+  HostChoice choice{kernels.front(), {}};
+  if (kernels.size() == 1) {
+    choice.measured.push_back({kernels.front(), 0.0});
+    return choice;
+  }
+  constexpr int64_t m = 168, n = 256, k = 512;
+  std::vector<float> a(m * k), b(k * n), c(m * n);
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = static_cast<float>(i % 7) - 3.0f;
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = static_cast<float>(i % 5) - 2.0f;
+  GemmArgs g = gemmArgs(m, n, k, reinterpret_cast<uintptr_t>(a.data()), k, 1,
+                        reinterpret_cast<uintptr_t>(b.data()), n, 1,
+                        reinterpret_cast<uintptr_t>(c.data()), n, 1);
+  g.overwrite = true;
+  std::vector<double> best(kernels.size(), 1e30);
+  for (int round = 0; round < 9; ++round)
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      auto start = std::chrono::steady_clock::now();
+      run(g, kernels[i], 1);
+      double seconds = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+      if (round > 0) // the first round faults in the packing buffers
+        best[i] = std::min(best[i], seconds);
+    }
+  size_t picked = 0;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    choice.measured.push_back({kernels[i], 2.0 * m * n * k / best[i] / 1e9});
+    if (best[i] < 0.97 * best[picked])
+      picked = i;
+  }
+  choice.kernel = kernels[picked];
+  return choice;
+}
+
+const HostChoice &hostChoice() {
+  static const HostChoice choice = measureHostKernels();
+  return choice;
+}
+
+const Kernel &hostKernel() { return hostChoice().kernel; }
 
 /// Waits, spinning a little and then yielding the core, until `ready()`.
 template <typename Ready> void waitUntil(Ready ready) {
@@ -415,7 +487,8 @@ bool bf16GemmWith(const GemmArgs &args, const std::string &isa, int threads) {
 bool sgemmWith(const GemmArgs &args, const std::string &isa, int threads) {
   if (!isa.empty() && !hostHas(isa))
     return false;
-  run(args, isa.empty() ? hostKernel() : kernelFor(isa),
+  run(args,
+      isa.empty() || isa == hostKernel().isa ? hostKernel() : kernelFor(isa),
       threads > 0 ? threads : teamCores());
   return true;
 }
@@ -433,30 +506,51 @@ void runPeak(void *data) {
 } // namespace
 
 double measureFmaPeak() {
-  const Kernel &kernel = hostKernel();
   int threads = teamCores();
   double best = 0.0;
-  for (int round = 0; round < 3; ++round) {
-    PeakJob job;
-    job.loop = kernel.fmaLoop;
-    job.iterations = 4'000'000;
-    auto start = std::chrono::steady_clock::now();
-    runOnTeam(threads, &runPeak, &job);
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    double flops = 2.0 * 12 * kernel.lanes * job.iterations * threads;
-    best = std::max(best, flops / seconds / 1e9);
+  // Every ISA the host runs: the chosen GEMM kernel's need not be the one
+  // with the widest FMAs.
+  for (const char *isa : {"avx512f", "avx2", "sse2"}) {
+    if (!hostHas(isa))
+      continue;
+    Kernel kernel = kernelFor(isa);
+    for (int round = 0; round < 3; ++round) {
+      PeakJob job;
+      job.loop = kernel.fmaLoop;
+      job.iterations = 4'000'000;
+      auto start = std::chrono::steady_clock::now();
+      runOnTeam(threads, &runPeak, &job);
+      double seconds = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+      double flops = 2.0 * 12 * kernel.lanes * job.iterations * threads;
+      best = std::max(best, flops / seconds / 1e9);
+    }
   }
   return best;
 }
 
-std::string gemmKernelDescription() {
-  const Kernel &k = hostKernel();
+namespace {
+std::string describe(const Kernel &k) {
   return std::string(k.isa) + " " + std::to_string(k.blocking.mr) + "x" +
          std::to_string(k.blocking.nr) + ", kc " +
          std::to_string(k.blocking.kc) + " mc " +
          std::to_string(k.blocking.mc) + " nc " + std::to_string(k.blocking.nc);
+}
+} // namespace
+
+std::string gemmKernelDescription() {
+  const HostChoice &choice = hostChoice();
+  std::string text = describe(choice.kernel);
+  if (choice.measured.size() > 1) {
+    text += " (measured here, GFLOP/s on one thread:";
+    for (const auto &[kernel, rate] : choice.measured)
+      text += " " + std::string(kernel.isa) + " kc " +
+              std::to_string(kernel.blocking.kc) + " " +
+              std::to_string(static_cast<int>(rate + 0.5)) + ";";
+    text.back() = ')';
+  }
+  return text;
 }
 
 } // namespace lazymlir

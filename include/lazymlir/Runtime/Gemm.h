@@ -110,13 +110,15 @@ void bf16GemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
 /// lacks it), "widen" (the float32 copies) or "" (the host's choice).
 bool bf16GemmWith(const GemmArgs &args, const std::string &isa, int threads);
 
-/// The micro-kernel and blocking chosen for this host, in words
-/// ("avx512f 14x32, kc 128 mc 504 nc 4096"); `isa` forces one ("avx512f",
-/// "avx2", "sse2") for tests, "" the host's.
+/// The micro-kernel and blocking chosen for this host, in words, with the
+/// one-thread rates of the candidates it was picked from ("avx2 6x16, kc 256
+/// mc 510 nc 8192 (measured here, GFLOP/s on one thread: avx512f kc 128 92;
+/// ...)"; the first "kc" is the chosen one's).
 std::string gemmKernelDescription();
 
 /// The host's multiply-add peak in GFLOP/s, measured: every core running
-/// independent FMA chains of the chosen ISA's vectors (best of 3 rounds).
+/// independent FMA chains of each ISA's vectors the host has (best of 3
+/// rounds each).
 double measureFmaPeak();
 
 /// For tests and benchmarks: the product with the kernel of `isa` ("" the
