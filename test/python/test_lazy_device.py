@@ -220,6 +220,74 @@ def test_the_pool_keeps_what_a_step_had_in_use(native_built):
     assert _native.idle_buffer_bytes() == 0
 
 
+def test_pooled_allocations_are_large_ones_of_this_thread_only(native_built):
+    """Inside _device.pooled_allocations(True) (a graph run eagerly), torch's
+    CPU allocations of 128 KiB and more come from the buffer pool and go back
+    to it when the tensor dies; smaller ones, other threads' and any after the
+    setting is restored come from torch's allocator."""
+    import gc
+    import threading
+
+    from lazymlir import _device, _native
+    from lazymlir.execution import entries
+
+    entries.native_compiler()  # the pool is handed to the device
+    lazymlir.empty_cache()
+    previous = _device.pooled_allocations(True)
+    try:
+        big = torch.empty(1 << 20)  # 4 MiB
+        small = torch.empty(1000)
+        other = []
+        thread = threading.Thread(target=lambda: other.append(torch.empty(1 << 20)))
+        thread.start()
+        thread.join()
+        assert _device.pooled_allocations(True) is True
+    finally:
+        assert _device.pooled_allocations(previous) is True
+    after = torch.empty(1 << 20)
+    for t in (big, small, other[0], after):
+        t.fill_(1.5)
+    assert _native.idle_buffer_bytes() == 0
+    other.clear()
+    del small, after
+    gc.collect()
+    assert _native.idle_buffer_bytes() == 0  # none of them was the pool's
+    resized = big.clone()
+    del big
+    gc.collect()
+    assert _native.idle_buffer_bytes() == 4 << 20
+    resized.resize_(1 << 21)  # outside the scope: torch's allocator again
+    assert _native.idle_buffer_bytes() == 4 << 20
+    assert lazymlir.empty_cache() == 4 << 20
+
+
+def test_a_graph_run_eagerly_takes_its_temporaries_from_the_pool(native_built):
+    """entries.run_fx (compile fallbacks, graphs waiting for their compile
+    aside): the graph's large temporaries are pool blocks, kept for the next
+    run (a fresh glibc mapping would fault its pages in each time); its
+    results are eager's."""
+    from lazymlir import _native
+    from lazymlir.execution import entries
+
+    def fn(x, w):
+        h = torch.relu(x @ w)
+        return (torch.softmax(h * 2.0, dim=-1) + h,)
+
+    gm = torch.fx.symbolic_trace(fn)
+    x, w = torch.randn(512, 256), torch.randn(256, 512)
+    entries.native_compiler()
+    lazymlir.empty_cache()
+    out = torch.empty(512, 512)
+    entries.run_fx(gm, [x, w], [out])
+    torch.testing.assert_close(out, fn(x, w)[0])
+    idle = _native.idle_buffer_bytes()
+    assert idle >= 3 * 512 * 512 * 4  # h, h * 2.0, the softmax: 1 MiB each
+    entries.run_fx(gm, [x, w], [out])
+    assert _native.idle_buffer_bytes() == idle  # the same blocks again
+    torch.testing.assert_close(out, fn(x, w)[0])
+    lazymlir.empty_cache()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64, torch.bool])
 def test_large_outputs_of_every_dtype(native_built, dtype):
     """Pooled outputs are made with their dtype and shape: eager's values,

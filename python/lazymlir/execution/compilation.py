@@ -163,6 +163,10 @@ def finish_aside(entry: aside.Pending, graph: ir.Graph):
                 native, executable, entry.name, entry.out_specs, entry.gm, pairs, entry.donated_uses, disk
             )
             metrics.counter("CompiledAside")
+            # The eager runs' temporaries, idle in the buffer pool, come in
+            # sizes the compiled graph does not ask for: given back, not kept
+            # beside what the compiled steps map.
+            native.trim_buffer_pool()
         else:
             metrics.counter("CompileAsideFailed")
             error = LoweringError(answer["message"]) if status == "lowering" else RuntimeError(answer["message"])

@@ -271,13 +271,20 @@ def run_fx(gm, inputs: List[torch.Tensor], outs: List[torch.Tensor], donated=())
     ``donation.assign``). Grad mode and autocast are per thread: on the
     worker they are off; a waiting thread that runs the graph itself
     (run._wait_for) may be inside torch.autocast, which would change the
-    recorded dtypes."""
-    with torch.no_grad(), torch.autocast("cpu", enabled=False):
-        try:
+    recorded dtypes. Its large CPU allocations come from the runtime's
+    buffer pool (``_device.pooled_allocations``: fresh glibc mappings fault
+    their pages in on every run)."""
+    from .. import _device
+
+    pooled = _device.pooled_allocations(True)
+    try:
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
             _into(gm, tuple(donated))(*inputs, *outs)
-        except Exception as e:
-            _name_failed_op(e)
-            raise
+    except Exception as e:
+        _name_failed_op(e)
+        raise
+    finally:
+        _device.pooled_allocations(pooled)
 
 
 def _into(gm, donated: tuple):

@@ -8,8 +8,12 @@
 
 #include <torch/extension.h>
 
+#include <c10/core/CPUAllocator.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
+#include <unordered_set>
 
 namespace lazymlir::device {
 namespace {
@@ -22,10 +26,13 @@ using Release = void (*)(void*);
 Allocate poolAllocate = nullptr;
 Release poolRelease = nullptr;
 
+void installPoolingAllocator();
+
 void setBufferPool(uintptr_t allocate, uintptr_t release) {
   TORCH_CHECK(allocate && release, "lazymlir: set_buffer_pool needs both functions");
   poolAllocate = reinterpret_cast<Allocate>(allocate);
   poolRelease = reinterpret_cast<Release>(release);
+  installPoolingAllocator();
 }
 
 at::Tensor pooledEmpty(c10::IntArrayRef shape, at::ScalarType dtype) {
@@ -43,6 +50,91 @@ at::Tensor pooledEmpty(c10::IntArrayRef shape, at::ScalarType dtype) {
       block, shape, [release](void* p) { release(p); }, at::TensorOptions().dtype(dtype).device(at::kCPU));
 }
 
+constexpr size_t kPooledBytes = 128 * 1024;
+
+// torch's CPU allocator, wrapped: on a thread inside pooledAllocations(true)
+// (a graph run eagerly, entries.run_fx), blocks of at least kPooledBytes come
+// from the buffer pool; everything else, and every other thread, gets the
+// allocator it replaced. Why: a training step run eagerly allocates fresh
+// tensors where eager's optimizer works in place; from glibc each large one
+// is a fresh mapping whose pages fault in on first write (a BERT-base step
+// 1.5-2x eager's time), and glibc's raised mmap threshold leaves the
+// temporaries in per-thread heaps that keep them (the peak varied 3.6-4.6
+// GiB between identical runs). The pool keeps blocks by size for the next
+// run, and counts them in what it may keep idle.
+class PoolingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit PoolingCpuAllocator(c10::Allocator* fallback) : fallback_(fallback) {}
+
+  c10::DataPtr allocate(size_t bytes) override {
+    if (pooling_ && poolAllocate && bytes >= kPooledBytes) {
+      if (void* block = poolAllocate(bytes)) {
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          pooled_.insert(block);
+        }
+        return {block, block, &releasePooled, c10::Device(c10::DeviceType::CPU)};
+      }
+    }
+    return fallback_->allocate(bytes);
+  }
+
+  // raw_allocate/raw_deallocate: whichever allocator the block came from.
+  c10::DeleterFnPtr raw_deleter() const override { return fallback_->raw_deleter() ? &rawDelete : nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+
+  static PoolingCpuAllocator* instance;
+  static thread_local bool pooling_;
+
+ private:
+  static void releasePooled(void* block) {
+    {
+      std::lock_guard<std::mutex> lock(instance->mutex_);
+      instance->pooled_.erase(block);
+    }
+    poolRelease(block);
+  }
+
+  static void rawDelete(void* block) {
+    bool pooled;
+    {
+      std::lock_guard<std::mutex> lock(instance->mutex_);
+      pooled = instance->pooled_.count(block) > 0;
+    }
+    if (pooled)
+      releasePooled(block);
+    else
+      instance->fallback_->raw_deleter()(block);
+  }
+
+  c10::Allocator* fallback_;
+  std::mutex mutex_;
+  std::unordered_set<void*> pooled_;  // blocks handed out from the pool
+};
+
+PoolingCpuAllocator* PoolingCpuAllocator::instance = nullptr;
+thread_local bool PoolingCpuAllocator::pooling_ = false;
+
+// Installed once, with the pool; never destroyed (tensors outlive modules).
+void installPoolingAllocator() {
+  if (PoolingCpuAllocator::instance) return;
+  c10::Allocator* current = c10::GetCPUAllocator();
+  auto* allocator = new PoolingCpuAllocator(current);
+  c10::SetCPUAllocator(allocator, /*priority=*/0);
+  if (c10::GetCPUAllocator() == allocator) PoolingCpuAllocator::instance = allocator;
+  // else another allocator holds a higher priority: eager runs keep it.
+}
+
+// Large allocations of this thread from the pool (true) or not; returns the
+// previous setting. A no-op before the pool is known or when torch kept
+// another CPU allocator.
+bool pooledAllocations(bool enable) {
+  bool previous = PoolingCpuAllocator::pooling_;
+  PoolingCpuAllocator::pooling_ = enable && PoolingCpuAllocator::instance != nullptr;
+  return previous;
+}
+
 }  // namespace
 
 // An output buffer: large ones from the pool (a training step frees and
@@ -51,7 +143,6 @@ at::Tensor pooledEmpty(c10::IntArrayRef shape, at::ScalarType dtype) {
 // kernel 3x slower), small ones, or any before the pool is known, from
 // torch's allocator.
 at::Tensor outputBuffer(c10::IntArrayRef shape, at::ScalarType dtype) {
-  constexpr size_t kPooledBytes = 128 * 1024;
   size_t bytes = c10::elementSize(dtype);
   for (int64_t size : shape) bytes *= static_cast<size_t>(std::max<int64_t>(size, 0));
   if (poolAllocate == nullptr || bytes < kPooledBytes) return at::empty(shape, at::TensorOptions().dtype(dtype));
@@ -64,6 +155,9 @@ void definePooledBuffers(py::module_& m) {
   m.def("output_buffer", &outputBuffer, py::arg("shape"), py::arg("dtype"),
         "A contiguous CPU tensor for a graph's output: from the buffer pool when it is at least 128 KiB "
         "(and the pool is known), else from torch's allocator.");
+  m.def("pooled_allocations", &pooledAllocations, py::arg("enable"),
+        "While true on this thread, torch's CPU allocations of at least 128 KiB come from the buffer pool "
+        "(a graph run eagerly); returns the previous setting.");
 }
 
 }  // namespace lazymlir::device
