@@ -338,6 +338,14 @@ NB_MODULE(_native, m) {
   m.def("host_wait_end", &endHostWait, "The host thread stops waiting.");
   m.def("trim_buffer_pool", &trimBufferPool,
         "Return the pool's idle blocks to the system; returns the bytes.");
+  m.def(
+      "buffer_pool_stats",
+      [] {
+        BufferPoolStats stats = bufferPoolStats();
+        return nb::make_tuple(stats.inUse, stats.peakInUse, stats.idle);
+      },
+      "The buffer pool's (bytes in use, most bytes in use at once since the "
+      "last trim, idle bytes).");
   m.def("idle_buffer_bytes", &idleBufferBytes,
         "Bytes the buffer pool holds idle.");
 

@@ -170,6 +170,13 @@ size_t trimBufferPool();
 /// Bytes the pool holds idle.
 size_t idleBufferBytes();
 
+/// The pool's bytes in use, the most it had in use at once (since the last
+/// trim), and its idle bytes.
+struct BufferPoolStats {
+  size_t inUse, peakInUse, idle;
+};
+BufferPoolStats bufferPoolStats();
+
 /// The host thread brackets each blocking wait for background runs with
 /// these (see CpuExecutable::run). Thread-safe; calls may nest.
 void beginHostWait();
