@@ -267,12 +267,16 @@ NB_MODULE(_native, m) {
       [] {
         void *(*allocate)(size_t) = &allocateBuffer;
         void (*release)(void *) = &releaseBuffer;
+        void *(*allocateEager)(size_t) = &allocateEagerBuffer;
         return std::make_tuple(reinterpret_cast<uintptr_t>(allocate),
-                               reinterpret_cast<uintptr_t>(release));
+                               reinterpret_cast<uintptr_t>(release),
+                               reinterpret_cast<uintptr_t>(allocateEager));
       },
       "The addresses of the runtime's buffer pool functions, `void "
-      "*allocate(size_t bytes)` and `void release(void *)`: lazymlir._device "
-      "makes output tensors from the pool with them (set_buffer_pool).");
+      "*allocate(size_t bytes)`, `void release(void *)` and `void "
+      "*allocate_eager(size_t bytes)` (for a graph run eagerly): "
+      "lazymlir._device makes output tensors from the pool with them and "
+      "serves graphs run eagerly from it (set_buffer_pool).");
   m.def(
       "raw_run_function",
       [] {

@@ -201,7 +201,7 @@ def test_the_pool_keeps_what_a_step_had_in_use(native_built):
 
     from lazymlir import _native
 
-    allocate_at, release_at = _native.buffer_pool_functions()
+    allocate_at, release_at, _ = _native.buffer_pool_functions()
     allocate = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(allocate_at)
     release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(release_at)
     block = 512 << 20
@@ -230,7 +230,7 @@ def test_a_request_takes_an_idle_block_up_to_half_as_large_again(native_built):
 
     from lazymlir import _native
 
-    allocate_at, release_at = _native.buffer_pool_functions()
+    allocate_at, release_at, _ = _native.buffer_pool_functions()
     allocate = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(allocate_at)
     release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(release_at)
     mib = 1 << 20
@@ -250,6 +250,41 @@ def test_a_request_takes_an_idle_block_up_to_half_as_large_again(native_built):
     release(small)
     release(other)
     assert lazymlir.empty_cache() == 28 * mib
+
+
+def test_idle_blocks_of_graphs_run_eagerly_go_back_when_compiled_code_lacks_a_size(native_built):
+    """Blocks a graph run eagerly took (allocate_eager) are reused like any
+    other; once idle, they go back to the system when compiled code asks
+    for a size the pool lacks (the first step's graph runs eagerly once: its
+    blocks were kept idle beside the compiled steps', BERT-base 3.69 against
+    3.07 GiB), while compiled code's idle blocks stay."""
+    import ctypes
+
+    from lazymlir import _native
+
+    allocate_at, release_at, eager_at = _native.buffer_pool_functions()
+    allocate = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(allocate_at)
+    eager = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(eager_at)
+    release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(release_at)
+    mib = 1 << 20
+    lazymlir.empty_cache()
+    mine, theirs = allocate(4 * mib), eager(6 * mib)
+    release(mine)
+    release(theirs)
+    assert eager(6 * mib) == theirs and allocate(4 * mib) == mine  # reused
+    release(mine)
+    release(theirs)
+    assert _native.idle_buffer_bytes() == 10 * mib
+    hit = allocate(6 * mib)  # a size the pool has: nothing given back
+    assert hit == theirs and _native.idle_buffer_bytes() == 4 * mib
+    release(hit)  # now compiled code's block
+    again = eager(5 * mib)
+    assert again == theirs
+    release(again)  # a graph run eagerly's again
+    new = allocate(32 * mib)  # lacking: the eager block goes back
+    assert _native.idle_buffer_bytes() == 4 * mib
+    release(new)
+    assert lazymlir.empty_cache() == 36 * mib
 
 
 def test_pooled_allocations_are_large_ones_of_this_thread_only(native_built):

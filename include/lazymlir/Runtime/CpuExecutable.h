@@ -164,6 +164,10 @@ const std::string &codeIdentity();
 /// paged in (a fresh large block costs a page fault per 4 KiB when first
 /// written). 64-byte aligned. Thread-safe.
 void *allocateBuffer(size_t bytes);
+/// The same for a graph run eagerly (torch's own ops): such blocks, when
+/// idle, are given back as soon as compiled code asks for a size the pool
+/// lacks, instead of being kept beside the compiled graphs' blocks.
+void *allocateEagerBuffer(size_t bytes);
 void releaseBuffer(void *block);
 /// Returns the pool's idle blocks to the system; returns how many bytes.
 size_t trimBufferPool();

@@ -25,13 +25,15 @@ using Release = void (*)(void*);
 
 Allocate poolAllocate = nullptr;
 Release poolRelease = nullptr;
+Allocate poolAllocateEager = nullptr;  // blocks for graphs run eagerly
 
 void installPoolingAllocator();
 
-void setBufferPool(uintptr_t allocate, uintptr_t release) {
-  TORCH_CHECK(allocate && release, "lazymlir: set_buffer_pool needs both functions");
+void setBufferPool(uintptr_t allocate, uintptr_t release, uintptr_t allocateEager) {
+  TORCH_CHECK(allocate && release && allocateEager, "lazymlir: set_buffer_pool needs all three functions");
   poolAllocate = reinterpret_cast<Allocate>(allocate);
   poolRelease = reinterpret_cast<Release>(release);
+  poolAllocateEager = reinterpret_cast<Allocate>(allocateEager);
   installPoolingAllocator();
 }
 
@@ -67,8 +69,8 @@ class PoolingCpuAllocator final : public c10::Allocator {
   explicit PoolingCpuAllocator(c10::Allocator* fallback) : fallback_(fallback) {}
 
   c10::DataPtr allocate(size_t bytes) override {
-    if (pooling_ && poolAllocate && bytes >= kPooledBytes) {
-      if (void* block = poolAllocate(bytes)) {
+    if (pooling_ && poolAllocateEager && bytes >= kPooledBytes) {
+      if (void* block = poolAllocateEager(bytes)) {
         {
           std::lock_guard<std::mutex> lock(mutex_);
           pooled_.insert(block);
@@ -150,8 +152,9 @@ at::Tensor outputBuffer(c10::IntArrayRef shape, at::ScalarType dtype) {
 }
 
 void definePooledBuffers(py::module_& m) {
-  m.def("set_buffer_pool", &setBufferPool, py::arg("allocate"), py::arg("release"),
-        "The buffer pool's allocate(bytes) and release(pointer) functions, as addresses.");
+  m.def("set_buffer_pool", &setBufferPool, py::arg("allocate"), py::arg("release"), py::arg("allocate_eager"),
+        "The buffer pool's allocate(bytes), release(pointer) and allocate_eager(bytes) (for graphs run eagerly) "
+        "functions, as addresses.");
   m.def("output_buffer", &outputBuffer, py::arg("shape"), py::arg("dtype"),
         "A contiguous CPU tensor for a graph's output: from the buffer pool when it is at least 128 KiB "
         "(and the pool is known), else from torch's allocator.");
