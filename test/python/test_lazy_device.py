@@ -191,19 +191,28 @@ def test_large_outputs_come_from_the_buffer_pool():
     assert _native.idle_buffer_bytes() == 0
 
 
+def _pool_functions():
+    """The buffer pool's allocate(bytes), release(block) and
+    allocate_eager(bytes), callable through ctypes."""
+    import ctypes
+
+    from lazymlir import _native
+
+    allocate_at, release_at, eager_at = _native.buffer_pool_functions()
+    allocate = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)
+    release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    return allocate(allocate_at), release(release_at), allocate(eager_at)
+
+
 def test_the_pool_keeps_what_a_step_had_in_use(native_built):
     """Idle blocks are kept up to the most the pool had in use at once, past
     its 1 GiB floor (a BERT-base step's 2.3 GiB of temporaries were given
     back and mapped again every step: 585K page faults, 2.2 s of system time
     per step); empty_cache() gives them back and starts over. (The blocks are
     mapped, never touched: no memory is used.)"""
-    import ctypes
-
     from lazymlir import _native
 
-    allocate_at, release_at, _ = _native.buffer_pool_functions()
-    allocate = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(allocate_at)
-    release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(release_at)
+    allocate, release, _ = _pool_functions()
     block = 512 << 20
     lazymlir.empty_cache()
     blocks = [allocate(block) for _ in range(3)]
@@ -226,13 +235,9 @@ def test_a_request_takes_an_idle_block_up_to_half_as_large_again(native_built):
     of its own: fresh mappings beside the idle blocks grew a BERT-base step's
     pool to 3.0 GiB for 2.2 GiB in use); the block keeps its size, in the
     pool's counts too. (Mapped, never touched.)"""
-    import ctypes
-
     from lazymlir import _native
 
-    allocate_at, release_at, _ = _native.buffer_pool_functions()
-    allocate = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(allocate_at)
-    release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(release_at)
+    allocate, release, _ = _pool_functions()
     mib = 1 << 20
     lazymlir.empty_cache()
     big, small = allocate(12 * mib), allocate(9 * mib)
@@ -258,14 +263,9 @@ def test_idle_blocks_of_graphs_run_eagerly_go_back_when_compiled_code_lacks_a_si
     for a size the pool lacks (the first step's graph runs eagerly once: its
     blocks were kept idle beside the compiled steps', BERT-base 3.69 against
     3.07 GiB), while compiled code's idle blocks stay."""
-    import ctypes
-
     from lazymlir import _native
 
-    allocate_at, release_at, eager_at = _native.buffer_pool_functions()
-    allocate = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(allocate_at)
-    eager = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(eager_at)
-    release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(release_at)
+    allocate, release, eager = _pool_functions()
     mib = 1 << 20
     lazymlir.empty_cache()
     mine, theirs = allocate(4 * mib), eager(6 * mib)
