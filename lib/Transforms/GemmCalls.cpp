@@ -201,6 +201,22 @@ Value narrowProducer(Value value, arith::ExtFOp extend, bool inPlace) {
   return result;
 }
 
+/// The value the tensor.collapse_shape or tensor.expand_shape that makes
+/// `value` reshapes, else `value` (a layer's input, batch by tokens by
+/// features, collapsed to rows for its weight's gradient).
+Value reshapeSource(Value value) {
+  if (auto collapse = value.getDefiningOp<tensor::CollapseShapeOp>())
+    return collapse.getSrc();
+  if (auto expand = value.getDefiningOp<tensor::ExpandShapeOp>())
+    return expand.getSrc();
+  return value;
+}
+
+/// The bf16 value `value` widens, directly or through a reshape.
+arith::ExtFOp widenedBf16ThroughReshape(Value value) {
+  return widenedBf16(reshapeSource(value));
+}
+
 /// `op`'s input `operand`, now bf16, widened in its body instead.
 void widenInBody(linalg::GenericOp op, OpOperand *operand) {
   BlockArgument argument = op.getMatchingBlockArgument(operand);
@@ -239,8 +255,8 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
     SmallVector<Operation *> chosen;
     llvm::SmallPtrSet<Operation *, 8> isChosen;
     for (linalg::LinalgOp op : marked)
-      if (widenedBf16(op.getDpsInputOperand(0)->get()) &&
-          widenedBf16(op.getDpsInputOperand(1)->get())) {
+      if (widenedBf16ThroughReshape(op.getDpsInputOperand(0)->get()) &&
+          widenedBf16ThroughReshape(op.getDpsInputOperand(1)->get())) {
         chosen.push_back(op);
         isChosen.insert(op);
       }
@@ -258,9 +274,7 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
         Value value = op->getOperand(i);
         auto it = narrowed.find(value);
         if (it == narrowed.end())
-          it = narrowed
-                   .try_emplace(value, narrowProducer(value, widenedBf16(value),
-                                                      onlyChosenRead(value)))
+          it = narrowed.try_emplace(value, narrowOperand(value, onlyChosenRead))
                    .first;
         op->setOperand(i, it->second);
       }
@@ -281,6 +295,40 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
             generic.getMatchingBlockArgument(operand).getType().isF32())
           widenInBody(generic, operand);
     }
+    // Reshapes of float32 values only the narrowed contractions read, and
+    // then their producers if nothing else reads them.
+    SmallVector<Operation *> unread;
+    for (auto &[value, bf16] : narrowed)
+      if (Operation *reshape = value.getDefiningOp();
+          reshape && value.use_empty() &&
+          isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(reshape))
+        unread.push_back(reshape);
+    for (Operation *reshape : unread) {
+      Operation *producer = reshape->getOperand(0).getDefiningOp();
+      reshape->erase();
+      if (producer && producer->use_empty() && isPure(producer))
+        producer->erase();
+    }
+  }
+
+  /// The bf16 value a chosen contraction reads for its float32 operand
+  /// `value`: the producer narrowed (in place when `onlyChosenRead`), or,
+  /// for a reshape of a producer's result, a narrowed copy of the producer
+  /// reshaped alike (the float32 reshape is erased once nothing reads it).
+  template <typename OnlyChosenRead>
+  Value narrowOperand(Value value, OnlyChosenRead onlyChosenRead) {
+    Value source = reshapeSource(value);
+    if (source == value)
+      return narrowProducer(value, widenedBf16(value), onlyChosenRead(value));
+    Value narrow = narrowProducer(source, widenedBf16(source), false);
+    Operation *reshape = value.getDefiningOp();
+    OpBuilder builder(reshape);
+    Operation *copy = builder.clone(*reshape);
+    copy->setOperand(0, narrow);
+    auto type = cast<RankedTensorType>(value.getType());
+    copy->getResult(0).setType(
+        type.clone(cast<RankedTensorType>(narrow.getType()).getElementType()));
+    return copy->getResult(0);
   }
 };
 

@@ -119,3 +119,51 @@ func.func @shared(%x: tensor<256x128xf32>, %w: tensor<128x512xf32>) -> (tensor<2
   %r = linalg.matmul ins(%xa, %wa : tensor<256x128xf32>, tensor<128x512xf32>) outs(%f : tensor<256x512xf32>) -> tensor<256x512xf32>
   return %r, %xa : tensor<256x512xf32>, tensor<256x128xf32>
 }
+
+// -----
+
+// A weight's gradient under bf16 autocast: the layer's input (batch x tokens
+// x features, rounded to bf16 and widened back) is collapsed to rows before
+// the product. The reshape is looked through: a narrowed copy of its
+// producer, collapsed alike, is what the contraction reads in bf16; the
+// float32 collapse and its producer, read by nothing else, go.
+// CHECK-LABEL: func.func @through_collapse
+// CHECK:       %[[X:.+]] = linalg.generic {{.*}}outs(%{{.+}} : tensor<4x64x128xbf16>)
+// CHECK-NOT:   tensor<4x64x128xf32>) {
+// CHECK:       %[[C:.+]] = tensor.collapse_shape %[[X]] {{\[}}[0, 1], [2]] : tensor<4x64x128xbf16> into tensor<256x128xbf16>
+// CHECK-NOT:   tensor.collapse_shape
+// CHECK:       linalg.generic
+// CHECK-SAME:  ins(%{{.+}}, %[[C]] : tensor<512x256xbf16>, tensor<256x128xbf16>)
+// CHECK-SAME:  lazymlir.gemm
+// OFF-LABEL:   func.func @through_collapse
+// OFF:         linalg.matmul {lazymlir.gemm}
+// OFF-SAME:    tensor<512x256xf32>, tensor<256x128xf32>
+// CALL-LABEL:  func.func @through_collapse
+// CALL:        call @lazymlir_bf16gemm_batched
+// CALL-NOT:    call @lazymlir_sgemm_batched
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#tr = affine_map<(d0, d1) -> (d1, d0)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func @through_collapse(%dy: tensor<256x512xbf16>, %x: tensor<4x64x128xf32>) -> tensor<512x128xf32> {
+  %z = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<512x256xf32>
+  %dya = linalg.generic {indexing_maps = [#tr, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%dy : tensor<256x512xbf16>) outs(%e0 : tensor<512x256xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %w = arith.extf %in : bf16 to f32
+    linalg.yield %w : f32
+  } -> tensor<512x256xf32>
+  %e1 = tensor.empty() : tensor<4x64x128xf32>
+  %xa = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x : tensor<4x64x128xf32>) outs(%e1 : tensor<4x64x128xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %t = arith.truncf %in : f32 to bf16
+    %w = arith.extf %t : bf16 to f32
+    linalg.yield %w : f32
+  } -> tensor<4x64x128xf32>
+  %rows = tensor.collapse_shape %xa [[0, 1], [2]] : tensor<4x64x128xf32> into tensor<256x128xf32>
+  %e2 = tensor.empty() : tensor<512x128xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e2 : tensor<512x128xf32>) -> tensor<512x128xf32>
+  %r = linalg.matmul ins(%dya, %rows : tensor<512x256xf32>, tensor<256x128xf32>) outs(%f : tensor<512x128xf32>) -> tensor<512x128xf32>
+  return %r : tensor<512x128xf32>
+}
