@@ -111,11 +111,6 @@ public:
     return freed;
   }
 
-  size_t idleSize() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return idleBytes;
-  }
-
   BufferPoolStats stats() {
     std::lock_guard<std::mutex> lock(mutex);
     return {inUseBytes, peakInUseBytes, idleBytes};
@@ -204,7 +199,7 @@ void *allocateEagerBuffer(size_t bytes) {
 }
 void releaseBuffer(void *block) { BufferPool::get().release(block); }
 size_t trimBufferPool() { return BufferPool::get().trim(); }
-size_t idleBufferBytes() { return BufferPool::get().idleSize(); }
+size_t idleBufferBytes() { return BufferPool::get().stats().idle; }
 BufferPoolStats bufferPoolStats() { return BufferPool::get().stats(); }
 
 } // namespace lazymlir

@@ -141,13 +141,21 @@ bool hostHas(const std::string &isa) {
 
 void run(const GemmArgs &g, const Kernel &kernel, int threads);
 
+/// The float32 kernels' ISAs this host runs, widest first; SSE2 only
+/// without AVX2 (it is never the faster then).
+std::vector<const char *> hostFloatIsas() {
+  std::vector<const char *> isas;
+  for (const char *isa : {"avx512f", "avx2", "sse2"})
+    if (hostHas(isa) && (isas.empty() || std::string(isa) != "sse2"))
+      isas.push_back(isa);
+  return isas;
+}
+
 /// The float32 kernels this host can run, widest first, each with B's sliver
 /// in half of L1 and in all of it (when that changes KC).
 std::vector<Kernel> candidateKernels() {
   std::vector<Kernel> kernels;
-  for (const char *isa : {"avx512f", "avx2", "sse2"}) {
-    if (!hostHas(isa) || (!kernels.empty() && std::string(isa) == "sse2"))
-      continue;
+  for (const char *isa : hostFloatIsas()) {
     kernels.push_back(kernelFor(isa, 0.5));
     Kernel whole = kernelFor(isa, 1.0);
     if (whole.blocking.kc != kernels.back().blocking.kc)
@@ -510,9 +518,7 @@ double measureFmaPeak() {
   double best = 0.0;
   // Every ISA the host runs: the chosen GEMM kernel's need not be the one
   // with the widest FMAs.
-  for (const char *isa : {"avx512f", "avx2", "sse2"}) {
-    if (!hostHas(isa))
-      continue;
+  for (const char *isa : hostFloatIsas()) {
     Kernel kernel = kernelFor(isa);
     for (int round = 0; round < 3; ++round) {
       PeakJob job;

@@ -18,7 +18,7 @@ from typing import Callable, List
 
 import torch
 
-from .. import config, metrics
+from .. import _device, config, metrics
 from . import cache
 
 aten = torch.ops.aten
@@ -37,7 +37,6 @@ def native_compiler():
     if _compiler is None and _compiler_import_error is None:
         try:
             from . import native
-            from .. import _device
 
             # Output buffers come from the runtime's pool, made into torch
             # tensors by the device's C++ (run.output_buffer), and the
@@ -274,8 +273,6 @@ def run_fx(gm, inputs: List[torch.Tensor], outs: List[torch.Tensor], donated=())
     recorded dtypes. Its large CPU allocations come from the runtime's
     buffer pool (``_device.pooled_allocations``: fresh glibc mappings fault
     their pages in on every run)."""
-    from .. import _device
-
     pooled = _device.pooled_allocations(True)
     try:
         with torch.no_grad(), torch.autocast("cpu", enabled=False):
