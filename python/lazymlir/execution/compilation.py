@@ -130,7 +130,16 @@ def _failed(graph: ir.Graph, name: str, gm, specs, e: Exception):
         RuntimeWarning,
         stacklevel=4,
     )
-    return Eager(name, gm, "CompileFallback", specs)
+    return _eager(graph, name, gm, "CompileFallback", specs)
+
+
+def _eager(graph: ir.Graph, name, gm, counter, specs) -> Eager:
+    """An Eager entry that donates what the graph's key offers."""
+    entry = Eager(name, gm, counter, specs)
+    pairs = ir.donated(graph.key)
+    if pairs:
+        entry.donate(pairs, donation.input_uses(graph, pairs))
+    return entry
 
 
 def _goes_aside(graph: ir.Graph) -> bool:
@@ -195,15 +204,13 @@ def _compile_locked(graph: ir.Graph, aside_ok: bool):
     entry = None
     specs = graph.output_specs()  # the buffers the outputs are written into
     dtypes = {n.data.dtype for n in graph.inputs} | {dt for _, dt in specs} | {dt for _, dt in graph.scalars}
-    if config.force_eager:
-        entry = Eager(name, gm, "EagerGraph", specs)
-    elif not dtypes <= dtype_table.SUPPORTED:
-        entry = Eager(name, gm, "EagerGraph", specs)
+    if config.force_eager or not dtypes <= dtype_table.SUPPORTED:
+        entry = _eager(graph, name, gm, "EagerGraph", specs)
     elif _zero_size(graph):
         # The tracer keeps zero-size tensors out of graphs (fallback._zero_size);
         # compiled loops over an empty dimension divide by it or read past
         # nothing, so one that gets through runs eagerly.
-        entry = Eager(name, gm, "ZeroSizeGraph", specs)
+        entry = _eager(graph, name, gm, "ZeroSizeGraph", specs)
     else:
         try:
             native = require_native()

@@ -291,7 +291,7 @@ def _into(gm, donated: tuple):
     donated input i's is written only after the last op reading input i or
     a view of it, or at the end when an output is such a view: then after
     the other outputs, from copies of the values that are views of donated
-    inputs."""
+    inputs. Ops after a write read the output's buffer, not the result."""
     cache = gm.__dict__.setdefault("_lazymlir_into", {})
     built = cache.get(donated)
     if built is not None:
@@ -323,6 +323,11 @@ def _into(gm, donated: tuple):
 
     def write(j, value):
         g.call_function(aten.copy_.default, (buffers[j], value))
+        v = values[j]
+        if isinstance(v, torch.fx.Node) and env.get(v) is value:
+            # Later readers read the buffer: the result dies now, not at its
+            # last reader (an optimizer's new moments were held twice).
+            env[v] = buffers[j]
 
     if count == 0:
         buffers = [g.placeholder(f"out{j}") for j in range(len(values))]
@@ -388,9 +393,11 @@ def _name_failed_op(e: BaseException) -> None:
 
 
 class Eager:
-    """A graph run op by op on CPU; ``counter`` says why (for the metrics)."""
+    """A graph run op by op on CPU; ``counter`` says why (for the metrics).
+    Like a compiled graph it updates donated inputs in place (``donate``):
+    a training step that cannot compile holds its state once, not twice."""
 
-    __slots__ = ("name", "gm", "counter", "out_specs")
+    __slots__ = ("name", "gm", "counter", "out_specs", "donated", "donated_uses", "donated_outputs")
     kernel_count = None
 
     def __init__(self, name, gm, counter, out_specs):
@@ -398,10 +405,17 @@ class Eager:
         self.gm = gm
         self.counter = counter
         self.out_specs = out_specs
+        self.donated = self.donated_uses = ()
+        self.donated_outputs = frozenset()
+
+    def donate(self, pairs, uses) -> None:
+        self.donated = pairs
+        self.donated_uses = uses
+        self.donated_outputs = frozenset(j for _, j in pairs)
 
     def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
         t0 = time.perf_counter()
-        run_fx(self.gm, inputs, outs)
+        run_fx(self.gm, inputs, outs, self.donated)
         metrics.timing("ExecuteTime", time.perf_counter() - t0)
 
 
