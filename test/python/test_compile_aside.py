@@ -77,7 +77,7 @@ def test_encoded_graph_lowers_to_the_same_linalg(native_built, fresh_cache):
             _train("lazy", 2)
     finally:
         entries.lowered_graph_listeners.remove(listener)
-    assert len(seen) >= 2
+    assert seen  # one graph: the first step's is the next steps' (fills.filled)
     for original, decoded in seen:
         assert decoded == original
 
@@ -88,7 +88,7 @@ def test_a_large_graph_runs_eagerly_then_compiled_from_its_child(native_built, a
 
     def after_step(i):
         kernels.append(run.last_kernels)
-        if i == 2:  # the steady step's graph (steps 2 on) started its child at its second run
+        if i == 2:  # the step's graph (the first step's too) started its child at its second run
             assert metrics.counter_value("CompileAsideStarted") >= 1, metrics.metrics_report()
             lazymlir.cache.wait_background_compiles()
 

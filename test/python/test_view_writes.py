@@ -215,3 +215,30 @@ def test_masked_and_index_writes_through_a_broadcast():
             e.index_put_((torch.tensor([1]).to(d), torch.tensor([5]).to(d)), torch.tensor(-4.0).to(d))
         results.append(x)
     torch.testing.assert_close(results[1].cpu(), results[0], rtol=0, atol=0)
+
+
+def test_a_fill_gets_its_value_at_its_first_write(native_built):
+    """A storage made by zeros_like, ones or full and then written into
+    gets its value when the write is recorded (fills.filled: an
+    optimizer's zeros_like moments, so that the first step's graph is the
+    next steps'): what read it before the write, the write through a view
+    and the storage after it are eager's; a fill only read stays in the
+    graph."""
+
+    def fn(x):
+        d = x.device
+        z = torch.zeros_like(x)
+        before = z + 1.0  # reads the fill before the write
+        z.add_(x)
+        o = torch.full((4, 6, 8), 2.0, device=d)
+        o[1:3].mul_(x[1:3])  # the first write, through a view
+        t = torch.ones(4, device=d) * 3.0  # never written: stays an op
+        return z, before, o, t
+
+    want = fn(_base("cpu"))
+    got = fn(_base("lazy"))
+    lazymlir.mark_step()
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w)
+    assert metrics.counter_value("FilledAtWrite") == 2, metrics.metrics_report()
+    assert_compiled()

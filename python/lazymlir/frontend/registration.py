@@ -23,6 +23,7 @@ from .tensor import (
     WRITE_SRC,
 )
 from .barriers import _to_cpu
+from .fills import filled, FILLS
 from .handlers import _functional
 from .ops import fast_info, fast_meta
 from .special import _check_device, _copy_, _empty, _empty_strided, _SPECIAL
@@ -80,6 +81,7 @@ _device.install(dispatch, State.copy)
 _device.install_fast(
     Node, Storage, State, _state_value, fast_info, fast_meta, BLANK, _write_recipes, WRITE_BASE, WRITE_SRC
 )
+_device.install_fills(FILLS, filled)
 
 _lib = torch.library.Library("aten", "IMPL")
 

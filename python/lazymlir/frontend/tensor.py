@@ -30,6 +30,7 @@ from .. import _device
 from ..execution import run
 from ..lowering.marks import marked
 from ..trace.ir import AS_RESHAPE, dense_perm, freeze, Node, QUANTIZED_REPR, untrack
+from .fills import filled, FILLS
 
 aten = torch.ops.aten
 
@@ -563,6 +564,10 @@ def _write(t: torch.Tensor, new: Node) -> None:
     every alias sees it."""
     st = state(t)
     s = st.storage
+    if s.base.data is None and s.base.op in FILLS:
+        filled(s.base)
+        if s.base.data is not None:
+            _device.unregister_pending(s)
     if s.base.data is not None:
         s.prior = s.base  # the value a failed step gives back
     chain = st.chain

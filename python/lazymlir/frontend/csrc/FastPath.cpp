@@ -382,6 +382,26 @@ void registerPending(PyObject* storage) {
   if (gPending.storages.size() > gPending.pruneAt) prunePending();
 }
 
+// Takes `storage` off the list (its next registration puts it last): a
+// storage made by a fill gets its value at its first write (fills.filled),
+// and is then pending from that write on, where the steps after the first
+// register it.
+void unregisterPending(PyObject* storage) {
+  auto& list = gPending.storages;
+  for (size_t i = list.size(); i-- > 0;) {
+    if (list[i] != storage) continue;
+    list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+    setSlot(storage, gPy.storage.step, gPy.minusOne);
+    Py_DECREF(storage);
+    return;
+  }
+}
+
+PyObject* unregisterPy(PyObject*, PyObject* storage) {
+  unregisterPending(storage);
+  Py_RETURN_NONE;
+}
+
 PyObject* registerPy(PyObject*, PyObject* storage) {
   try {
     registerPending(storage);
@@ -417,6 +437,8 @@ PyObject* untrack(PyObject*, PyObject* obj) {
 PyMethodDef gMethods[] = {
     {"register_pending", registerPy, METH_O,
      "tensor._register: `storage` may hold an uncomputed value; mark_step() computes it."},
+    {"unregister_pending", unregisterPy, METH_O,
+     "Takes `storage` off the pending list; its next registration puts it last."},
     {"take_pending", takePending, METH_NOARGS, "The live pending storages, in order; a new epoch starts."},
     {"pending_count", pendingCount, METH_NOARGS, "How many storages are registered pending (live or not)."},
     {"untrack", untrack, METH_O,
@@ -465,6 +487,16 @@ py::tuple substituted(PyObject* items, PyObject* base, PyObject* src) {
 void writeValue(PyObject* self, PyObject* node, PyObject* recipes) {
   PyObject* storage = slot(self, gPy.state.storage);
   PyObject* old = slot(storage, gPy.storage.base);
+  if (slot(old, gPy.node.data) == Py_None && gPy.fills != nullptr) {
+    int fill = PyDict_Contains(gPy.fills, slot(old, gPy.node.op));
+    if (fill < 0) throw py::error_already_set();
+    if (fill) {
+      PyObject* none = PyObject_CallOneArg(gPy.filled, old);
+      if (none == nullptr) throw py::error_already_set();
+      Py_DECREF(none);
+      if (slot(old, gPy.node.data) != Py_None) unregisterPending(storage);
+    }
+  }
   if (slot(old, gPy.node.data) != Py_None) setSlot(storage, gPy.storage.prior, old);  // what a failed step gives back
   py::object base = py::reinterpret_borrow<py::object>(node);
   if (recipes != nullptr) {
@@ -746,12 +778,20 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
 
 }  // namespace
 
+// fills.FILLS and fills.filled, for writeValue.
+void installFills(py::dict fills, py::object filled) {
+  gPy.filled = filled.release().ptr();
+  gPy.fills = fills.release().ptr();
+}
+
 void defineFastPath(py::module_& m) {
   m.def("install_fast", &install, py::arg("node_type"), py::arg("storage_type"), py::arg("state_type"),
         py::arg("state_value"), py::arg("fast_info"), py::arg("fast_meta"), py::arg("blank"), py::arg("write_recipes"),
         py::arg("write_base"), py::arg("write_src"));
   for (PyMethodDef* def = gMethods; def->ml_name != nullptr; ++def)
     m.add_object(def->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(def, nullptr)));
+  m.def("install_fills", &installFills, py::arg("fills"), py::arg("filled"),
+        "The ops whose storage gets its value at its first write, and the function that computes it.");
   m.def("forget_fast", &forget, "The fast path asks Python again about every op (ops.forget_handler).");
 }
 
