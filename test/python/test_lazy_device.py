@@ -287,6 +287,43 @@ def test_idle_blocks_of_graphs_run_eagerly_go_back_when_compiled_code_lacks_a_si
     assert lazymlir.empty_cache() == 36 * mib
 
 
+def test_a_graph_run_eagerly_reuses_or_gives_back_before_it_maps(native_built):
+    """A size a graph run eagerly asks for and no idle block fits: the head of
+    a larger idle block of eager runs (its tail goes back), else that many
+    bytes of their idle blocks go back before a new mapping; compiled code's
+    idle blocks are left alone (a BERT-base step run eagerly kept 1.02 GiB
+    idle beside 0.65 GiB in use: its peak 3.36 GiB, 2.89 after). (Mapped,
+    never touched.)"""
+    from lazymlir import _native
+
+    allocate, release, eager = _pool_functions()
+    mib = 1 << 20
+    lazymlir.empty_cache()
+    compiled = allocate(20 * mib)
+    release(compiled)
+    big = eager(12 * mib)
+    release(big)
+    assert _native.idle_buffer_bytes() == 32 * mib
+    head = eager(4 * mib)  # 12 MiB > 1.5 x 4: its head, the tail given back
+    assert head == big and _native.idle_buffer_bytes() == 20 * mib
+    release(head)
+    assert _native.idle_buffer_bytes() == 24 * mib  # the block is 4 MiB now
+    small = eager(3 * mib)  # 4 MiB fits 3 (1.5x): taken whole
+    assert small == big
+    release(small)
+    other = eager(2 * mib + 4096)  # fits nothing: the head of the 4 MiB block
+    assert other == big
+    release(other)
+    assert _native.idle_buffer_bytes() == 22 * mib + 4096
+    fresh = eager(8 * mib)  # larger than every eager block: they go back first
+    assert fresh not in (big, compiled)
+    assert _native.idle_buffer_bytes() == 20 * mib  # compiled code's block stays
+    assert allocate(20 * mib) == compiled
+    release(compiled)
+    release(fresh)
+    assert lazymlir.empty_cache() == 28 * mib
+
+
 def test_pooled_allocations_are_large_ones_of_this_thread_only(native_built):
     """Inside _device.pooled_allocations(True) (a graph run eagerly), torch's
     CPU allocations of 128 KiB and more come from the buffer pool and go back
