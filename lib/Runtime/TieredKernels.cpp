@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <malloc.h>
 #include <optional>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -141,8 +142,12 @@ private:
         queue.pop_front();
         busy = true;
       }
-      if (linkage)
+      if (linkage) {
         upgrade(*linkage);
+        // What compiling took went back to this thread's malloc arena,
+        // which keeps it: a BERT-base graph's upgrade left 0.25 GiB there.
+        malloc_trim(0);
+      }
       std::lock_guard<std::mutex> lock(mutex);
       busy = false;
       if (queue.empty())
