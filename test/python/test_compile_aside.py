@@ -1,6 +1,6 @@
 """Large graphs compiled in a child process while they run eagerly
 (lazymlir.execution.aside, config.compile_aside_ops): every run gives
-eager's values, the compile starts at a graph's second run, the run after the
+eager's values, the compile starts at a graph's third run, the run after the
 child finished is compiled code loaded from the disk cache, a crashing child
 leaves the graph eager with a warning, and ops that do not lower run eagerly
 with the rest compiled, as an in-process compile would have it."""
@@ -88,7 +88,7 @@ def test_a_large_graph_runs_eagerly_then_compiled_from_its_child(native_built, a
 
     def after_step(i):
         kernels.append(run.last_kernels)
-        if i == 2:  # the step's graph (the first step's too) started its child at its second run
+        if i == 2:  # the step's graph (the first step's too) started its child at its third run
             assert metrics.counter_value("CompileAsideStarted") >= 1, metrics.metrics_report()
             lazymlir.cache.wait_background_compiles()
 
@@ -182,7 +182,7 @@ config.compile_aside_ops = 1
 config.cache_dir = {str(tmp_path)!r}
 m = torch.nn.Linear(8, 8).to("lazy")
 with torch.no_grad():
-    for _ in range(2):
+    for _ in range(3):  # the child starts at the third run
         m(torch.randn(4, 8).to("lazy")).sum().item()
 assert aside._running is not None
 print(aside._running.proc.pid, flush=True)
