@@ -43,7 +43,7 @@ import torch
 
 from .. import config, metrics
 from . import cache
-from .entries import run_fx
+from .entries import Donating, run_fx
 
 # How much the child yields the CPU to the process that runs the steps (an
 # os.nice increment). BERT-base on a 2-core Zen 4 (NOTES 30): at 0 the
@@ -230,12 +230,11 @@ def command() -> List[str]:
     return [sys.executable, "-c", "import sys; from lazymlir.execution import aside; aside.child(*sys.argv[1:])"]
 
 
-class Pending:
+class Pending(Donating):
     """A graph that runs eagerly while a child compiles it."""
 
     __slots__ = (
         "name", "gm", "out_specs", "ops", "inputs", "options", "record", "runs", "job",
-        "donated", "donated_uses", "donated_outputs",
     )  # fmt: skip
     kernel_count = None
     counter = "EagerWhileCompiling"
@@ -253,8 +252,7 @@ class Pending:
         # The (input, output) pairs the compile is asked to donate, and
         # donation.input_uses of them: runs already update donated inputs in
         # place as the compiled graph will (donation.assign, entries.run_fx).
-        self.donated, self.donated_uses = pairs, uses
-        self.donated_outputs = frozenset(j for _, j in pairs)
+        self.donate(pairs, uses)
 
     def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
         t0 = time.perf_counter()

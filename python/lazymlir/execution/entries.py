@@ -61,9 +61,26 @@ def require_native():
     return native
 
 
-class Compiled:
+class Donating:
+    """An entry whose runs write some outputs into their inputs' buffers:
+    ``donated``, (input, output) pairs, each output written into its
+    input's buffer, which the run donates or fills with a copy
+    (donation.assign); ``donated_uses``, per pair, the graph's uses of the
+    input; ``donated_outputs``, the pairs' outputs (run.execute allocates
+    none for them)."""
+
+    __slots__ = ("donated", "donated_uses", "donated_outputs")
+
+    def donate(self, pairs=(), uses=()) -> None:
+        self.donated = pairs
+        self.donated_uses = uses
+        self.donated_outputs = frozenset(j for _, j in pairs)
+
+
+class Compiled(Donating):
     """A graph compiled by the native compiler: its executable (a
-    ``lazymlir._native.CpuExecutable``) and the buffers its results go in."""
+    ``lazymlir._native.CpuExecutable``) and the buffers its results go in;
+    the executable's outputs are those not donated."""
 
     __slots__ = (
         "name",
@@ -76,9 +93,6 @@ class Compiled:
         "validate",
         "wrong",
         "runs",
-        "donated",
-        "donated_uses",
-        "donated_outputs",
     )
 
     def __init__(self, name, executable, out_specs, gm):
@@ -102,17 +116,7 @@ class Compiled:
         self.validate = False
         self.wrong = False
         self.runs = 0  # a dynamic graph's runs, all sizes (note_dynamic_run)
-        # (input, output) pairs: each output is written into its input's
-        # buffer, which the run donates or fills with a copy (donation.py);
-        # the executable's outputs are the others.
-        self.donated = ()
-        self.donated_uses = ()  # per pair, the graph's uses of the input (donation.assign)
-        self.donated_outputs = frozenset()
-
-    def donate(self, pairs, uses) -> None:
-        self.donated = pairs
-        self.donated_uses = uses
-        self.donated_outputs = frozenset(j for _, j in pairs)
+        self.donate()
 
     @property
     def kernel_count(self) -> int:
@@ -392,12 +396,12 @@ def _name_failed_op(e: BaseException) -> None:
         e.add_note(f"lazymlir: raised by {op} in the step's graph, run eagerly")
 
 
-class Eager:
+class Eager(Donating):
     """A graph run op by op on CPU; ``counter`` says why (for the metrics).
     Like a compiled graph it updates donated inputs in place (``donate``):
     a training step that cannot compile holds its state once, not twice."""
 
-    __slots__ = ("name", "gm", "counter", "out_specs", "donated", "donated_uses", "donated_outputs")
+    __slots__ = ("name", "gm", "counter", "out_specs")
     kernel_count = None
 
     def __init__(self, name, gm, counter, out_specs):
@@ -405,13 +409,7 @@ class Eager:
         self.gm = gm
         self.counter = counter
         self.out_specs = out_specs
-        self.donated = self.donated_uses = ()
-        self.donated_outputs = frozenset()
-
-    def donate(self, pairs, uses) -> None:
-        self.donated = pairs
-        self.donated_uses = uses
-        self.donated_outputs = frozenset(j for _, j in pairs)
+        self.donate()
 
     def run_into(self, inputs: List[torch.Tensor], outs: List[torch.Tensor], background: bool) -> None:
         t0 = time.perf_counter()

@@ -25,7 +25,7 @@ from ..trace import dynamic, ir
 from . import aside, cache, donation, entries, profiler, tierup
 
 from .compilation import compile_graph, finish_aside
-from .entries import Compiled, Eager, Split
+from .entries import Compiled, Donating, Eager, Split
 from . import errors
 from .errors import DependencyError, drop_frames, report, unreported as _unreported
 
@@ -93,7 +93,7 @@ def execute(outputs: Sequence[ir.Node], now: bool = False, condition: bool = Fal
     ahead = now and not deps and _in_flight and not _running(entry)
     if _in_flight and not ahead:
         _throttle()  # before this graph's outputs are allocated
-    skip = entry.donated_outputs if type(entry) in (Compiled, aside.Pending, Eager) else ()
+    skip = entry.donated_outputs if isinstance(entry, Donating) else ()
     specs = entry.out_specs or graph.output_specs()
     outs = [None if j in skip else output_buffer(shape, dtype) for j, (shape, dtype) in enumerate(specs)]
     inputs = graph.input_values()

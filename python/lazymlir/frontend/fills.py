@@ -10,36 +10,43 @@ too), the fill is device data with a ``prior`` like any state."""
 
 import torch
 
-from .. import metrics
+from .. import _device, metrics
 from ..trace.ir import device_data, Node
 
 aten = torch.ops.aten
 
 
-# Made by these ops, a storage's value is computed when something first writes
-# into it (:func:`filled`).
-FILLS = {
-    aten.zeros.default: 0,
-    aten.zeros_like.default: 0,
-    aten.ones.default: 1,
-    aten.ones_like.default: 1,
-    aten.full.default: 1,  # the index of the fill value in args
-    aten.full_like.default: 1,
-}
+# A storage whose value is made by one of these gets it when something first
+# writes into it (:func:`filled`).
+FILLS = frozenset(
+    (
+        aten.zeros.default,
+        aten.zeros_like.default,
+        aten.ones.default,
+        aten.ones_like.default,
+        aten.full.default,
+        aten.full_like.default,
+    )
+)
 
 
-def filled(node: Node) -> None:
-    """``node`` (a fill, the value of a storage about to be written) as
-    device data: the write can then update it in place like any state
-    (donation), and the first step's graph is the next steps'."""
-    fill = FILLS[node.op]
+def _fill_value(node: Node):
     if node.op in (aten.full.default, aten.full_like.default):
-        fill = node.args[fill]
-        if not isinstance(fill, (int, float, bool)):
-            return
-    meta = node.meta
-    if not isinstance(meta, torch.Tensor):
+        return node.args[1]  # (size, value), (self, value)
+    return 0 if node.op in (aten.zeros.default, aten.zeros_like.default) else 1
+
+
+def filled(storage) -> None:
+    """``storage``'s value (a fill, about to be written into) as device data:
+    the write can then update it in place like any state (donation). The
+    storage leaves the pending list; the write registers it again, last,
+    where the steps after the first register it: the first step's graph is
+    the next steps'."""
+    node = storage.base
+    fill, meta = _fill_value(node), node.meta
+    if not isinstance(fill, (int, float, bool)) or not isinstance(meta, torch.Tensor):
         return
     value = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype).fill_(fill)
     node.set_data(device_data(value))
+    _device.unregister_pending(storage)
     metrics.counter("FilledAtWrite")

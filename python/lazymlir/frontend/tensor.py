@@ -565,9 +565,7 @@ def _write(t: torch.Tensor, new: Node) -> None:
     st = state(t)
     s = st.storage
     if s.base.data is None and s.base.op in FILLS:
-        filled(s.base)
-        if s.base.data is not None:
-            _device.unregister_pending(s)
+        filled(s)
     if s.base.data is not None:
         s.prior = s.base  # the value a failed step gives back
     chain = st.chain

@@ -488,13 +488,12 @@ void writeValue(PyObject* self, PyObject* node, PyObject* recipes) {
   PyObject* storage = slot(self, gPy.state.storage);
   PyObject* old = slot(storage, gPy.storage.base);
   if (slot(old, gPy.node.data) == Py_None && gPy.fills != nullptr) {
-    int fill = PyDict_Contains(gPy.fills, slot(old, gPy.node.op));
+    int fill = PySet_Contains(gPy.fills, slot(old, gPy.node.op));
     if (fill < 0) throw py::error_already_set();
     if (fill) {
-      PyObject* none = PyObject_CallOneArg(gPy.filled, old);
+      PyObject* none = PyObject_CallOneArg(gPy.filled, storage);
       if (none == nullptr) throw py::error_already_set();
       Py_DECREF(none);
-      if (slot(old, gPy.node.data) != Py_None) unregisterPending(storage);
     }
   }
   if (slot(old, gPy.node.data) != Py_None) setSlot(storage, gPy.storage.prior, old);  // what a failed step gives back
@@ -779,7 +778,7 @@ void install(py::object nodeType, py::object storageType, py::object stateType, 
 }  // namespace
 
 // fills.FILLS and fills.filled, for writeValue.
-void installFills(py::dict fills, py::object filled) {
+void installFills(py::frozenset fills, py::object filled) {
   gPy.filled = filled.release().ptr();
   gPy.fills = fills.release().ptr();
 }

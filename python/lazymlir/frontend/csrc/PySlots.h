@@ -63,7 +63,7 @@ struct Python {
   PyObject* cpu = nullptr;      // torch.device("cpu"): a node's device argument (meta._convert)
   PyObject* getitem = nullptr;  // operator.getitem: a multi-output node's outputs
   PyObject* fills = nullptr;    // fills.FILLS: ops whose storage gets its value at its first write
-  PyObject* filled = nullptr;   // fills.filled(node)
+  PyObject* filled = nullptr;   // fills.filled(storage)
   struct {
     Py_ssize_t op, args, kwargs, inputs, sig, meta, data, job, kernels;
   } node{};
