@@ -66,7 +66,8 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
 }
 
 void lazymlir::addBufferizeWithOutParams(OpPassManager &pm,
-                                         const std::string &entry) {
+                                         const std::string &entry,
+                                         bool markResults) {
   // Identity layouts at the function boundary: the runtime passes contiguous
   // torch buffers, and static strides let LLVM vectorize the loops.
   // Each destination of a zero fill CSE shared fills its own buffer, rather
@@ -108,6 +109,9 @@ void lazymlir::addBufferizeWithOutParams(OpPassManager &pm,
   // of a finished temporary into it.
   outParams.hoistDynamicAllocs = true;
   outParams.modifyPublicFunctions = true;
+  // `bufferize.result` on each out-parameter, for
+  // lazymlir-outputs-at-first-write.
+  outParams.addResultAttribute = markResults;
   pm.addPass(bufferization::createBufferResultsToOutParamsPass(outParams));
   pm.addPass(createCanonicalizerPass());
 }
@@ -122,7 +126,7 @@ void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
   // After the last CSE: parallel tile loops get per-iteration scratch.
   pm.addNestedPass<func::FuncOp>(createPrivatizeTileScratchPass());
 
-  addBufferizeWithOutParams(pm, options.entry);
+  addBufferizeWithOutParams(pm, options.entry, /*markResults=*/true);
   // A failed runtime check leaves the donated arguments as they were (the
   // runtime reruns the graph eagerly from them).
   GuardDonatedWritesPassOptions guardDonated;
@@ -180,6 +184,12 @@ void lazymlir::buildCpuBufferizePipeline(OpPassManager &pm,
   OutlineKernelsPassOptions outline;
   outline.entry = options.entry;
   pm.addPass(createOutlineKernelsPass(outline));
+  // Each output gets its pages right before its first write, from the
+  // pool's idle blocks (the temporaries freed before it), not before the
+  // run: a step's gradients are not held through its forward.
+  OutputsAtFirstWritePassOptions outputs;
+  outputs.entry = options.entry;
+  pm.addPass(createOutputsAtFirstWritePass(outputs));
   if (options.profile) {
     InstrumentKernelsPassOptions instrument;
     instrument.entry = options.entry;

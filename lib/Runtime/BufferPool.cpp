@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <mutex>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -23,7 +24,11 @@ namespace {
 /// same graph needs again, and giving it back only to map it again costs a
 /// page fault per 4 KiB (a BERT-base step re-mapped 2.3 GiB: 585K faults,
 /// 2.2 s of system time per 4.9 s step). Past that, and on trim(), memory
-/// goes back to the system. Thread-safe: graphs may run concurrently.
+/// goes back to the system. A size no idle block fits is a fresh mapping
+/// whose pages are moved in from idle blocks (fillFromIdle), and an
+/// output's buffer gets its pages that way when first written
+/// (outputReady): the pool holds about what it has in use, whatever the
+/// sizes. Thread-safe: graphs may run concurrently.
 class BufferPool {
 public:
   static BufferPool &get() {
@@ -55,6 +60,24 @@ public:
         info.eager = eager;
         return block;
       }
+      // A size the pool lacks: a fresh mapping, with pages moved in from
+      // the idle blocks (fillFromIdle), so the pool holds about what it has
+      // in use, whatever the sizes (a step run eagerly needs sizes by
+      // phase, activations then the optimizer's per-parameter ones, and
+      // each phase's blocks stayed idle through the next: BERT-base mapped
+      // 1.02 GiB idle beside 0.65 GiB of temporaries at once).
+      if (size >= kMappedBytes && alignment <= kPageBytes && idleBytes > 0) {
+        void *block = mmap(nullptr, pages(size), PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (block == MAP_FAILED)
+          return nullptr;
+        blocks[block] = {size, true, eager};
+        noteInUse(size);
+        fillFromIdle(block, pages(size));
+        if (!eager && idleEagerBytes > 0)
+          giveBackIdleEager();
+        return block;
+      }
       // Compiled code asks for a size the pool lacks: the idle blocks of
       // graphs run eagerly go back first. A step that ran eagerly (the first
       // step's graph runs once; a graph waits for its compile aside) leaves
@@ -63,19 +86,83 @@ public:
       // 3.69 GiB, 3.07 once they were given back).
       if (!eager && idleEagerBytes > 0)
         giveBackIdleEager();
-      // A graph run eagerly asks for a size the pool lacks: the head of a
-      // larger idle block of eager runs, its tail given back; else that
-      // many bytes of their idle blocks go back before a new mapping. A
-      // step run eagerly needs sizes by phase (activations, then the
-      // optimizer's per-parameter ones): without this, blocks of each
-      // phase stayed idle through the next and the pool mapped 1.02 GiB
-      // idle beside 0.65 GiB of temporaries at once (BERT-base).
-      if (eager && idleEagerBytes > 0 && size >= kMappedBytes) {
-        if (void *block = splitIdleEager(size, alignment))
-          return block;
-        giveBackIdleEager(size);
-      }
     }
+    return mapFresh(alignment, size, eager);
+  }
+
+  /// An output's buffer (destination passing): a large one is a fresh
+  /// mapping, not yet paged in, which gets its pages when the graph first
+  /// writes it (outputReady). A training step's gradients are outputs,
+  /// allocated before the step runs: paged in then, they were held through
+  /// the whole forward (0.41 GiB at BERT-base) where eager makes them during
+  /// the backward, as the activations they replace die.
+  void *allocateOutput(size_t size) {
+    size = roundUp(std::max<size_t>(size, 1));
+    if (size < kMappedBytes)
+      return allocate(0, size);
+    void *block = mmap(nullptr, pages(size), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (block == MAP_FAILED)
+      return nullptr;
+    std::lock_guard<std::mutex> lock(mutex);
+    Block &info = blocks[block];
+    info = {size, true, false};
+    info.unbacked = true; // in use from its first write (outputReady)
+    return block;
+  }
+
+  /// The graph is about to write output `block` (allocateOutput's): its
+  /// pages are moved in from idle blocks (mremap: page tables, no copy, no
+  /// fault; takeIdleMapped picks them). What idle blocks cannot cover stays
+  /// fresh (faulted in when written, as eager's). Anything else: nothing to
+  /// do.
+  void outputReady(void *block) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = blocks.find(block);
+    if (found == blocks.end() || !found->second.unbacked)
+      return;
+    found->second.unbacked = false;
+    noteInUse(found->second.size);
+    size_t need = pages(found->second.size);
+    // Pages already there were written (or read) by whoever had the buffer
+    // before the graph: moving pages over them would lose them.
+    if (!touched(block, need))
+      fillFromIdle(block, need);
+  }
+
+  /// Moves pages of idle blocks into the first `need` bytes of `block`, a
+  /// fresh mapping of the pool's (mremap: page tables, no copy, no fault),
+  /// as takeIdleMapped picks them. What they cannot cover stays fresh
+  /// (faulted in when written). The mutex is held.
+  void fillFromIdle(void *block, size_t need) {
+    size_t done = 0;
+    std::vector<size_t> seams; // where the pieces meet
+    while (done < need && seams.size() < kMaxSeams) {
+      bool keepTail;
+      void *source = takeIdleMapped(need - done, keepTail);
+      if (!source)
+        break;
+      size_t moved = moveHead(source, static_cast<char *>(block) + done,
+                              need - done, keepTail);
+      if (moved == 0)
+        break;
+      // mremap moves a range of one of the system's mappings only, and
+      // pieces of different blocks stay apart: their seams are kept.
+      if (done > 0)
+        seams.push_back(done);
+      for (size_t seam : lastMoveSeams)
+        seams.push_back(done + seam);
+      done += moved;
+    }
+    if (done > 0 && done < need)
+      seams.push_back(done);
+    blocks.at(block).seams = std::move(seams);
+    recycledBytes += done;
+  }
+
+  /// A block of compiled code's own (or, before there is an idle one that
+  /// fits, of an eager run's): mapped from the system.
+  void *mapFresh(size_t alignment, size_t size, bool eager) {
     bool mapped = size >= kMappedBytes && alignment <= kPageBytes;
     void *block;
     if (mapped) {
@@ -98,9 +185,19 @@ public:
     if (!block)
       return;
     std::lock_guard<std::mutex> lock(mutex);
-    const Block &info = blocks.at(block);
+    Block &info = blocks.at(block);
     size_t size = info.size;
-    inUseBytes -= size;
+    if (info.unbacked) {
+      // An output its graph never announced: kept if something wrote it
+      // (torch's own writes), else it has no pages to keep.
+      if (!touched(block, pages(size))) {
+        giveBack(block);
+        return;
+      }
+      info.unbacked = false;
+    } else {
+      inUseBytes -= size;
+    }
     if (idleBytes + size > std::max(kMaxCachedBytes, peakInUseBytes)) {
       giveBack(block);
       return;
@@ -126,15 +223,123 @@ public:
 
   BufferPoolStats stats() {
     std::lock_guard<std::mutex> lock(mutex);
-    return {inUseBytes, peakInUseBytes, idleBytes};
+    return {inUseBytes, peakInUseBytes, idleBytes, recycledBytes};
   }
 
 private:
   struct Block {
     size_t size;
-    bool mapped; // pages of its own (munmap), else from malloc (free)
-    bool eager;  // last taken by a graph run eagerly
+    bool mapped;           // pages of its own (munmap), else from malloc (free)
+    bool eager;            // last taken by a graph run eagerly
+    bool unbacked = false; // an output not yet written (allocateOutput)
+    /// Offsets where another of the system's mappings begins (pieces moved
+    /// in from other blocks): each move stays within one.
+    std::vector<size_t> seams;
   };
+
+  /// Whether any page of [block, block + length) is paged in.
+  static bool touched(void *block, size_t length) {
+    std::vector<unsigned char> resident(length / kPageBytes);
+    if (mincore(block, length, resident.data()) != 0)
+      return true; // cannot tell: leave it as it is
+    return std::any_of(resident.begin(), resident.end(),
+                       [](unsigned char page) { return page & 1; });
+  }
+
+  static size_t pages(size_t size) {
+    return (size + kPageBytes - 1) / kPageBytes * kPageBytes;
+  }
+
+  /// An idle mapped block to move pages from, out of the idle set and its
+  /// counts, for `size` more bytes: one that holds them and is at most half
+  /// as large again (its tail then goes back: `keepTail` false), else the
+  /// largest one smaller (all of it moves: blocks are not cut up while
+  /// whole ones serve), else the least larger one (its tail stays idle).
+  /// Null if there is none. The mutex is held.
+  void *takeIdleMapped(size_t size, bool &keepTail) {
+    auto take = [&](std::map<size_t, std::vector<void *>>::iterator it,
+                    size_t i) {
+      std::vector<void *> &list = it->second;
+      void *block = list[i];
+      list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+      idleBytes -= it->first;
+      if (blocks.at(block).eager)
+        idleEagerBytes -= it->first;
+      if (list.empty())
+        idle.erase(it);
+      return block;
+    };
+    auto mappedIn = [&](std::map<size_t, std::vector<void *>>::iterator it)
+        -> std::optional<size_t> {
+      for (size_t i = 0; i < it->second.size(); ++i)
+        if (blocks.at(it->second[i]).mapped)
+          return i;
+      return std::nullopt;
+    };
+    auto least = idle.lower_bound(size);
+    keepTail = false;
+    for (auto it = least; it != idle.end() && it->first <= size + size / 2;
+         ++it)
+      if (auto i = mappedIn(it))
+        return take(it, *i);
+    for (auto it = least; it != idle.begin();) {
+      --it;
+      if (it->first < kMappedBytes)
+        break;
+      if (auto i = mappedIn(it))
+        return take(it, *i);
+    }
+    keepTail = true;
+    for (auto it = least; it != idle.end(); ++it)
+      if (auto i = mappedIn(it))
+        return take(it, *i);
+    return nullptr;
+  }
+
+  /// Moves the first pages of idle `source` (taken out of the idle set),
+  /// up to `size` bytes, to `dest`; what is left of it is idle again when
+  /// `keepTail` and not small, else given back. Returns the bytes moved; the
+  /// seams inside them, relative to `dest`, are in lastMoveSeams. The mutex is
+  /// held.
+  size_t moveHead(void *source, char *dest, size_t size, bool keepTail) {
+    Block info = blocks.at(source);
+    size_t length = pages(info.size), moved = std::min(size, length);
+    lastMoveSeams.clear();
+    size_t at = 0;
+    std::vector<size_t> bounds;
+    for (size_t seam : info.seams)
+      if (seam < moved)
+        bounds.push_back(seam);
+    bounds.push_back(moved);
+    for (size_t end : bounds) {
+      void *to = mremap(static_cast<char *>(source) + at, end - at, end - at,
+                        MREMAP_MAYMOVE | MREMAP_FIXED, dest + at);
+      if (to == MAP_FAILED)
+        break;
+      if (at > 0)
+        lastMoveSeams.push_back(at);
+      at = end;
+    }
+    blocks.erase(source);
+    // The rest of the source: its own block again (or back to the system).
+    char *rest = static_cast<char *>(source) + at;
+    if (at < length) {
+      if (!keepTail || length - at < kMappedBytes) {
+        munmap(rest, length - at);
+      } else {
+        Block &tail = blocks[rest];
+        tail = {length - at, true, info.eager};
+        for (size_t seam : info.seams)
+          if (seam > at)
+            tail.seams.push_back(seam - at);
+        idle[tail.size].push_back(rest);
+        idleBytes += tail.size;
+        if (tail.eager)
+          idleEagerBytes += tail.size;
+      }
+    }
+    return at;
+  }
 
   /// Counts `size` more bytes in use (the mutex is held).
   void noteInUse(size_t size) {
@@ -152,58 +357,24 @@ private:
     blocks.erase(it);
   }
 
-  /// Gives back idle blocks graphs run eagerly took last, the largest
-  /// first, until at least `bytes` went back (all of them by default). The
-  /// mutex is held.
-  void giveBackIdleEager(size_t bytes = SIZE_MAX) {
-    size_t freed = 0;
-    for (auto it = idle.end(); it != idle.begin() && freed < bytes;) {
-      --it;
+  /// Gives back the idle blocks graphs run eagerly took last. The mutex is
+  /// held.
+  void giveBackIdleEager() {
+    for (auto it = idle.begin(); it != idle.end();) {
       std::vector<void *> &list = it->second;
       size_t kept = 0;
       for (void *block : list) {
-        if (freed < bytes && blocks.at(block).eager) {
+        if (blocks.at(block).eager) {
           idleBytes -= it->first;
           idleEagerBytes -= it->first;
-          freed += it->first;
           giveBack(block);
         } else {
           list[kept++] = block;
         }
       }
       list.resize(kept);
-      if (list.empty())
-        it = idle.erase(it);
+      it = list.empty() ? idle.erase(it) : std::next(it);
     }
-  }
-
-  /// The least idle mapped block of eager runs larger than `size`, in use
-  /// now with its pages past `size` given back; null if there is none. The
-  /// mutex is held.
-  void *splitIdleEager(size_t size, size_t alignment) {
-    size_t head = (size + kPageBytes - 1) / kPageBytes * kPageBytes;
-    if (alignment > kPageBytes)
-      return nullptr;
-    for (auto it = idle.upper_bound(head); it != idle.end(); ++it) {
-      std::vector<void *> &list = it->second;
-      for (size_t i = 0; i < list.size(); ++i) {
-        void *block = list[i];
-        Block &info = blocks.at(block);
-        if (!info.eager || !info.mapped)
-          continue;
-        size_t held = it->first;
-        list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
-        if (list.empty())
-          idle.erase(it);
-        idleBytes -= held;
-        idleEagerBytes -= held;
-        munmap(static_cast<char *>(block) + head, held - head);
-        info.size = head;
-        noteInUse(head);
-        return block;
-      }
-    }
-    return nullptr;
   }
 
   static constexpr size_t kAlignment = 64;
@@ -216,6 +387,9 @@ private:
   static constexpr size_t kMappedBytes = size_t(256) << 10;
   static constexpr size_t kPageBytes = 4096;
   static constexpr size_t kMaxCachedBytes = size_t(1) << 30;
+  /// Pieces an output's pages may come in (each one of the system's
+  /// mappings: vm.max_map_count bounds them, 65530 by default).
+  static constexpr size_t kMaxSeams = 16;
   static size_t roundUp(size_t size) {
     return (size + kAlignment - 1) / kAlignment * kAlignment;
   }
@@ -225,6 +399,8 @@ private:
   std::map<size_t, std::vector<void *>> idle; // by size, least first
   size_t idleBytes = 0, idleEagerBytes = 0;
   size_t inUseBytes = 0, peakInUseBytes = 0;
+  size_t recycledBytes = 0; // pages moved in from idle blocks
+  std::vector<size_t> lastMoveSeams;
 };
 
 } // namespace
@@ -240,6 +416,13 @@ extern "C" void lazymlirFree(void *block) { BufferPool::get().release(block); }
 
 void *allocateBuffer(size_t bytes) {
   return BufferPool::get().allocate(0, bytes);
+}
+void *allocateOutputBuffer(size_t bytes) {
+  return BufferPool::get().allocateOutput(bytes);
+}
+void outputBufferReady(void *block) { BufferPool::get().outputReady(block); }
+extern "C" void lazymlirOutputReady(void *block) {
+  BufferPool::get().outputReady(block);
 }
 void *allocateEagerBuffer(size_t bytes) {
   return BufferPool::get().allocate(0, bytes, /*eager=*/true);

@@ -17,6 +17,9 @@ namespace lazymlir {
 extern "C" void *lazymlirAlignedAlloc(uint64_t alignment, uint64_t size);
 extern "C" void *lazymlirAlloc(uint64_t size);
 extern "C" void lazymlirFree(void *block);
+// Compiled entries call this before the first kernel that writes an output
+// (lazymlir-outputs-at-first-write): outputBufferReady.
+extern "C" void lazymlirOutputReady(void *block);
 
 } // namespace lazymlir
 

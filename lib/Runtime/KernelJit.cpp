@@ -91,6 +91,7 @@ KernelJit::KernelJit() {
        reinterpret_cast<void *>(&lazymlirAlignedAlloc));
   bind("_mlir_memref_to_llvm_alloc", reinterpret_cast<void *>(&lazymlirAlloc));
   bind("_mlir_memref_to_llvm_free", reinterpret_cast<void *>(&lazymlirFree));
+  bind("lazymlir_output_ready", reinterpret_cast<void *>(&lazymlirOutputReady));
   bind("__lazymlir_profile_begin",
        reinterpret_cast<void *>(&lazymlirProfileBegin));
   bind("__lazymlir_profile_end", reinterpret_cast<void *>(&lazymlirProfileEnd));

@@ -268,13 +268,19 @@ NB_MODULE(_native, m) {
         void *(*allocate)(size_t) = &allocateBuffer;
         void (*release)(void *) = &releaseBuffer;
         void *(*allocateEager)(size_t) = &allocateEagerBuffer;
+        void *(*allocateOutput)(size_t) = &allocateOutputBuffer;
+        void (*ready)(void *) = &outputBufferReady;
         return std::make_tuple(reinterpret_cast<uintptr_t>(allocate),
                                reinterpret_cast<uintptr_t>(release),
-                               reinterpret_cast<uintptr_t>(allocateEager));
+                               reinterpret_cast<uintptr_t>(allocateEager),
+                               reinterpret_cast<uintptr_t>(allocateOutput),
+                               reinterpret_cast<uintptr_t>(ready));
       },
       "The addresses of the runtime's buffer pool functions, `void "
-      "*allocate(size_t bytes)`, `void release(void *)` and `void "
-      "*allocate_eager(size_t bytes)` (for a graph run eagerly): "
+      "*allocate(size_t bytes)`, `void release(void *)`, `void "
+      "*allocate_eager(size_t bytes)` (for a graph run eagerly), `void "
+      "*allocate_output(size_t bytes)` (an output, paged in at its first "
+      "write) and `void output_ready(void *)` (that write is next): "
       "lazymlir._device makes output tensors from the pool with them and "
       "serves graphs run eagerly from it (set_buffer_pool).");
   m.def(
@@ -346,10 +352,12 @@ NB_MODULE(_native, m) {
       "buffer_pool_stats",
       [] {
         BufferPoolStats stats = bufferPoolStats();
-        return nb::make_tuple(stats.inUse, stats.peakInUse, stats.idle);
+        return nb::make_tuple(stats.inUse, stats.peakInUse, stats.idle,
+                              stats.recycled);
       },
       "The buffer pool's (bytes in use, most bytes in use at once since the "
-      "last trim, idle bytes).");
+      "last trim, idle bytes, bytes of pages moved in from idle blocks so "
+      "far: outputs at their first write, blocks of sizes no idle one fits).");
   m.def("idle_buffer_bytes", &idleBufferBytes,
         "Bytes the buffer pool holds idle.");
 

@@ -3,9 +3,12 @@
 
 // The pipeline's entry option reaches every pass that looks for the entry:
 // the contract check accepts @forward, its kernels are counted and outlined,
-// and its result becomes an out-parameter (input and output descriptors).
+// and its result becomes an out-parameter (input and output descriptors),
+// announced to the runtime (its aligned pointer) before the kernel writes it.
 // CHECK: module attributes {lazymlir.kernel_count = 1 : i64}
-// CHECK: llvm.func @forward(%{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64)
+// CHECK: llvm.func @forward(%{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr, %[[OUT:.+]]: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64)
+// CHECK-NEXT: %[[P:.+]] = llvm.ptrtoint %[[OUT]] : !llvm.ptr to i64
+// CHECK-NEXT: llvm.call @lazymlir_output_ready(%[[P]]) : (i64) -> ()
 // CHECK-NEXT: llvm.call @[[KERNEL:__lazymlir_k_[0-9a-f]{32}]](
 // CHECK: llvm.func @[[KERNEL]]({{.*}}) attributes {lazymlir.kernel, sym_visibility = "private"}
 // MAIN: error: entry function 'main' not found

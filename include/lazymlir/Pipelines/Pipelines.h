@@ -126,8 +126,11 @@ void buildCpuBufferizePipeline(mlir::OpPassManager &pm,
 /// and GPU pipelines.
 /// `entry`: the function whose donated arguments (`lazymlir.donated_to`)
 /// receive their results (lazymlir-donate-arguments); empty: none.
+/// `markResults`: each out-parameter carries `bufferize.result` (for
+/// lazymlir-outputs-at-first-write, which removes it).
 void addBufferizeWithOutParams(mlir::OpPassManager &pm,
-                               const std::string &entry = "");
+                               const std::string &entry = "",
+                               bool markResults = false);
 
 /// Loops and memrefs to the LLVM dialect. Runs on a whole module, or on a
 /// module holding one outlined kernel (the runtime compiles each apart).

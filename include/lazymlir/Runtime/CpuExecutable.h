@@ -169,15 +169,26 @@ void *allocateBuffer(size_t bytes);
 /// lacks, instead of being kept beside the compiled graphs' blocks.
 void *allocateEagerBuffer(size_t bytes);
 void releaseBuffer(void *block);
+/// An output's buffer: a large one gets its pages only when the graph is
+/// about to write it (outputBufferReady; compiled entries call it before
+/// the first kernel that writes the output), moved in from idle blocks.
+/// Until then it holds no memory. Released with releaseBuffer.
+void *allocateOutputBuffer(size_t bytes);
+/// Pages for an allocateOutputBuffer block about to be written (moved in
+/// from the pool's idle blocks, else fresh); a no-op for any other pointer
+/// and on later calls.
+void outputBufferReady(void *block);
 /// Returns the pool's idle blocks to the system; returns how many bytes.
 size_t trimBufferPool();
 /// Bytes the pool holds idle.
 size_t idleBufferBytes();
 
 /// The pool's bytes in use, the most it had in use at once (since the last
-/// trim), and its idle bytes.
+/// trim), its idle bytes, and the bytes of pages moved in from idle blocks
+/// so far (outputs at their first write, new blocks of sizes no idle one
+/// fits).
 struct BufferPoolStats {
-  size_t inUse, peakInUse, idle;
+  size_t inUse, peakInUse, idle, recycled;
 };
 BufferPoolStats bufferPoolStats();
 

@@ -1412,6 +1412,39 @@ def OutlineKernelsPass : Pass<"lazymlir-outline-kernels", "mlir::ModuleOp"> {
   ];
 }
 
+def OutputsAtFirstWritePass
+    : Pass<"lazymlir-outputs-at-first-write", "mlir::ModuleOp"> {
+  let summary = "Tell the runtime, before the first op that touches each "
+                "out-parameter of the entry, that it is about to be written";
+  let description = [{
+    Destination passing (DESIGN.md, decision 4) allocates every output
+    before the graph runs. A training step's gradients are outputs: paged
+    in from the start, they were held through the whole forward, where
+    eager makes each one during the backward as the activations it replaces
+    die (BERT-base: 0.41 GiB). The runtime now hands out an output's buffer
+    without pages and gives it pages, moved in from its pool's idle blocks,
+    when the entry calls `lazymlir_output_ready(pointer)` (i64; declared
+    here, defined by the runtime; a no-op for a buffer that is not such an
+    output or already has its pages).
+
+    For each argument of the entry (`entry`) that carries the unit
+    attribute `bufferize.result` (buffer-results-to-out-params'
+    `add-result-attr`; the pass removes it), the call goes right before the
+    first top-level op of the entry that uses the argument or a view of it
+    (views themselves touch no memory and are looked through), with the
+    argument's aligned pointer. An out-parameter nothing uses gets no call.
+    Run after lazymlir-outline-kernels, when the entry is its sequence of
+    kernel calls, allocations and deallocations.
+  }];
+  let options = [
+    Option<"entry", "entry", "std::string", /*default=*/"\"main\"",
+           "Function whose out-parameters are announced">,
+  ];
+  let dependentDialects = ["mlir::arith::ArithDialect",
+                           "mlir::func::FuncDialect",
+                           "mlir::memref::MemRefDialect"];
+}
+
 def InstrumentKernelsPass
     : Pass<"lazymlir-instrument-kernels", "mlir::ModuleOp"> {
   let summary = "Time each kernel call of the entry (the profiler's compile "

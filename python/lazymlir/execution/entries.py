@@ -137,6 +137,7 @@ class Compiled(Donating):
             args = list(inputs)
             for i, j in self.donated:
                 if outs[j] is not inputs[i]:
+                    _device.output_ready(outs[j])
                     outs[j].copy_(inputs[i])
                 args[i] = outs[j]
             results = [o for j, o in enumerate(outs) if j not in self.donated_outputs]
@@ -326,6 +327,9 @@ def _into(gm, donated: tuple):
     buffers = []
 
     def write(j, value):
+        # The buffer's pages now, from the pool's idle blocks (the op's own
+        # temporaries died before it): not held through the ops before.
+        g.call_function(_device.output_ready, (buffers[j],))
         g.call_function(aten.copy_.default, (buffers[j], value))
         v = values[j]
         if isinstance(v, torch.fx.Node) and env.get(v) is value:

@@ -25,27 +25,41 @@ using Release = void (*)(void*);
 
 Allocate poolAllocate = nullptr;
 Release poolRelease = nullptr;
-Allocate poolAllocateEager = nullptr;  // blocks for graphs run eagerly
+Allocate poolAllocateEager = nullptr;   // blocks for graphs run eagerly
+Allocate poolAllocateOutput = nullptr;  // outputs, paged in at their first write
+Release poolOutputReady = nullptr;      // ... which is next
 
 void installPoolingAllocator();
 
-void setBufferPool(uintptr_t allocate, uintptr_t release, uintptr_t allocateEager) {
-  TORCH_CHECK(allocate && release && allocateEager, "lazymlir: set_buffer_pool needs all three functions");
+void setBufferPool(uintptr_t allocate, uintptr_t release, uintptr_t allocateEager, uintptr_t allocateOutput,
+                   uintptr_t outputReady) {
+  TORCH_CHECK(allocate && release && allocateEager && allocateOutput && outputReady,
+              "lazymlir: set_buffer_pool needs all five functions");
   poolAllocate = reinterpret_cast<Allocate>(allocate);
   poolRelease = reinterpret_cast<Release>(release);
   poolAllocateEager = reinterpret_cast<Allocate>(allocateEager);
+  poolAllocateOutput = reinterpret_cast<Allocate>(allocateOutput);
+  poolOutputReady = reinterpret_cast<Release>(outputReady);
   installPoolingAllocator();
 }
 
+// An output of the pool's (allocate_output): large ones get their pages when
+// the graph is about to write them. Compiled entries say so themselves;
+// torch's writes into an output (a graph run eagerly) call this first.
+void outputReady(const at::Tensor& out) {
+  if (poolOutputReady && out.defined() && out.device().is_cpu() && out.has_storage())
+    poolOutputReady(out.storage().mutable_data());
+}
+
 at::Tensor pooledEmpty(c10::IntArrayRef shape, at::ScalarType dtype) {
-  TORCH_CHECK(poolAllocate, "lazymlir: pooled_empty before set_buffer_pool");
+  TORCH_CHECK(poolAllocateOutput, "lazymlir: pooled_empty before set_buffer_pool");
   int64_t numel = 1;
   for (int64_t size : shape) {
     TORCH_CHECK(size >= 0, "lazymlir: pooled_empty: negative size ", size);
     numel *= size;
   }
   size_t bytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
-  void* block = poolAllocate(bytes);
+  void* block = poolAllocateOutput(bytes);
   TORCH_CHECK(block, "lazymlir: the buffer pool could not allocate ", bytes, " bytes");
   Release release = poolRelease;
   return at::from_blob(
@@ -153,11 +167,16 @@ at::Tensor outputBuffer(c10::IntArrayRef shape, at::ScalarType dtype) {
 
 void definePooledBuffers(py::module_& m) {
   m.def("set_buffer_pool", &setBufferPool, py::arg("allocate"), py::arg("release"), py::arg("allocate_eager"),
-        "The buffer pool's allocate(bytes), release(pointer) and allocate_eager(bytes) (for graphs run eagerly) "
+        py::arg("allocate_output"), py::arg("output_ready"),
+        "The buffer pool's allocate(bytes), release(pointer), allocate_eager(bytes) (for graphs run eagerly), "
+        "allocate_output(bytes) (paged in at the first write) and output_ready(pointer) (that write is next) "
         "functions, as addresses.");
+  m.def("output_ready", &outputReady, py::arg("out"),
+        "An output buffer (output_buffer) is about to be written: a large one gets its pages now, moved in from "
+        "the pool's idle blocks where it has them. A no-op for any other tensor and on later calls.");
   m.def("output_buffer", &outputBuffer, py::arg("shape"), py::arg("dtype"),
         "A contiguous CPU tensor for a graph's output: from the buffer pool when it is at least 128 KiB "
-        "(and the pool is known), else from torch's allocator.");
+        "(and the pool is known; paged in at its first write: output_ready), else from torch's allocator.");
   m.def("pooled_allocations", &pooledAllocations, py::arg("enable"),
         "While true on this thread, torch's CPU allocations of at least 128 KiB come from the buffer pool "
         "(a graph run eagerly); returns the previous setting.");
