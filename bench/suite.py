@@ -50,10 +50,12 @@ torch._lazy, for `make test`):
   bertbase_{read1,read10,rss,first2}
                     BERT-base training (hidden 768, 12 layers, 12 heads, MLP
                     3072, vocab 30522, AdamW, 8 x 128 tokens), each peer in
-                    its own fresh process with empty caches (issue 49): the
-                    step with the loss read every step (median of 4) and
-                    every 10 steps (per step), the process's peak RSS, and
-                    the first 2 steps' wall time
+                    its own fresh process with empty caches (issue 49),
+                    started one after another: the first 2 steps' wall
+                    time; then the peers' steps interleaved round by round
+                    across the processes, the loss read every step and
+                    every 10 steps (per step; medians of 5 and 3 rounds);
+                    the process's peak RSS
 
 How it measures: per workload, eager, torch.compile and lazymlir run in this
 process and are timed interleaved, round by round (bench/timing.py: warm-up
@@ -100,6 +102,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import types
 
@@ -914,10 +917,12 @@ def first_steps_child(model_name, peer_name, smoke):
 
 def model_child(peer_name, smoke):
     """In a fresh process (empty caches): BERT-base training with AdamW on
-    the peer. The first 2 steps (wall time, losses), 3 warm-up steps (and
-    lazymlir's background compiles), then steps reading the loss every step
-    (median), then 10 steps reading it once (per step), and the process's
-    peak RSS."""
+    the peer. The first 2 steps (wall time, losses) and 3 warm-up steps (and
+    lazymlir's background compiles), then "READY"; then, one command per
+    line on stdin, the timed steps the parent interleaves with the other
+    peers' children (measure_model): "read1" a step reading its loss,
+    "read10" 10 steps reading the last one (per step), each answered on a
+    "STEP" line; "done": the process's peak RSS on the RESULT line."""
     import resource
 
     peer = Peer(peer_name)
@@ -945,9 +950,8 @@ def model_child(peer_name, smoke):
     losses = [float(loss.detach()) for loss in losses]  # reads wait for the steps
     first2 = time.perf_counter() - t0
     # Steady state: lazymlir's step graph compiles in a child process while
-    # the first steps run eagerly (config.compile_aside_ops), then tiers up
-    # after 4 runs, compiled in the background; the timed steps start once
-    # that is done (every peer runs the same warm-up steps).
+    # the first steps run eagerly (config.compile_aside_ops); the timed steps
+    # start once that is done (every peer runs the same warm-up steps).
     for _ in range(3):
         step().item()
     for _ in range(2):
@@ -957,26 +961,105 @@ def model_child(peer_name, smoke):
             lazymlir.cache.wait_background_compiles()
         for _ in range(4):
             step().item()
-    read1 = []
-    for _ in range(2 if smoke else 4):
-        t0 = time.perf_counter()
-        step().item()
-        read1.append(time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    for _ in range(9):
-        step()
-    step().item()
-    read10 = (time.perf_counter() - t0) / 10
-    result = {
-        "first2": first2,
-        "read1": statistics.median(read1),
-        "read10": read10,
-        "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,  # KiB -> GiB
-        "losses": losses,
-    }
+    print("READY " + json.dumps({"first2": first2, "losses": losses}), flush=True)
+    for command in sys.stdin:
+        command = command.strip()
+        if command == "read1":
+            t0 = time.perf_counter()
+            step().item()
+            print(f"STEP {time.perf_counter() - t0}", flush=True)
+        elif command == "read10":
+            t0 = time.perf_counter()
+            for _ in range(9):
+                step()
+            step().item()
+            print(f"STEP {(time.perf_counter() - t0) / 10}", flush=True)
+        else:
+            break
+    result = {"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # KiB -> GiB
     if peer_name == "lazymlir":
         result["compiled"] = lazymlir_compiled()
     print("RESULT " + json.dumps(result), flush=True)
+
+
+class _ModelChild:
+    """A model_child process: its replies are the stdout lines that start
+    with a given word; anything else it prints is skipped."""
+
+    def __init__(self, peer_name, cache):
+        cmd = [sys.executable, os.path.abspath(__file__), "--model-child", peer_name] + (["--smoke"] if SMOKE else [])
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=cache_env(cache)
+        )
+        self.deadline = time.monotonic() + MODEL_TIMEOUT_S
+
+    def ask(self, command, word):
+        """Send ``command`` (None: nothing) and return the JSON after the
+        next line starting with ``word``; raises RuntimeError with what the
+        child said if it dies or runs past its deadline."""
+        if command is not None:
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+        timer = threading.Timer(max(1.0, self.deadline - time.monotonic()), self.proc.kill)
+        timer.start()
+        try:
+            for line in self.proc.stdout:
+                if line.startswith(word + " "):
+                    return json.loads(line[len(word) + 1 :])
+        finally:
+            timer.cancel()
+        code = self.proc.wait()
+        self.log.seek(0)
+        tail = self.log.read()[-2000:]
+        last = [line for line in tail.strip().splitlines() if line.strip()]
+        if time.monotonic() >= self.deadline:
+            raise RuntimeError("timeout", tail)
+        if code < 0:
+            raise RuntimeError(f"crash (signal {-code})", tail)
+        raise RuntimeError("crash" if not last else "error: " + last[-1][:60], tail)
+
+
+def model_runs(peers):
+    """BERT-base in one fresh child per peer, each with empty disk caches:
+    started one after another, so each one's first 2 steps and warm-up have
+    the host to themselves; then their timed steps interleaved round by
+    round (the first peer of a round rotates), medians per peer; then each
+    one's peak RSS. Separate processes: RSS is per process."""
+    names = [p for p in IN_PROCESS if p in peers]
+    runs, children, caches = {}, {}, []
+    try:
+        for name in names:
+            caches.append(tempfile.mkdtemp(prefix="lazymlir-bench-bertbase-"))
+            child = _ModelChild(name, caches[-1])
+            try:
+                runs[name] = child.ask(None, "READY")
+                children[name] = child
+            except RuntimeError as e:
+                runs[name] = {"error": e.args[0], "log": e.args[1]}
+        for command, key, rounds in (("read1", "read1", 5), ("read10", "read10", 3)):
+            for r in range(2 if SMOKE else rounds):
+                live = list(children)
+                for name in live[r % len(live) :] + live[: r % len(live)] if live else []:
+                    try:
+                        runs[name].setdefault(key, []).append(children[name].ask(command, "STEP"))
+                    except RuntimeError as e:
+                        runs[name] = {"error": e.args[0], "log": e.args[1]}
+                        del children[name]
+        for name, child in children.items():
+            try:
+                runs[name].update(child.ask("done", "RESULT"))
+                runs[name]["read1"] = statistics.median(runs[name]["read1"])
+                runs[name]["read10"] = statistics.median(runs[name]["read10"])
+            except RuntimeError as e:
+                runs[name] = {"error": e.args[0], "log": e.args[1]}
+    finally:
+        for child in children.values():
+            child.proc.kill()
+            child.proc.wait()
+        for cache in caches:
+            shutil.rmtree(cache, ignore_errors=True)
+    return runs
 
 
 # ---------------------------------------------------------------------------
@@ -1065,16 +1148,11 @@ def measure_compile(w, peers, cache_dirs):
 
 
 def measure_model(w, peers, runs):
-    """A row of the BERT-base runs: one fresh child per peer (run once for
-    the four rows), each with empty disk caches; a peer whose first losses
-    differ from eager's is wrong in every row."""
+    """A row of the BERT-base runs (model_runs, once for the four rows); a
+    peer whose first losses differ from eager's is wrong in every row."""
     metric = w.name.split("_", 1)[1]
-    for name in [p for p in IN_PROCESS if p in peers]:
-        if name in runs:
-            continue
-        cache = tempfile.mkdtemp(prefix="lazymlir-bench-bertbase-")
-        runs[name] = _child(["--model-child", name] + (["--smoke"] if SMOKE else []), MODEL_TIMEOUT_S, cache_env(cache))
-        shutil.rmtree(cache, ignore_errors=True)
+    if not runs:
+        runs.update(model_runs(peers))
     results = {}
     eager = runs.get("eager", {})
     for name in [p for p in IN_PROCESS if p in peers]:

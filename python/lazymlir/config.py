@@ -137,16 +137,18 @@ tiered: bool = _env_bool("LAZYMLIR_TIERED", True)
 tier_up_runs: int = max(1, int(_env_str("LAZYMLIR_TIER_UP_RUNS", "4")))
 
 # Graphs of at least this many traced ops (LAZYMLIR_COMPILE_ASIDE_OPS,
-# default 1500; 0: never) compile in a child process while they run eagerly,
+# default 1000; 0: never) compile in a child process while they run eagerly,
 # instead of stopping the step for the compile: a 12-layer transformer's
-# training step takes tens of seconds to lower and compile on a small host.
-# The compile starts at the graph's second run (a graph run once never pays
+# training step takes tens of seconds to lower and compile on a small host,
+# and a compile in the user's process leaves it holding the compiler's
+# memory (a 4-layer hidden-512 step, 1084-1328 ops: 0.45 GiB, half the
+# process eager needs). The compile starts at the graph's third run (a graph run once never pays
 # for one), one child at a time, niced; the child writes the disk cache, and
 # the first run after it finished loads the compiled graph from there. Needs
 # the disk cache (cache_dir); a child that crashes or fails leaves the graph
 # eager with a warning, one that finds ops that do not lower leaves those
 # ops eager, as an in-process compile would (lazymlir.execution.aside).
-compile_aside_ops: int = int(_env_str("LAZYMLIR_COMPILE_ASIDE_OPS", "1500"))
+compile_aside_ops: int = int(_env_str("LAZYMLIR_COMPILE_ASIDE_OPS", "1000"))
 
 # A graph structure compiled for this many different input shapes gets a
 # RuntimeWarning (the recompilation storm: pad or bucket the shapes);

@@ -4,7 +4,6 @@ disk cache's record of an earlier process's compile, or a dynamic graph
 in memory under the trace's key. ``run.execute`` calls :func:`compile_graph`.
 """
 
-import threading
 import time
 import warnings
 
@@ -12,7 +11,7 @@ import torch
 
 from .. import config, debug, metrics
 from .. import dtypes as dtype_table
-from ..lowering import decompositions, linalg, LoweringError
+from ..lowering import linalg, LoweringError
 from ..trace import dynamic, ir
 from ..trace.template import decompose
 from . import aside, cache, donation
@@ -30,25 +29,6 @@ from .entries import (
     unsupported_op_listeners,
 )
 from .tierup import dynamic_entry
-
-
-def _prewarm() -> None:
-    """Imports the first compilation needs (torch-mlir alone takes ~0.8 s) and
-    builds the decomposition table, while the user builds a model and traces
-    the first step. The native module (libMLIR) loads at the first compile
-    (0.04 s): the tracer and eager execution never need it. Not a daemon thread: the interpreter waits for it at exit
-    instead of killing it inside an extension's initialization."""
-    try:
-        import torch_mlir.compiler_utils  # noqa: F401
-        import torch_mlir.fx  # noqa: F401
-
-        decompositions.decomposition_table()
-    except Exception:  # the first compile reports it
-        pass
-
-
-if not config.force_eager:
-    threading.Thread(target=_prewarm, name="lazymlir-prewarm").start()
 
 
 def _note_shapes(graph: ir.Graph, name: str) -> None:
