@@ -842,10 +842,16 @@ def _child(args, timeout, env=None):
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT ") :])
-    if proc.returncode < 0:
-        return {"error": f"crash (signal {-proc.returncode})", "log": proc.stderr[-2000:]}
-    last = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-    return {"error": "crash" if not last else "error: " + last[-1][:60], "log": proc.stderr[-2000:]}
+    return {"error": _failure(proc.returncode, proc.stderr), "log": proc.stderr[-2000:]}
+
+
+def _failure(returncode, stderr):
+    """A table cell's words for a child that gave no result: 'crash (signal
+    N)', 'crash', or 'error: ' and its last line of stderr."""
+    if returncode < 0:
+        return f"crash (signal {-returncode})"
+    last = [line for line in stderr.strip().splitlines() if line.strip()]
+    return "crash" if not last else "error: " + last[-1][:60]
 
 
 def ltc_child(name, smoke, repeats):
@@ -1012,12 +1018,9 @@ class _ModelChild:
         code = self.proc.wait()
         self.log.seek(0)
         tail = self.log.read()[-2000:]
-        last = [line for line in tail.strip().splitlines() if line.strip()]
         if time.monotonic() >= self.deadline:
             raise RuntimeError("timeout", tail)
-        if code < 0:
-            raise RuntimeError(f"crash (signal {-code})", tail)
-        raise RuntimeError("crash" if not last else "error: " + last[-1][:60], tail)
+        raise RuntimeError(_failure(code, tail), tail)
 
 
 def model_runs(peers):

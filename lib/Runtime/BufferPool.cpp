@@ -47,17 +47,9 @@ public:
       // step run eagerly: 3.0 GiB mapped for at most 2.2 in use).
       auto it = idle.lower_bound(size);
       if (it != idle.end() && it->first <= size + size / 2) {
-        size_t held = it->first;
-        void *block = it->second.back();
-        it->second.pop_back();
-        if (it->second.empty())
-          idle.erase(it);
-        idleBytes -= held;
-        noteInUse(held);
-        Block &info = blocks.at(block);
-        if (info.eager)
-          idleEagerBytes -= held;
-        info.eager = eager;
+        noteInUse(it->first);
+        void *block = takeIdle(it, it->second.size() - 1);
+        blocks.at(block).eager = eager;
         return block;
       }
       // A size the pool lacks: a fresh mapping, with pages moved in from
@@ -66,26 +58,25 @@ public:
       // phase, activations then the optimizer's per-parameter ones, and
       // each phase's blocks stayed idle through the next: BERT-base mapped
       // 1.02 GiB idle beside 0.65 GiB of temporaries at once).
+      void *filled = nullptr;
       if (size >= kMappedBytes && alignment <= kPageBytes && idleBytes > 0) {
-        void *block = mmap(nullptr, pages(size), PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (block == MAP_FAILED)
+        filled = mapPages(size);
+        if (!filled)
           return nullptr;
-        blocks[block] = {size, true, eager};
+        blocks[filled] = {size, true, eager};
         noteInUse(size);
-        fillFromIdle(block, pages(size));
-        if (!eager && idleEagerBytes > 0)
-          giveBackIdleEager();
-        return block;
+        fillFromIdle(filled, pages(size));
       }
       // Compiled code asks for a size the pool lacks: the idle blocks of
-      // graphs run eagerly go back first. A step that ran eagerly (the first
-      // step's graph runs once; a graph waits for its compile aside) leaves
-      // blocks of its own sizes, which the compiled steps that follow would
-      // keep idle beside their own (BERT-base: a warm process's second step
-      // 3.69 GiB, 3.07 once they were given back).
+      // graphs run eagerly that are left go back. A step that ran eagerly
+      // (the first step's graph runs once; a graph waits for its compile
+      // aside) leaves blocks of its own sizes, which the compiled steps that
+      // follow would keep idle beside their own (BERT-base: a warm process's
+      // second step 3.69 GiB, 3.07 once they were given back).
       if (!eager && idleEagerBytes > 0)
         giveBackIdleEager();
+      if (filled)
+        return filled;
     }
     return mapFresh(alignment, size, eager);
   }
@@ -100,9 +91,8 @@ public:
     size = roundUp(std::max<size_t>(size, 1));
     if (size < kMappedBytes)
       return allocate(0, size);
-    void *block = mmap(nullptr, pages(size), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (block == MAP_FAILED)
+    void *block = mapPages(size);
+    if (!block)
       return nullptr;
     std::lock_guard<std::mutex> lock(mutex);
     Block &info = blocks[block];
@@ -142,16 +132,10 @@ public:
       void *source = takeIdleMapped(need - done, keepTail);
       if (!source)
         break;
-      size_t moved = moveHead(source, static_cast<char *>(block) + done,
-                              need - done, keepTail);
+      size_t moved = moveHead(source, static_cast<char *>(block), done,
+                              need - done, keepTail, seams);
       if (moved == 0)
         break;
-      // mremap moves a range of one of the system's mappings only, and
-      // pieces of different blocks stay apart: their seams are kept.
-      if (done > 0)
-        seams.push_back(done);
-      for (size_t seam : lastMoveSeams)
-        seams.push_back(done + seam);
       done += moved;
     }
     if (done > 0 && done < need)
@@ -166,9 +150,8 @@ public:
     bool mapped = size >= kMappedBytes && alignment <= kPageBytes;
     void *block;
     if (mapped) {
-      block = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (block == MAP_FAILED)
+      block = mapPages(size);
+      if (!block)
         return nullptr;
     } else {
       block = std::aligned_alloc(std::max(alignment, kAlignment), size);
@@ -227,6 +210,8 @@ public:
   }
 
 private:
+  using IdleSet = std::map<size_t, std::vector<void *>>; // by size
+
   struct Block {
     size_t size;
     bool mapped;           // pages of its own (munmap), else from malloc (free)
@@ -257,20 +242,7 @@ private:
   /// whole ones serve), else the least larger one (its tail stays idle).
   /// Null if there is none. The mutex is held.
   void *takeIdleMapped(size_t size, bool &keepTail) {
-    auto take = [&](std::map<size_t, std::vector<void *>>::iterator it,
-                    size_t i) {
-      std::vector<void *> &list = it->second;
-      void *block = list[i];
-      list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
-      idleBytes -= it->first;
-      if (blocks.at(block).eager)
-        idleEagerBytes -= it->first;
-      if (list.empty())
-        idle.erase(it);
-      return block;
-    };
-    auto mappedIn = [&](std::map<size_t, std::vector<void *>>::iterator it)
-        -> std::optional<size_t> {
+    auto mappedIn = [&](IdleSet::iterator it) -> std::optional<size_t> {
       for (size_t i = 0; i < it->second.size(); ++i)
         if (blocks.at(it->second[i]).mapped)
           return i;
@@ -281,30 +253,32 @@ private:
     for (auto it = least; it != idle.end() && it->first <= size + size / 2;
          ++it)
       if (auto i = mappedIn(it))
-        return take(it, *i);
+        return takeIdle(it, *i);
     for (auto it = least; it != idle.begin();) {
       --it;
       if (it->first < kMappedBytes)
         break;
       if (auto i = mappedIn(it))
-        return take(it, *i);
+        return takeIdle(it, *i);
     }
     keepTail = true;
     for (auto it = least; it != idle.end(); ++it)
       if (auto i = mappedIn(it))
-        return take(it, *i);
+        return takeIdle(it, *i);
     return nullptr;
   }
 
   /// Moves the first pages of idle `source` (taken out of the idle set),
-  /// up to `size` bytes, to `dest`; what is left of it is idle again when
-  /// `keepTail` and not small, else given back. Returns the bytes moved; the
-  /// seams inside them, relative to `dest`, are in lastMoveSeams. The mutex is
-  /// held.
-  size_t moveHead(void *source, char *dest, size_t size, bool keepTail) {
+  /// up to `size` bytes, to `dest + offset`; what is left of it is idle
+  /// again when `keepTail` and not small, else given back. Returns the bytes
+  /// moved. mremap moves a range of one of the system's mappings only, and
+  /// pieces of different blocks stay apart: where this piece begins (past
+  /// `dest`'s start) and the source's seams inside it go to `seams`, as
+  /// offsets in `dest`. The mutex is held.
+  size_t moveHead(void *source, char *dest, size_t offset, size_t size,
+                  bool keepTail, std::vector<size_t> &seams) {
     Block info = blocks.at(source);
     size_t length = pages(info.size), moved = std::min(size, length);
-    lastMoveSeams.clear();
     size_t at = 0;
     std::vector<size_t> bounds;
     for (size_t seam : info.seams)
@@ -313,11 +287,11 @@ private:
     bounds.push_back(moved);
     for (size_t end : bounds) {
       void *to = mremap(static_cast<char *>(source) + at, end - at, end - at,
-                        MREMAP_MAYMOVE | MREMAP_FIXED, dest + at);
+                        MREMAP_MAYMOVE | MREMAP_FIXED, dest + offset + at);
       if (to == MAP_FAILED)
         break;
-      if (at > 0)
-        lastMoveSeams.push_back(at);
+      if (offset + at > 0)
+        seams.push_back(offset + at);
       at = end;
     }
     blocks.erase(source);
@@ -339,6 +313,28 @@ private:
       }
     }
     return at;
+  }
+
+  /// Takes the i-th idle block of size `it->first` out of the idle set and
+  /// its counts (the mutex is held).
+  void *takeIdle(IdleSet::iterator it, size_t i) {
+    std::vector<void *> &list = it->second;
+    void *block = list[i];
+    list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+    idleBytes -= it->first;
+    if (blocks.at(block).eager)
+      idleEagerBytes -= it->first;
+    if (list.empty())
+      idle.erase(it);
+    return block;
+  }
+
+  /// A fresh mapping of `size` bytes' pages, not yet paged in; null if the
+  /// system has none.
+  static void *mapPages(size_t size) {
+    void *block = mmap(nullptr, pages(size), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return block == MAP_FAILED ? nullptr : block;
   }
 
   /// Counts `size` more bytes in use (the mutex is held).
@@ -396,11 +392,10 @@ private:
 
   std::mutex mutex;
   std::unordered_map<void *, Block> blocks;
-  std::map<size_t, std::vector<void *>> idle; // by size, least first
+  IdleSet idle; // by size, least first
   size_t idleBytes = 0, idleEagerBytes = 0;
   size_t inUseBytes = 0, peakInUseBytes = 0;
   size_t recycledBytes = 0; // pages moved in from idle blocks
-  std::vector<size_t> lastMoveSeams;
 };
 
 } // namespace

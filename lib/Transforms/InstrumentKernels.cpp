@@ -160,9 +160,9 @@ std::string lazymlir::describeOperandShapes(ValueRange operands) {
   return text;
 }
 
-namespace {
-
-func::FuncOp declare(ModuleOp module, SymbolTable &symbols, StringRef name) {
+func::FuncOp lazymlir::declareRuntimeI64Function(ModuleOp module,
+                                                 SymbolTable &symbols,
+                                                 StringRef name) {
   if (auto existing = symbols.lookup<func::FuncOp>(name))
     return existing;
   OpBuilder b(module.getBodyRegion());
@@ -174,6 +174,8 @@ func::FuncOp declare(ModuleOp module, SymbolTable &symbols, StringRef name) {
   symbols.insert(func);
   return func;
 }
+
+namespace {
 
 struct InstrumentKernelsPass
     : lazymlir::impl::InstrumentKernelsPassBase<InstrumentKernelsPass> {
@@ -194,8 +196,10 @@ struct InstrumentKernelsPass
                      call->hasAttr(lazymlir::kGemmSiteAttr)))
         calls.emplace_back(call, callee);
     });
-    func::FuncOp begin = declare(module, symbols, kBegin);
-    func::FuncOp end = declare(module, symbols, kEnd);
+    func::FuncOp begin =
+        lazymlir::declareRuntimeI64Function(module, symbols, kBegin);
+    func::FuncOp end =
+        lazymlir::declareRuntimeI64Function(module, symbols, kEnd);
 
     MLIRContext *ctx = module.getContext();
     llvm::DenseMap<Operation *, int64_t> flops;

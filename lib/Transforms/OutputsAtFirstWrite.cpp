@@ -72,17 +72,10 @@ struct OutputsAtFirstWritePass
     if (outputs.empty())
       return;
 
-    OpBuilder b(module.getBodyRegion());
     SymbolTable symbols(module);
-    auto ready = symbols.lookup<func::FuncOp>(kReady);
-    if (!ready) {
-      b.setInsertionPointToEnd(module.getBody());
-      ready = func::FuncOp::create(
-          b, module.getLoc(), kReady,
-          b.getFunctionType({b.getI64Type()}, /*results=*/{}));
-      ready.setPrivate();
-      symbols.insert(ready);
-    }
+    func::FuncOp ready =
+        lazymlir::declareRuntimeI64Function(module, symbols, kReady);
+    OpBuilder b(module.getContext());
     for (auto [argument, first] : outputs) {
       b.setInsertionPoint(first);
       Location loc = first->getLoc();

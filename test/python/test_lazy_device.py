@@ -192,16 +192,16 @@ def test_large_outputs_come_from_the_buffer_pool():
 
 
 def _pool_functions():
-    """The buffer pool's allocate(bytes), release(block) and
-    allocate_eager(bytes), callable through ctypes."""
+    """The buffer pool's allocate(bytes), release(block), allocate_eager(bytes),
+    allocate_output(bytes) and output_ready(block), callable through ctypes."""
     import ctypes
 
     from lazymlir import _native
 
-    allocate_at, release_at, eager_at, _, _ = _native.buffer_pool_functions()
+    allocate_at, release_at, eager_at, output_at, ready_at = _native.buffer_pool_functions()
     allocate = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)
     release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-    return allocate(allocate_at), release(release_at), allocate(eager_at)
+    return allocate(allocate_at), release(release_at), allocate(eager_at), allocate(output_at), release(ready_at)
 
 
 def test_the_pool_keeps_what_a_step_had_in_use(native_built):
@@ -212,7 +212,7 @@ def test_the_pool_keeps_what_a_step_had_in_use(native_built):
     mapped, never touched: no memory is used.)"""
     from lazymlir import _native
 
-    allocate, release, _ = _pool_functions()
+    allocate, release, *_ = _pool_functions()
     block = 512 << 20
     lazymlir.empty_cache()
     blocks = [allocate(block) for _ in range(3)]
@@ -237,7 +237,7 @@ def test_a_request_takes_an_idle_block_up_to_half_as_large_again(native_built):
     pool's counts too. (Mapped, never touched.)"""
     from lazymlir import _native
 
-    allocate, release, _ = _pool_functions()
+    allocate, release, *_ = _pool_functions()
     mib = 1 << 20
     lazymlir.empty_cache()
     big, small = allocate(12 * mib), allocate(9 * mib)
@@ -265,7 +265,7 @@ def test_idle_blocks_of_graphs_run_eagerly_go_back_when_compiled_code_lacks_a_si
     3.07 GiB), while compiled code's idle blocks stay."""
     from lazymlir import _native
 
-    allocate, release, eager = _pool_functions()
+    allocate, release, eager, *_ = _pool_functions()
     mib = 1 << 20
     lazymlir.empty_cache()
     mine, theirs = allocate(4 * mib), eager(6 * mib)
@@ -300,7 +300,7 @@ def test_a_size_no_idle_block_fits_gets_their_pages(native_built):
 
     from lazymlir import _native
 
-    allocate, release, eager = _pool_functions()
+    allocate, release, eager, *_ = _pool_functions()
     mib = 1 << 20
     lazymlir.empty_cache()
     recycled = _native.buffer_pool_stats()[3]
@@ -465,10 +465,7 @@ def test_an_output_written_before_its_graph_keeps_its_values(native_built):
 
     from lazymlir import _native
 
-    _, release, _, allocate_output, ready = _native.buffer_pool_functions()
-    allocate_output = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(allocate_output)
-    release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(release)
-    ready = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ready)
+    _, release, _, allocate_output, ready = _pool_functions()
     mib = 1 << 20
     lazymlir.empty_cache()
     _, _, _, recycled = _native.buffer_pool_stats()

@@ -9,6 +9,14 @@
 #include <cstdint>
 #include <string>
 
+namespace mlir {
+class ModuleOp;
+class SymbolTable;
+namespace func {
+class FuncOp;
+} // namespace func
+} // namespace mlir
+
 namespace lazymlir {
 
 /// On the module, from lazymlir-count-kernels: the entry's loop nests after
@@ -32,6 +40,13 @@ inline constexpr llvm::StringLiteral kGemmSiteAttr = "lazymlir.gemm_site";
 /// shapes ("64x128xf32, 128xf32") and their bytes (static shapes only).
 std::string describeOperandShapes(mlir::ValueRange operands);
 int64_t countOperandBytes(mlir::ValueRange operands);
+
+/// The module's declaration of the runtime entry point `name`, `void
+/// name(int64_t)` (private, external: the JIT binds it by name), made at the
+/// module's end and added to `symbols` if the module has none.
+mlir::func::FuncOp declareRuntimeI64Function(mlir::ModuleOp module,
+                                             mlir::SymbolTable &symbols,
+                                             llvm::StringRef name);
 
 /// On the module, from lazymlir-instrument-kernels: one dictionary per timed
 /// kernel call site (kernel, ops, shapes, bytes, flops), by site number.

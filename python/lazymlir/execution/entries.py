@@ -42,7 +42,8 @@ def native_compiler():
             # tensors by the device's C++ (run.output_buffer), and the
             # device's replay of a compiled step calls the runtime directly
             # (run.replay).
-            _device.set_buffer_pool(*native.buffer_pool_functions())
+            _, release, eager, output, ready = native.buffer_pool_functions()
+            _device.set_buffer_pool(release, eager, output, ready)
             _device.set_run_function(native.raw_run_function())
             _compiler = native
             # The background compiler stops before the interpreter (and the

@@ -77,7 +77,8 @@ def run_allocated(
 
 def buffer_pool_functions():
     """The addresses of the runtime's buffer pool functions (allocate a
-    number of bytes, release a block, allocate for a graph run eagerly), for
+    number of bytes, release a block, allocate for a graph run eagerly,
+    allocate an output, an output's first write is next), for
     lazymlir._device, which makes output tensors from the pool and serves a
     graph run eagerly from it (``_device.set_buffer_pool``)."""
     return _native.buffer_pool_functions()

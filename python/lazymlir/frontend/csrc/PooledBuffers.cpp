@@ -1,7 +1,7 @@
 // Output buffers from the compiled code's buffer pool, made here as torch
 // tensors (at::from_blob with the pool's release as deleter). The pool lives
 // in lazymlir._native, which knows nothing of torch: it hands over its
-// allocate and release functions once, as addresses (set_buffer_pool).
+// functions once, as addresses (set_buffer_pool).
 // Before, each output went through DLPack and torch.utils.dlpack's Python
 // (2 us a buffer warm, ~20 us with cold caches, the largest piece of a
 // step's overhead in softmax and layer norm 4096x1024 after the kernel).
@@ -23,7 +23,6 @@ namespace py = pybind11;
 using Allocate = void* (*)(size_t);
 using Release = void (*)(void*);
 
-Allocate poolAllocate = nullptr;
 Release poolRelease = nullptr;
 Allocate poolAllocateEager = nullptr;   // blocks for graphs run eagerly
 Allocate poolAllocateOutput = nullptr;  // outputs, paged in at their first write
@@ -31,11 +30,9 @@ Release poolOutputReady = nullptr;      // ... which is next
 
 void installPoolingAllocator();
 
-void setBufferPool(uintptr_t allocate, uintptr_t release, uintptr_t allocateEager, uintptr_t allocateOutput,
-                   uintptr_t outputReady) {
-  TORCH_CHECK(allocate && release && allocateEager && allocateOutput && outputReady,
-              "lazymlir: set_buffer_pool needs all five functions");
-  poolAllocate = reinterpret_cast<Allocate>(allocate);
+void setBufferPool(uintptr_t release, uintptr_t allocateEager, uintptr_t allocateOutput, uintptr_t outputReady) {
+  TORCH_CHECK(release && allocateEager && allocateOutput && outputReady,
+              "lazymlir: set_buffer_pool needs all four functions");
   poolRelease = reinterpret_cast<Release>(release);
   poolAllocateEager = reinterpret_cast<Allocate>(allocateEager);
   poolAllocateOutput = reinterpret_cast<Allocate>(allocateOutput);
@@ -156,21 +153,21 @@ bool pooledAllocations(bool enable) {
 // An output buffer: large ones from the pool (a training step frees and
 // allocates its outputs with the same sizes every step; a fresh large
 // allocation is page-faulted in on its first write, which made a 4M-element
-// kernel 3x slower), small ones, or any before the pool is known, from
-// torch's allocator.
+// kernel 3x slower: the pool's get pages it already holds when first
+// written), small ones, or any before the pool is known, from torch's
+// allocator.
 at::Tensor outputBuffer(c10::IntArrayRef shape, at::ScalarType dtype) {
   size_t bytes = c10::elementSize(dtype);
   for (int64_t size : shape) bytes *= static_cast<size_t>(std::max<int64_t>(size, 0));
-  if (poolAllocate == nullptr || bytes < kPooledBytes) return at::empty(shape, at::TensorOptions().dtype(dtype));
+  if (poolAllocateOutput == nullptr || bytes < kPooledBytes) return at::empty(shape, at::TensorOptions().dtype(dtype));
   return pooledEmpty(shape, dtype);
 }
 
 void definePooledBuffers(py::module_& m) {
-  m.def("set_buffer_pool", &setBufferPool, py::arg("allocate"), py::arg("release"), py::arg("allocate_eager"),
-        py::arg("allocate_output"), py::arg("output_ready"),
-        "The buffer pool's allocate(bytes), release(pointer), allocate_eager(bytes) (for graphs run eagerly), "
-        "allocate_output(bytes) (paged in at the first write) and output_ready(pointer) (that write is next) "
-        "functions, as addresses.");
+  m.def("set_buffer_pool", &setBufferPool, py::arg("release"), py::arg("allocate_eager"), py::arg("allocate_output"),
+        py::arg("output_ready"),
+        "The buffer pool's release(pointer), allocate_eager(bytes) (for graphs run eagerly), allocate_output(bytes) "
+        "(paged in at the first write) and output_ready(pointer) (that write is next) functions, as addresses.");
   m.def("output_ready", &outputReady, py::arg("out"),
         "An output buffer (output_buffer) is about to be written: a large one gets its pages now, moved in from "
         "the pool's idle blocks where it has them. A no-op for any other tensor and on later calls.");
