@@ -47,6 +47,7 @@ void lazymlir::buildCpuTensorPipeline(OpPassManager &pm,
   // (lazymlir-gemm-calls makes them calls once they are on buffers).
   MarkGemmsPassOptions marks;
   marks.bf16Operands = options.bf16Gemm;
+  marks.bf16Results = options.bf16Gemm;
   pm.addNestedPass<func::FuncOp>(createMarkGemmsPass(marks));
   TileContractionsPassOptions tiling;
   tiling.fuseEpilogue = options.fusion;

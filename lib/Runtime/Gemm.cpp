@@ -77,12 +77,30 @@ int64_t roundDown(int64_t value, int64_t multiple) {
   return std::max(multiple, value / multiple * multiple);
 }
 
+float bf16ToFloat(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/// Rounded to nearest even, every NaN to 0xFFFF (as GemmBf16.cpp's store).
+uint16_t floatToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return 0xffff;
+  return static_cast<uint16_t>((bits + 0x7fffu + (bits >> 16 & 1u)) >> 16);
+}
+
 /// The blocking of a micro-tile from the caches this host reports: a KC x NR
 /// sliver of B in `l1Share` of L1 (half, BLIS's rule, or all of it: a longer
 /// KC re-reads C's tile less often, which the measured choice below weighs),
 /// an MC x KC block of A in half of L2, a KC x NC panel of B in this core's
-/// share of half of L3 (A's and B's elements `bytes` wide).
-GemmBlocking blockingFor(GemmBlocking tile, int64_t bytes, double l1Share) {
+/// share of half of L3 (A's and B's elements `bytes` wide). `kc` > 0: that
+/// KC (one panel of a product's whole K), MC and NC from it.
+GemmBlocking blockingFor(GemmBlocking tile, int64_t bytes, double l1Share,
+                         int64_t kc = 0) {
   int64_t l1 = cacheBytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10);
   int64_t l2 = cacheBytes(_SC_LEVEL2_CACHE_SIZE, 256 << 10);
   // bf16 operands: twice the K per byte, and C (float32, read and written
@@ -97,8 +115,9 @@ GemmBlocking blockingFor(GemmBlocking tile, int64_t bytes, double l1Share) {
   int64_t l3 = cacheBytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20);
   int64_t cores = teamCores();
   int64_t sliver = static_cast<int64_t>(l1 * l1Share);
-  tile.kc =
-      std::clamp<int64_t>(roundDown(sliver / (tile.nr * bytes), 8), 64, 1024);
+  tile.kc = kc > 0 ? kc
+                   : std::clamp<int64_t>(
+                         roundDown(sliver / (tile.nr * bytes), 8), 64, 1024);
   tile.mc = std::clamp<int64_t>(roundDown(l2 / 2 / (tile.kc * bytes), tile.mr),
                                 tile.mr, 4096 / tile.mr * tile.mr);
   tile.nc = std::clamp<int64_t>(
@@ -252,7 +271,7 @@ struct SharedPanels {
   };
   const GemmArgs *args;
   const Kernel *kernel;
-  int64_t kPanels, panels, claim, blocks, blockRows, panelFloats;
+  int64_t kPanels, panels, claim, blocks, tiles, panelFloats;
   float *buffer;
   std::unique_ptr<Panel[]> state;
   std::unique_ptr<std::atomic<int64_t>[]> blockPanels; // panels done
@@ -286,9 +305,11 @@ void runSharedPanels(void *data) {
     for (int64_t b; (b = panel.blockNext.fetch_add(1)) < job.blocks;) {
       std::atomic<int64_t> &done = job.blockPanels[b];
       waitUntil([&] { return done.load(std::memory_order_acquire) == t; });
-      int64_t r0 = b * job.blockRows;
+      // Block b: micro-tile rows [b x tiles / blocks, (b + 1) x tiles /
+      // blocks), so blocks differ by one micro-tile at most.
+      int64_t r0 = b * job.tiles / job.blocks * bl.mr;
       kernel.panelRows(g, bl, pc, kc, jc, nc, packed, r0,
-                       std::min(g.m, r0 + job.blockRows),
+                       std::min(g.m, (b + 1) * job.tiles / job.blocks * bl.mr),
                        g.overwrite && pc == 0);
       done.store(t + 1, std::memory_order_release);
       panel.blockDone.fetch_add(1, std::memory_order_release);
@@ -299,7 +320,8 @@ void runSharedPanels(void *data) {
 struct Job {
   const GemmArgs *args;
   const Kernel *kernel;
-  int64_t step, chunks;
+  int64_t tiles, chunks; // chunk i: micro-tile columns [i x tiles / chunks,
+                         // (i + 1) x tiles / chunks)
   std::atomic<int64_t> next{0};
 };
 
@@ -307,9 +329,10 @@ void runColumnChunks(void *data) {
   Job &job = *static_cast<Job *>(data);
   const GemmArgs &g = *job.args;
   for (int64_t i; (i = job.next.fetch_add(1)) < job.chunks;) {
-    int64_t begin = i * job.step;
-    job.kernel->chunk(g, job.kernel->blocking, 0, g.m, begin,
-                      std::min(g.n, begin + job.step));
+    int64_t nr = job.kernel->blocking.nr;
+    job.kernel->chunk(g, job.kernel->blocking, 0, g.m,
+                      i * job.tiles / job.chunks * nr,
+                      std::min(g.n, (i + 1) * job.tiles / job.chunks * nr));
   }
 }
 
@@ -339,13 +362,14 @@ void run(const GemmArgs &g, const Kernel &kernel, int threads) {
     job.kernel = &kernel;
     job.kPanels = (g.k + bl.kc - 1) / bl.kc;
     job.panels = (g.n + bl.nc - 1) / bl.nc * job.kPanels;
-    // Blocks of at most MC rows, a multiple of the threads in number (so
-    // that equal cores end together), each a whole number of micro-tiles.
+    // Blocks of at most MC rows, a multiple of the threads in number, each
+    // a whole number of micro-tiles and within one micro-tile of the others
+    // (so that equal cores end together: 1024 rows as 7 blocks of 140 and
+    // one of 44 left a thread 9% more work than the other).
+    job.tiles = (g.m + bl.mr - 1) / bl.mr;
     int64_t blocks = (g.m + bl.mc - 1) / bl.mc;
-    blocks = (blocks + threads - 1) / threads * threads;
-    int64_t rows = (g.m + blocks - 1) / blocks;
-    job.blockRows = (rows + bl.mr - 1) / bl.mr * bl.mr;
-    job.blocks = (g.m + job.blockRows - 1) / job.blockRows;
+    job.blocks =
+        std::min(job.tiles, (blocks + threads - 1) / threads * threads);
     int64_t panelCols = std::min(bl.nc, (g.n + bl.nr - 1) / bl.nr * bl.nr);
     job.claim = std::max<int64_t>(1, panelCols / bl.nr / (8 * threads));
     job.panelFloats = (panelCols * bl.kc + 15) / 16 * 16;
@@ -359,15 +383,14 @@ void run(const GemmArgs &g, const Kernel &kernel, int threads) {
   }
   // Few rows (a batch of tokens against a wide weight): chunks of columns,
   // a few per thread (taken in turn, so a thread whose core is busy takes
-  // fewer), each packing the small A again.
+  // fewer), each packing the small A again, within one micro-tile of each
+  // other in width.
   Job job;
   job.args = &g;
   job.kernel = &kernel;
-  int64_t chunks = std::max<int64_t>(
+  job.tiles = (g.n + bl.nr - 1) / bl.nr;
+  job.chunks = std::max<int64_t>(
       1, std::min<int64_t>(threads * (threads > 1 ? 3 : 1), g.n / (4 * bl.nr)));
-  job.step = (g.n + chunks - 1) / chunks;
-  job.step = (job.step + bl.nr - 1) / bl.nr * bl.nr;
-  job.chunks = (g.n + job.step - 1) / job.step;
   runOnTeam(job.chunks > 1 ? threads : 1, &runColumnChunks, &job);
 }
 
@@ -380,7 +403,8 @@ GemmArgs nthProduct(const GemmArgs &args, int64_t i, int64_t aBatch,
                                         i * aBatch * abBytes);
   g.b = reinterpret_cast<const float *>(reinterpret_cast<const char *>(g.b) +
                                         i * bBatch * abBytes);
-  g.c += i * cBatch;
+  g.c = reinterpret_cast<float *>(reinterpret_cast<char *>(g.c) +
+                                  i * cBatch * (g.cBf16 ? 2 : 4));
   return g;
 }
 
@@ -437,12 +461,7 @@ void widenedBf16(const GemmArgs &args, int64_t batch, int64_t aBatch,
   std::vector<float> a(
       static_cast<size_t>(args.m * std::max<int64_t>(args.k, 0))),
       b(static_cast<size_t>(std::max<int64_t>(args.k, 0) * args.n));
-  auto widen = [](uint16_t v) {
-    uint32_t bits = static_cast<uint32_t>(v) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-  };
+  auto widen = bf16ToFloat;
   for (int64_t i = 0; i < batch; ++i) {
     GemmArgs g = nthProduct(args, i, aBatch, bBatch, cBatch, 2);
     auto *ga = reinterpret_cast<const uint16_t *>(g.a);
@@ -463,6 +482,37 @@ void widenedBf16(const GemmArgs &args, int64_t batch, int64_t aBatch,
   }
 }
 
+/// Each product of a bf16 C computed into a float32 copy of C by `product`
+/// (C's old values widened into it first when the product adds to them),
+/// then rounded into C once.
+template <typename Product>
+void throughFloatC(const GemmArgs &args, int64_t batch, int64_t aBatch,
+                   int64_t bBatch, int64_t cBatch, Product product) {
+  if (args.m <= 0 || args.n <= 0)
+    return;
+  std::vector<float> c(static_cast<size_t>(args.m * args.n));
+  for (int64_t i = 0; i < batch; ++i) {
+    GemmArgs g = nthProduct(args, i, aBatch, bBatch, cBatch, 2);
+    auto *to = reinterpret_cast<uint16_t *>(g.c);
+    auto at = [&](int64_t r, int64_t j) -> uint16_t & {
+      return to[r * g.cRow + j * g.cCol];
+    };
+    if (!g.overwrite)
+      for (int64_t r = 0; r < g.m; ++r)
+        for (int64_t j = 0; j < g.n; ++j)
+          c[r * g.n + j] = bf16ToFloat(at(r, j));
+    GemmArgs f = g;
+    f.c = c.data();
+    f.cRow = g.n;
+    f.cCol = 1;
+    f.cBf16 = false;
+    product(f);
+    for (int64_t r = 0; r < g.m; ++r)
+      for (int64_t j = 0; j < g.n; ++j)
+        at(r, j) = floatToBf16(c[r * g.n + j]);
+  }
+}
+
 } // namespace
 
 void sgemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
@@ -474,16 +524,44 @@ void bf16GemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
                      int64_t bBatch, int64_t cBatch, int threads) {
   static const bool dot = hostHas("avx512bf16");
   if (!dot) {
-    widenedBf16(args, batch, aBatch, bBatch, cBatch, threads);
+    if (args.cBf16)
+      throughFloatC(
+          args, batch, aBatch, bBatch, cBatch,
+          [&](const GemmArgs &f) { widenedBf16(f, 1, 0, 0, 0, threads); });
+    else
+      widenedBf16(args, batch, aBatch, bBatch, cBatch, threads);
     return;
   }
   static const Kernel kernel = kernelFor("avx512bf16");
+  if (args.cBf16) {
+    // A bf16 C is rounded once, as the micro-kernel stores the whole sum:
+    // K in one panel when B's sliver of it fits in a quarter of L2 (K up to
+    // 4096 with a 1 MiB L2), else through a float32 copy of C.
+    if (args.k * kernel.blocking.nr * 2 >
+        cacheBytes(_SC_LEVEL2_CACHE_SIZE, 256 << 10) / 4) {
+      throughFloatC(args, batch, aBatch, bBatch, cBatch,
+                    [&](const GemmArgs &f) {
+                      gemmBatched(kernel, f, 1, 0, 0, 0, threads);
+                    });
+      return;
+    }
+    Kernel whole = kernel;
+    whole.blocking =
+        blockingFor(avx512bf16::tile(), 2, 1.0, std::max<int64_t>(args.k, 2));
+    gemmBatched(whole, args, batch, aBatch, bBatch, cBatch, threads);
+    return;
+  }
   gemmBatched(kernel, args, batch, aBatch, bBatch, cBatch, threads);
 }
 
 bool bf16GemmWith(const GemmArgs &args, const std::string &isa, int threads) {
   if (isa == "widen") {
-    widenedBf16(args, 1, 0, 0, 0, threads);
+    if (args.cBf16)
+      throughFloatC(args, 1, 0, 0, 0, [&](const GemmArgs &f) {
+        widenedBf16(f, 1, 0, 0, 0, threads);
+      });
+    else
+      widenedBf16(args, 1, 0, 0, 0, threads);
     return true;
   }
   if (!isa.empty() && (isa != "avx512bf16" || !hostHas(isa)))
@@ -493,7 +571,7 @@ bool bf16GemmWith(const GemmArgs &args, const std::string &isa, int threads) {
 }
 
 bool sgemmWith(const GemmArgs &args, const std::string &isa, int threads) {
-  if (!isa.empty() && !hostHas(isa))
+  if (args.cBf16 || (!isa.empty() && !hostHas(isa)))
     return false;
   run(args,
       isa.empty() || isa == hostKernel().isa ? hostKernel() : kernelFor(isa),
@@ -574,6 +652,20 @@ extern "C" void lazymlir_sgemm_batched(int64_t batch, int64_t m, int64_t n,
   args.overwrite = accumulate == 0;
   lazymlir::sgemmBatched(args, batch, aBatch, bBatch, cBatch,
                          static_cast<int>(threads));
+}
+
+extern "C" void lazymlir_bf16gemm_bf16c_batched(
+    int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a, int64_t aBatch,
+    int64_t aRow, int64_t aCol, int64_t b, int64_t bBatch, int64_t bRow,
+    int64_t bCol, int64_t c, int64_t cBatch, int64_t cRow, int64_t cCol,
+    int64_t threads, int64_t accumulate) {
+  lazymlir::GemmArgs args = lazymlir::gemmArgs(
+      m, n, k, static_cast<uintptr_t>(a), aRow, aCol, static_cast<uintptr_t>(b),
+      bRow, bCol, static_cast<uintptr_t>(c), cRow, cCol);
+  args.overwrite = accumulate == 0;
+  args.cBf16 = true;
+  lazymlir::bf16GemmBatched(args, batch, aBatch, bBatch, cBatch,
+                            static_cast<int>(threads));
 }
 
 extern "C" void

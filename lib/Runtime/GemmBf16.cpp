@@ -146,13 +146,54 @@ void packB(const GemmArgs &g, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
                static_cast<int>(lo(NR, nc - jr)), NR, out + jr * pairs);
 }
 
+/// 16 float32 values rounded to bf16: to nearest even by integer
+/// arithmetic (the rounding bias 0x7FFF + the kept part's lowest bit), every
+/// NaN to 0xFFFF: bit for bit what lazymlir-expand-bf16-conversions makes of
+/// an arith.truncf, so a product rounded here equals one rounded by the
+/// loops that read its float32 result.
+inline __m256i roundToBf16(__m512 value) {
+  __m512i bits = _mm512_castps_si512(value);
+  __m512i lowestKept =
+      _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)),
+                       lowestKept),
+      16);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+      _mm512_set1_epi32(0x7f800000));
+  rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0xffff));
+  return _mm512_cvtepi32_epi16(rounded);
+}
+inline __m512 widen16(const uint16_t *p) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                            reinterpret_cast<const __m256i *>(p))),
+                        16));
+}
+inline uint16_t roundToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return 0xffff;
+  return static_cast<uint16_t>((bits + 0x7fffu + (bits >> 16 & 1u)) >> 16);
+}
+inline float widen(uint16_t value) {
+  uint32_t bits = static_cast<uint32_t>(value) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 /// C's MR x NR tile at `c` += (with `overwrite`, =) the packed slivers'
 /// product over `pairs` pairs of K; an edge tile or a C whose rows are not
-/// contiguous goes through a buffer.
-template <bool Direct>
+/// contiguous goes through a buffer. `CT` is C's element: float, or
+/// uint16_t for bf16 (the sums rounded once, as they are stored).
+template <bool Direct, typename CT>
 void micro(int64_t pairs, const uint32_t *__restrict a,
-           const uint32_t *__restrict b, float *c, int64_t cRow, int64_t cCol,
+           const uint32_t *__restrict b, CT *c, int64_t cRow, int64_t cCol,
            int mr, int nr, bool overwrite) {
+  constexpr bool Bf16C = sizeof(CT) == 2;
   if (Direct)
     for (int i = 0; i < MR; ++i) {
       __builtin_prefetch(c + i * cRow, 1, 3);
@@ -177,10 +218,16 @@ void micro(int64_t pairs, const uint32_t *__restrict a,
   if (Direct) {
     for (int i = 0; i < MR; ++i)
       for (int v = 0; v < NV; ++v) {
-        float *at = c + i * cRow + v * W;
-        _mm512_storeu_ps(
-            at, overwrite ? acc[i][v]
-                          : _mm512_add_ps(_mm512_loadu_ps(at), acc[i][v]));
+        CT *at = c + i * cRow + v * W;
+        if constexpr (Bf16C)
+          _mm256_storeu_si256(
+              reinterpret_cast<__m256i *>(at),
+              roundToBf16(overwrite ? acc[i][v]
+                                    : _mm512_add_ps(widen16(at), acc[i][v])));
+        else
+          _mm512_storeu_ps(
+              at, overwrite ? acc[i][v]
+                            : _mm512_add_ps(_mm512_loadu_ps(at), acc[i][v]));
       }
     return;
   }
@@ -190,9 +237,41 @@ void micro(int64_t pairs, const uint32_t *__restrict a,
       _mm512_store_ps(&tile[i][v * W], acc[i][v]);
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) {
-      float &at = c[i * cRow + j * cCol];
-      at = overwrite ? tile[i][j] : at + tile[i][j];
+      CT &at = c[i * cRow + j * cCol];
+      if constexpr (Bf16C)
+        at = roundToBf16(overwrite ? tile[i][j] : widen(at) + tile[i][j]);
+      else
+        at = overwrite ? tile[i][j] : at + tile[i][j];
     }
+}
+
+/// C's rows [r0, r1) (elements CT) by B's packed panel: A's blocks of MC
+/// rows packed in turn.
+template <typename CT>
+void rowsOf(const GemmArgs &g, const GemmBlocking &bl, int64_t p0, int64_t kc,
+            int64_t j0, int64_t nc, const uint32_t *pb, int64_t r0, int64_t r1,
+            bool overwrite) {
+  auto *pa = reinterpret_cast<uint32_t *>(gemmScratch(
+      GemmBuffer::PackedA, static_cast<size_t>(bl.mc + MR) * bl.kc));
+  CT *c = reinterpret_cast<CT *>(g.c);
+  int64_t pairs = (kc + 1) / 2;
+  for (int64_t ic = r0; ic < r1; ic += bl.mc) {
+    int64_t mc = lo(bl.mc, r1 - ic);
+    packA(g, ic, mc, p0, kc, pa);
+    for (int64_t jr = 0; jr < nc; jr += NR) {
+      int nr = static_cast<int>(lo(NR, nc - jr));
+      for (int64_t ir = 0; ir < mc; ir += MR) {
+        int mr = static_cast<int>(lo(MR, mc - ir));
+        CT *cp = c + (ic + ir) * g.cRow + (j0 + jr) * g.cCol;
+        if (mr == MR && nr == NR && g.cCol == 1)
+          micro<true>(pairs, pa + ir * pairs, pb + jr * pairs, cp, g.cRow,
+                      g.cCol, mr, nr, overwrite);
+        else
+          micro<false>(pairs, pa + ir * pairs, pb + jr * pairs, cp, g.cRow,
+                       g.cCol, mr, nr, overwrite);
+      }
+    }
+  }
 }
 
 } // namespace
@@ -219,27 +298,13 @@ void packPanel(const GemmArgs &g, int64_t p0, int64_t kc, int64_t j0,
 void panelRows(const GemmArgs &g, const GemmBlocking &bl, int64_t p0,
                int64_t kc, int64_t j0, int64_t nc, const float *pbFloats,
                int64_t r0, int64_t r1, bool overwrite) {
-  auto *pa = reinterpret_cast<uint32_t *>(gemmScratch(
-      GemmBuffer::PackedA, static_cast<size_t>(bl.mc + MR) * bl.kc));
   const auto *pb = reinterpret_cast<const uint32_t *>(pbFloats);
-  int64_t pairs = (kc + 1) / 2;
-  for (int64_t ic = r0; ic < r1; ic += bl.mc) {
-    int64_t mc = lo(bl.mc, r1 - ic);
-    packA(g, ic, mc, p0, kc, pa);
-    for (int64_t jr = 0; jr < nc; jr += NR) {
-      int nr = static_cast<int>(lo(NR, nc - jr));
-      for (int64_t ir = 0; ir < mc; ir += MR) {
-        int mr = static_cast<int>(lo(MR, mc - ir));
-        float *cp = g.c + (ic + ir) * g.cRow + (j0 + jr) * g.cCol;
-        if (mr == MR && nr == NR && g.cCol == 1)
-          micro<true>(pairs, pa + ir * pairs, pb + jr * pairs, cp, g.cRow,
-                      g.cCol, mr, nr, overwrite);
-        else
-          micro<false>(pairs, pa + ir * pairs, pb + jr * pairs, cp, g.cRow,
-                       g.cCol, mr, nr, overwrite);
-      }
-    }
-  }
+  // A bf16 C is rounded as it is stored: its product must be one panel of
+  // K (the caller's blocking, Gemm.cpp).
+  if (g.cBf16)
+    rowsOf<uint16_t>(g, bl, p0, kc, j0, nc, pb, r0, r1, overwrite);
+  else
+    rowsOf<float>(g, bl, p0, kc, j0, nc, pb, r0, r1, overwrite);
 }
 
 void chunk(const GemmArgs &g, const GemmBlocking &bl, int64_t r0, int64_t r1,

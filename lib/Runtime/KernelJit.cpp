@@ -100,6 +100,8 @@ KernelJit::KernelJit() {
        reinterpret_cast<void *>(&lazymlir_sgemm_batched));
   bind("lazymlir_bf16gemm_batched",
        reinterpret_cast<void *>(&lazymlir_bf16gemm_batched));
+  bind("lazymlir_bf16gemm_bf16c_batched",
+       reinterpret_cast<void *>(&lazymlir_bf16gemm_bf16c_batched));
   bind("__truncdfbf2", reinterpret_cast<void *>(&lazymlirTruncDfBf2));
   for (const RuntimeSymbol &symbol : openMPEntryPoints())
     bind(symbol.name, symbol.address);

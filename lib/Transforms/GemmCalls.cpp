@@ -1,15 +1,16 @@
 //===- GemmCalls.cpp - float32 contractions as calls of the runtime GEMM --===//
 //
-// lazymlir-mark-gemms (on tensors, before lazymlir-tile-contractions) marks
-// the float32 contractions that the runtime's packed GEMM computes
-// (lazymlir_sgemm_batched, lib/Runtime/Gemm.cpp: a micro-kernel and cache
-// blocking chosen on the host at run time); lazymlir-gemm-calls (on memrefs,
-// after bufferization) replaces each marked one by that call. Between them
-// the marked op is left alone (lazymlir-tile-contractions skips it) and
-// bufferizes as any linalg op: its init (a fill, a bias) is written into the
-// result's buffer first and the call accumulates into it, as the op did;
-// except a zero fill of all of that buffer right before the op, which the
-// call makes redundant: it is erased and the call told to overwrite C.
+// lazymlir-mark-gemms (MarkGemms.cpp: on tensors, before
+// lazymlir-tile-contractions) marks the float32 contractions that the runtime's
+// packed GEMM computes (lazymlir_sgemm_batched, lib/Runtime/Gemm.cpp: a
+// micro-kernel and cache blocking chosen on the host at run time);
+// lazymlir-gemm-calls (on memrefs, after bufferization) replaces each marked
+// one by that call. Between them the marked op is left alone
+// (lazymlir-tile-contractions skips it) and bufferizes as any linalg op: its
+// init (a fill, a bias) is written into the result's buffer first and the call
+// accumulates into it, as the op did; except a zero fill of all of that buffer
+// right before the op, which the call makes redundant: it is erased and the
+// call told to overwrite C.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,7 +34,6 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace lazymlir {
-#define GEN_PASS_DEF_MARKGEMMSPASS
 #define GEN_PASS_DEF_GEMMCALLSPASS
 #include "lazymlir/Transforms/Passes.h.inc"
 } // namespace lazymlir
@@ -42,9 +42,11 @@ using namespace mlir;
 
 namespace {
 
+using lazymlir::kBf16ResultAttr;
 using lazymlir::kGemmAttr;
 constexpr StringLiteral kGemmFunction = "lazymlir_sgemm_batched";
 constexpr StringLiteral kBf16GemmFunction = "lazymlir_bf16gemm_batched";
+constexpr StringLiteral kBf16CGemmFunction = "lazymlir_bf16gemm_bf16c_batched";
 
 /// The loops of a contraction by role: batch (in A, B and C), rows M (A and
 /// C), columns N (B and C) and reduction K (A and B), each in loop order.
@@ -148,190 +150,6 @@ bool lazymlir::isRuntimeGemm(linalg::LinalgOp op, ArrayRef<AffineMap> maps) {
 
 namespace {
 
-/// The bf16 value `value` widens, when it is a result of a linalg.generic
-/// on tensors that yields `arith.extf` of a bf16 value computed in its body
-/// into an init that the body never reads, made by tensor.empty.
-arith::ExtFOp widenedBf16(Value value) {
-  auto result = dyn_cast<OpResult>(value);
-  auto producer = value.getDefiningOp<linalg::GenericOp>();
-  if (!result || !producer || !producer.hasPureTensorSemantics())
-    return {};
-  unsigned index = result.getResultNumber();
-  OpOperand *init = producer.getDpsInitOperand(index);
-  if (!init->get().getDefiningOp<tensor::EmptyOp>() ||
-      producer.payloadUsesValueFromOperand(init))
-    return {};
-  auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
-  auto extend = yield.getOperand(index).getDefiningOp<arith::ExtFOp>();
-  if (!extend || !extend.getIn().getType().isBF16() ||
-      !extend.getType().isF32())
-    return {};
-  return extend;
-}
-
-/// `value`'s producer (widenedBf16) made to yield the bf16 value itself:
-/// in place when `inPlace` (nothing else reads the float32 values), else
-/// in a copy of the producer. Returns the bf16 value.
-Value narrowProducer(Value value, arith::ExtFOp extend, bool inPlace) {
-  auto result = cast<OpResult>(value);
-  auto producer = cast<linalg::GenericOp>(result.getOwner());
-  unsigned index = result.getResultNumber();
-  if (!inPlace) {
-    OpBuilder builder(producer);
-    producer = cast<linalg::GenericOp>(builder.clone(*producer));
-    result = producer->getResult(index);
-    auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
-    extend = yield.getOperand(index).getDefiningOp<arith::ExtFOp>();
-  }
-  OpOperand *init = producer.getDpsInitOperand(index);
-  auto empty = init->get().getDefiningOp<tensor::EmptyOp>();
-  OpBuilder builder(producer);
-  Type bf16 = extend.getIn().getType();
-  auto narrowEmpty = tensor::EmptyOp::create(builder, empty.getLoc(),
-                                             empty.getMixedSizes(), bf16);
-  init->set(narrowEmpty);
-  producer.getMatchingBlockArgument(init).setType(bf16);
-  result.setType(narrowEmpty.getType());
-  auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
-  yield.setOperand(index, extend.getIn());
-  if (extend->use_empty())
-    extend->erase();
-  if (empty->use_empty())
-    empty->erase();
-  return result;
-}
-
-/// The value the tensor.collapse_shape or tensor.expand_shape that makes
-/// `value` reshapes, else `value` (a layer's input, batch by tokens by
-/// features, collapsed to rows for its weight's gradient).
-Value reshapeSource(Value value) {
-  if (auto collapse = value.getDefiningOp<tensor::CollapseShapeOp>())
-    return collapse.getSrc();
-  if (auto expand = value.getDefiningOp<tensor::ExpandShapeOp>())
-    return expand.getSrc();
-  return value;
-}
-
-/// The bf16 value `value` widens, directly or through a reshape.
-arith::ExtFOp widenedBf16ThroughReshape(Value value) {
-  return widenedBf16(reshapeSource(value));
-}
-
-/// `op`'s input `operand`, now bf16, widened in its body instead.
-void widenInBody(linalg::GenericOp op, OpOperand *operand) {
-  BlockArgument argument = op.getMatchingBlockArgument(operand);
-  Type f32 = argument.getType();
-  argument.setType(getElementTypeOrSelf(operand->get().getType()));
-  OpBuilder builder = OpBuilder::atBlockBegin(op.getBody());
-  auto extend = arith::ExtFOp::create(builder, op.getLoc(), f32, argument);
-  argument.replaceAllUsesExcept(extend, extend);
-}
-
-struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
-  using Base::Base;
-
-  void runOnOperation() override {
-    SmallVector<linalg::LinalgOp> marked;
-    getOperation().walk([&](linalg::LinalgOp op) {
-      // Only a whole contraction: one that an earlier pass fused into a
-      // loop (a row reduction's rows, lazymlir-fuse-row-reductions) is a
-      // slice per iteration, tiled where it is.
-      if (isa<func::FuncOp>(op->getParentOp()) &&
-          lazymlir::isRuntimeGemm(op, op.getIndexingMapsArray(), minSize,
-                                  minWork)) {
-        op->setAttr(kGemmAttr, UnitAttr::get(op->getContext()));
-        marked.push_back(op);
-      }
-    });
-    if (bf16Operands)
-      readBf16Operands(marked);
-  }
-
-  /// The marked contractions whose A and B both widen bf16 values read
-  /// those values in bf16: a producer that only such contractions read is
-  /// narrowed in place, one that something else reads too (a bias gradient
-  /// summing the same output gradient) is copied, the copy narrowed.
-  void readBf16Operands(ArrayRef<linalg::LinalgOp> marked) {
-    SmallVector<Operation *> chosen;
-    llvm::SmallPtrSet<Operation *, 8> isChosen;
-    for (linalg::LinalgOp op : marked)
-      if (widenedBf16ThroughReshape(op.getDpsInputOperand(0)->get()) &&
-          widenedBf16ThroughReshape(op.getDpsInputOperand(1)->get())) {
-        chosen.push_back(op);
-        isChosen.insert(op);
-      }
-    auto onlyChosenRead = [&](Value value) {
-      return llvm::all_of(value.getUses(), [&](OpOperand &use) {
-        return isChosen.contains(use.getOwner()) && use.getOperandNumber() < 2;
-      });
-    };
-    // Each float32 value's bf16 value, made once for all its readers (at
-    // its first reader, before any of its uses is redirected).
-    llvm::DenseMap<Value, Value> narrowed;
-    IRRewriter rewriter(&getContext());
-    for (Operation *op : chosen) {
-      for (unsigned i = 0; i < 2; ++i) {
-        Value value = op->getOperand(i);
-        auto it = narrowed.find(value);
-        if (it == narrowed.end())
-          it = narrowed.try_emplace(value, narrowOperand(value, onlyChosenRead))
-                   .first;
-        op->setOperand(i, it->second);
-      }
-      auto generic = dyn_cast<linalg::GenericOp>(op);
-      if (!generic) {
-        rewriter.setInsertionPoint(op);
-        FailureOr<linalg::GenericOp> general =
-            linalg::generalizeNamedOp(rewriter, cast<linalg::LinalgOp>(op));
-        if (failed(general)) {
-          op->emitError("lazymlir-mark-gemms: cannot generalize");
-          return signalPassFailure();
-        }
-        generic = *general;
-        generic->setAttr(kGemmAttr, rewriter.getUnitAttr());
-      }
-      for (unsigned i = 0; i < 2; ++i)
-        if (OpOperand *operand = generic.getDpsInputOperand(i);
-            generic.getMatchingBlockArgument(operand).getType().isF32())
-          widenInBody(generic, operand);
-    }
-    // Reshapes of float32 values only the narrowed contractions read, and
-    // then their producers if nothing else reads them.
-    SmallVector<Operation *> unread;
-    for (auto &[value, bf16] : narrowed)
-      if (Operation *reshape = value.getDefiningOp();
-          reshape && value.use_empty() &&
-          isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(reshape))
-        unread.push_back(reshape);
-    for (Operation *reshape : unread) {
-      Operation *producer = reshape->getOperand(0).getDefiningOp();
-      reshape->erase();
-      if (producer && producer->use_empty() && isPure(producer))
-        producer->erase();
-    }
-  }
-
-  /// The bf16 value a chosen contraction reads for its float32 operand
-  /// `value`: the producer narrowed (in place when `onlyChosenRead`), or,
-  /// for a reshape of a producer's result, a narrowed copy of the producer
-  /// reshaped alike (the float32 reshape is erased once nothing reads it).
-  template <typename OnlyChosenRead>
-  Value narrowOperand(Value value, OnlyChosenRead onlyChosenRead) {
-    Value source = reshapeSource(value);
-    if (source == value)
-      return narrowProducer(value, widenedBf16(value), onlyChosenRead(value));
-    Value narrow = narrowProducer(source, widenedBf16(source), false);
-    Operation *reshape = value.getDefiningOp();
-    OpBuilder builder(reshape);
-    Operation *copy = builder.clone(*reshape);
-    copy->setOperand(0, narrow);
-    auto type = cast<RankedTensorType>(value.getType());
-    copy->getResult(0).setType(
-        type.clone(cast<RankedTensorType>(narrow.getType()).getElementType()));
-    return copy->getResult(0);
-  }
-};
-
 /// One operand's view of a role: its element stride, when the role's
 /// dimensions read as one (the outer ones' strides the inner ones' times
 /// their sizes): a constant from a static layout, or, for a buffer laid out
@@ -422,14 +240,28 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
     };
     for (linalg::LinalgOp op : marked) {
       op->removeAttr(kGemmAttr);
+      // A bf16 result rounds once in the runtime GEMM, at every step in the
+      // op's own loops: never left to them.
+      bool bf16Result = op->hasAttr(kBf16ResultAttr);
+      op->removeAttr(kBf16ResultAttr);
+      auto leave = [&](StringRef why) {
+        if (!bf16Result) {
+          op->emitRemark("lazymlir-gemm-calls: ") << why;
+          return;
+        }
+        op->emitError("lazymlir-gemm-calls: a product with a bf16 result "
+                      "cannot be left to its loops: ")
+            << why;
+        signalPassFailure();
+      };
       if (!op.hasPureBufferSemantics()) {
-        op->emitRemark("lazymlir-gemm-calls: not bufferized; left as is");
+        leave("not bufferized; left as is");
         continue;
       }
       if (!isa<func::FuncOp>(op->getParentOp())) {
         // Moved into a loop since it was marked: a call per iteration could
         // run inside a parallel loop's scope. Loops, slow but right.
-        op->emitRemark("lazymlir-gemm-calls: inside a loop; left to the loops");
+        leave("inside a loop; left to the loops");
         continue;
       }
       std::optional<Roles> roles = rolesOf(op, op.getIndexingMapsArray());
@@ -454,26 +286,30 @@ struct GemmCallsPass : lazymlir::impl::GemmCallsPassBase<GemmCallsPass> {
       }
       if (!ok) {
         // Loops (lazymlir-lower-to-loops): slow, never wrong.
-        op->emitRemark("lazymlir-gemm-calls: an operand's layout does not "
-                       "read as a matrix; left to the loops");
+        leave("an operand's layout does not read as a matrix; left to the "
+              "loops");
         continue;
       }
-      // A and B in bf16 (lazymlir-mark-gemms' bf16-operands), C in float32:
-      // the bf16 GEMM; else all three float32.
+      // A and B in bf16 (lazymlir-mark-gemms' bf16-operands), C in float32
+      // (or, marked kBf16ResultAttr, bf16): the bf16 GEMM; else all three
+      // float32.
       auto elementOf = [](Value v) {
         return getElementTypeOrSelf(v.getType());
       };
       bool bf16 = elementOf(operands[0]).isBF16() &&
                   elementOf(operands[1]).isBF16() &&
-                  elementOf(operands[2]).isF32();
-      if (!bf16 && !llvm::all_of(operands, [&](Value v) {
-            return elementOf(v).isF32();
-          })) {
-        op->emitRemark("lazymlir-gemm-calls: operands neither all float32 "
-                       "nor bf16 x bf16 -> float32; left to the loops");
+                  (bf16Result ? elementOf(operands[2]).isBF16()
+                              : elementOf(operands[2]).isF32());
+      if (!bf16 && (bf16Result || !llvm::all_of(operands, [&](Value v) {
+                      return elementOf(v).isF32();
+                    }))) {
+        leave("operands neither all float32 nor bf16 x bf16 -> float32; left "
+              "to the loops");
         continue;
       }
-      func::FuncOp callee = declare(bf16 ? kBf16GemmFunction : kGemmFunction);
+      func::FuncOp callee = declare(bf16Result ? kBf16CGemmFunction
+                                    : bf16     ? kBf16GemmFunction
+                                               : kGemmFunction);
       linalg::FillOp zeroFill = zeroFillBefore(op, operands[2]);
       builder.setInsertionPoint(op);
       Location loc = op.getLoc();

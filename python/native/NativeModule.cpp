@@ -307,10 +307,11 @@ NB_MODULE(_native, m) {
         [with](int64_t m, int64_t n, int64_t k, uintptr_t a, int64_t aRow,
                int64_t aCol, uintptr_t b, int64_t bRow, int64_t bCol,
                uintptr_t c, int64_t cRow, int64_t cCol, const std::string &isa,
-               int threads, bool accumulate) {
+               int threads, bool accumulate, bool cBf16) {
           GemmArgs args =
               gemmArgs(m, n, k, a, aRow, aCol, b, bRow, bCol, c, cRow, cCol);
           args.overwrite = !accumulate;
+          args.cBf16 = cBf16;
           nb::gil_scoped_release release;
           return with(args, isa, threads);
         },
@@ -318,7 +319,7 @@ NB_MODULE(_native, m) {
         nb::arg("a_row"), nb::arg("a_col"), nb::arg("b"), nb::arg("b_row"),
         nb::arg("b_col"), nb::arg("c"), nb::arg("c_row"), nb::arg("c_col"),
         nb::arg("isa") = "", nb::arg("threads") = 0,
-        nb::arg("accumulate") = true, doc);
+        nb::arg("accumulate") = true, nb::arg("c_bf16") = false, doc);
   };
   defineGemm(
       "sgemm", &sgemmWith,
@@ -326,13 +327,15 @@ NB_MODULE(_native, m) {
       "with the runtime's float32 GEMM (what compiled contractions call) on "
       "float32 buffers given by address and element strides; `isa` (avx512f, "
       "avx2, sse2; '' the host's) and `threads` (0: every core). False when "
-      "the host lacks the ISA.");
+      "the host lacks the ISA (c_bf16 is the bf16 GEMM's: False).");
   defineGemm(
       "bf16gemm", &bf16GemmWith,
       "For tests: sgemm's product with A and B bfloat16, C float32, as "
       "compiled bf16 contractions call it; `isa` avx512bf16 (the dot-product "
       "kernel; False when the host lacks it), widen (float32 copies, the "
-      "float32 kernel) or '' (the host's).");
+      "float32 kernel) or '' (the host's); c_bf16=True: C bfloat16 too, the "
+      "float32 sums rounded once (as compiled code calls "
+      "lazymlir_bf16gemm_bf16c_batched).");
   m.def(
       "fma_peak",
       [] {

@@ -32,7 +32,7 @@ def _gemm(a, b, c, isa="", threads=0, accumulate=True, gemm=None):
         a.data_ptr(), a.stride(0), a.stride(1),
         b.data_ptr(), b.stride(0), b.stride(1),
         c.data_ptr(), c.stride(0), c.stride(1),
-        isa, threads, accumulate,
+        isa, threads, accumulate, c_bf16=c.dtype == torch.bfloat16,
     )  # fmt: skip
 
 
@@ -285,6 +285,51 @@ def test_bf16_kernel_matches_float64_for_every_layout(isa, threads):
                 assert err <= 1e-5 * k**0.5 * 4, (isa, m, n, k, layout, c_kind, err)
 
 
+@pytest.mark.parametrize("isa", ["avx512bf16", "widen"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bf16_kernel_rounds_a_bf16_c_once(isa, threads):
+    """The bf16 GEMM with C in bf16 too (what compiled code calls for a
+    product only ever read rounded, lazymlir_bf16gemm_bf16c_batched): the
+    float32 sum rounded once as it is stored, to nearest even, as torch
+    rounds: bit for bit the float32-C product rounded, where both sum in one
+    KC block; K past L2's quarter (4096 here) goes through a float32 C.
+    Accumulating widens C's old values first; a strided C; NaN -> 0xFFFF."""
+    if isa == "avx512bf16" and "avx512_bf16" not in _flags():
+        pytest.skip("no AVX512-BF16 on this host")
+    torch.manual_seed(0)
+    for m, n, k in SHAPES + [(700, 300, 601), (40, 70, 5000)]:
+        for layout in range(4):
+            a = torch.randn(k, m).bfloat16().t() if layout & 1 else torch.randn(m, k).bfloat16()
+            b = torch.randn(n, k).bfloat16().t() if layout & 2 else torch.randn(k, n).bfloat16()
+            want = a.double() @ b.double()
+            for c_kind in ("rows", "slice", "overwrite"):
+                full = torch.randn(m, n + 5).bfloat16()
+                c = full[:, 2 : 2 + n] if c_kind == "slice" else full[:, :n].contiguous()
+                if c_kind == "overwrite":
+                    c.fill_(float("nan"))
+                before = torch.zeros(m, n) if c_kind == "overwrite" else c.double()
+                beside = (full[:, :2].clone(), full[:, 2 + n :].clone())
+                assert _bf16gemm(a, b, c, isa, threads, accumulate=c_kind != "overwrite")
+                if c_kind == "slice":  # nothing written beside the slice
+                    assert torch.equal(full[:, :2], beside[0]) and torch.equal(full[:, 2 + n :], beside[1])
+                exact = (before.double() + want).float()
+                bound = exact.abs() * 2**-8 + 1e-5 * k**0.5 * 4  # half a bf16 ulp + the sums' rounding
+                assert ((c.double() - exact.double()).abs() <= bound.double()).all(), (isa, m, n, k, layout, c_kind)
+                if k <= 512 and isa == "avx512bf16" and c_kind == "overwrite":
+                    c32 = torch.empty(m, n)
+                    assert _bf16gemm(a, b, c32, isa, threads, accumulate=False)
+                    assert torch.equal(c, c32.bfloat16()), (m, n, k, layout)
+    a, b = torch.ones(20, 40).bfloat16(), torch.ones(40, 30).bfloat16()
+    a[3, 7] = float("nan")
+    c = torch.zeros(20, 30).bfloat16()
+    assert _bf16gemm(a, b, c, isa, threads, accumulate=False)
+    bits = c.view(torch.int16).int() & 0xFFFF
+    assert (bits[3] == 0xFFFF).all() and (c[:3] == 40).all() and (c[4:] == 40).all()
+    assert not _native.sgemm(
+        1, 1, 1, a.data_ptr(), 1, 1, b.data_ptr(), 1, 1, c.data_ptr(), 1, 1, "", 1, True, c_bf16=True
+    )  # the float32 GEMM has no bf16 C
+
+
 def test_bf16_autocast_products_read_bf16(native_built, fresh_cache, tmp_path):
     """Under bf16 autocast a linear layer's product and its gradients read
     their operands in bf16: on a host with AVX512-BF16 the compiled code
@@ -313,7 +358,10 @@ def test_bf16_autocast_products_read_bf16(native_built, fresh_cache, tmp_path):
     assert_compiled()
     text = "".join(open(p).read() for p in glob.glob(f"{tmp_path}/*.llvm.mlir"))
     bf16_calls = text.count("llvm.call @lazymlir_bf16gemm_batched(")
+    # The gradients are only read rounded to bf16 (the autocast casts'
+    # backward): their GEMM stores bf16 (lazymlir-mark-gemms' bf16-results).
+    bf16c_calls = text.count("llvm.call @lazymlir_bf16gemm_bf16c_batched(")
     if "avx512_bf16" in _flags():
-        assert bf16_calls >= 3, bf16_calls  # the product and both gradients
+        assert bf16_calls >= 1 and bf16c_calls >= 2, (bf16_calls, bf16c_calls)
     else:
-        assert bf16_calls == 0 and _compiled_calls(tmp_path) >= 3
+        assert bf16_calls == bf16c_calls == 0 and _compiled_calls(tmp_path) >= 3

@@ -42,6 +42,11 @@ struct GemmArgs {
   float *c;
   int64_t cRow, cCol; // C[i, j] = c[i * cRow + j * cCol]
   bool overwrite = false;
+  // The bf16 GEMM only: C holds bfloat16 values (`c` points at them; its
+  // strides in elements). The sums are float32 and rounded once, to nearest
+  // even (every NaN to 0xFFFF, as lazymlir-expand-bf16-conversions rounds);
+  // without `overwrite`, C's old values are widened and added first.
+  bool cBf16 = false;
 };
 
 /// The arguments of a product whose operands are given by address (as
@@ -149,5 +154,14 @@ lazymlir_bf16gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k,
                           int64_t b, int64_t bBatch, int64_t bRow, int64_t bCol,
                           int64_t c, int64_t cBatch, int64_t cRow, int64_t cCol,
                           int64_t threads, int64_t accumulate);
+
+/// The same with C in bfloat16 too (GemmArgs' `cBf16`): compiled code calls
+/// it for a bf16 product whose float32 result was only ever read rounded to
+/// bf16 (lazymlir-mark-gemms' bf16-operands).
+extern "C" void lazymlir_bf16gemm_bf16c_batched(
+    int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a, int64_t aBatch,
+    int64_t aRow, int64_t aCol, int64_t b, int64_t bBatch, int64_t bRow,
+    int64_t bCol, int64_t c, int64_t cBatch, int64_t cRow, int64_t cCol,
+    int64_t threads, int64_t accumulate);
 
 #endif // LAZYMLIR_RUNTIME_GEMM_H

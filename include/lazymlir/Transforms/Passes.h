@@ -32,6 +32,12 @@ inline constexpr llvm::StringLiteral kOutlinedKernelAttr = "lazymlir.kernel";
 /// lazymlir-gemm-calls makes it a call.
 inline constexpr llvm::StringLiteral kGemmAttr = "lazymlir.gemm";
 
+/// On a marked bf16 contraction whose result lazymlir-mark-gemms narrowed to
+/// bf16 (unit): its body rounds the sum at every step, the runtime GEMM it
+/// must become sums in float32 and rounds once; lazymlir-gemm-calls fails
+/// rather than leave it to the loops.
+inline constexpr llvm::StringLiteral kBf16ResultAttr = "lazymlir.bf16_result";
+
 /// On each call lazymlir-gemm-calls made: its operands' shapes, bytes and
 /// flops (a dictionary), for lazymlir-instrument-kernels' site.
 inline constexpr llvm::StringLiteral kGemmSiteAttr = "lazymlir.gemm_site";

@@ -469,9 +469,21 @@ def MarkGemmsPass : Pass<"lazymlir-mark-gemms", "mlir::func::FuncOp"> {
     are the same; the products are exact in float32 either way. A producer
     with any other user (or a contraction with only one such operand) is
     left as it is.
+
+    With `bf16-results` as well, such a contraction whose init is a +0.0
+    fill and whose float32 result every reader (each a `linalg.generic`,
+    directly or through one reshape) reads only to round it to bf16
+    (`arith.truncf`: a linear layer's output under autocast, its input's and
+    weight's gradients) yields the bf16 value instead, gets the unit
+    attribute `lazymlir.bf16_result`, and its readers read that value where
+    they rounded. lazymlir-gemm-calls calls the bf16 GEMM that rounds each
+    float32 sum once as it stores it (to nearest even, NaN to 0xFFFF, as
+    lazymlir-expand-bf16-conversions rounds a truncf): the same values, and C
+    takes half the bytes to write and to read.
   }];
   let dependentDialects = [
-    "mlir::arith::ArithDialect", "mlir::tensor::TensorDialect",
+    "mlir::arith::ArithDialect", "mlir::linalg::LinalgDialect",
+    "mlir::tensor::TensorDialect",
   ];
   let options = [
     Option<"minSize", "min-size", "int64_t", /*default=*/"16",
@@ -481,6 +493,9 @@ def MarkGemmsPass : Pass<"lazymlir-mark-gemms", "mlir::func::FuncOp"> {
     Option<"bf16Operands", "bf16-operands", "bool", /*default=*/"false",
            "Read A and B in bf16 where their producers widen bf16 values "
            "(the runtime's bf16 GEMM)">,
+    Option<"bf16Results", "bf16-results", "bool", /*default=*/"false",
+           "With bf16-operands: a result only ever read rounded to bf16 "
+           "made bf16, rounded once by the runtime's GEMM">,
   ];
 }
 
@@ -495,9 +510,13 @@ def GemmCallsPass : Pass<"lazymlir-gemm-calls", "mlir::ModuleOp"> {
     element strides of each role, read from the buffers' static layouts,
     and C += A x B as the op computed (its init is already in C). With A
     and B in bf16 (lazymlir-mark-gemms' `bf16-operands`) and C in float32,
-    the call is `lazymlir_bf16gemm_batched`, with the same arguments. An op whose
-    buffer does not read as a matrix (a role's dimensions not contiguous, a
-    dynamic stride) keeps its linalg form, with a remark, and becomes loops.
+    the call is `lazymlir_bf16gemm_batched`, with the same arguments; with C
+    in bf16 too (marked `lazymlir.bf16_result`),
+    `lazymlir_bf16gemm_bf16c_batched`. An op whose buffer does not read as a
+    matrix (a role's dimensions not contiguous, a dynamic stride) keeps its
+    linalg form, with a remark, and becomes loops; one marked
+    `lazymlir.bf16_result` is an error instead (its loops would round at
+    every step).
   }];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::func::FuncDialect",
