@@ -18,6 +18,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
@@ -147,6 +148,69 @@ bool onlyReadRounded(Value value, SmallVectorImpl<OpOperand *> &uses,
   return true;
 }
 
+/// What a reader adds, widened from bf16, to its input `use` before
+/// rounding the sum to bf16, when that is all it does with `use` (addmm's
+/// bias under bf16 autocast: round(A x B + bias), the bias rounded from its
+/// float32 parameter in the same body): the bf16 value, computed in the
+/// body by at most a few pure ops from block arguments of the reader's
+/// other inputs (collected in `inputs`, in order) and values from outside.
+/// The reader's loops must be `use`'s dimensions in order, so that the
+/// value for an element of `use` is one computed over `use`'s index space.
+struct BiasBeforeRounding {
+  Value bf16;                           // in the reader's body
+  SmallVector<Operation *> ops;         // computing it, in body order
+  SmallVector<BlockArgument> arguments; // the inputs' block arguments used
+};
+
+std::optional<BiasBeforeRounding>
+biasAddedBeforeRounding(linalg::GenericOp reader, OpOperand *use) {
+  BlockArgument argument = reader.getMatchingBlockArgument(use);
+  if (!argument.hasOneUse() ||
+      !reader.getMatchingIndexingMap(use).isIdentity() ||
+      reader.getNumParallelLoops() != reader.getNumLoops())
+    return std::nullopt;
+  auto add = dyn_cast<arith::AddFOp>(*argument.getUsers().begin());
+  if (!add || !add->hasOneUse())
+    return std::nullopt;
+  auto round = dyn_cast<arith::TruncFOp>(*add->getUsers().begin());
+  if (!round || !round.getType().isBF16() || round.getRoundingmodeAttr())
+    return std::nullopt;
+  Value other = add.getLhs() == argument ? add.getRhs() : add.getLhs();
+  auto widen = other.getDefiningOp<arith::ExtFOp>();
+  if (!widen || !widen.getIn().getType().isBF16())
+    return std::nullopt;
+  BiasBeforeRounding bias{widen.getIn(), {}, {}};
+  Block *body = reader.getBody();
+  llvm::SmallPtrSet<Operation *, 8> inSlice;
+  SmallVector<Value> work = {bias.bf16};
+  while (!work.empty()) {
+    Value value = work.pop_back_val();
+    if (auto arg = dyn_cast<BlockArgument>(value)) {
+      if (arg.getOwner() != body)
+        continue; // from outside the reader
+      if (arg == argument || arg.getArgNumber() >= reader.getNumDpsInputs())
+        return std::nullopt; // the product itself, or an output
+      if (!llvm::is_contained(bias.arguments, arg))
+        bias.arguments.push_back(arg);
+      continue;
+    }
+    Operation *def = value.getDefiningOp();
+    if (def->getBlock() != body || inSlice.contains(def))
+      continue;
+    if (!isPure(def) || def->getNumRegions() || inSlice.size() >= 8)
+      return std::nullopt;
+    inSlice.insert(def);
+    llvm::append_range(work, def->getOperands());
+  }
+  for (Operation &op : *body)
+    if (inSlice.contains(&op))
+      bias.ops.push_back(&op);
+  llvm::sort(bias.arguments, [](BlockArgument x, BlockArgument y) {
+    return x.getArgNumber() < y.getArgNumber();
+  });
+  return bias;
+}
+
 /// A chosen bf16 contraction (`op`, a generic reading bf16 A and B) whose
 /// float32 result is a +0.0 fill's and is only ever read rounded to bf16
 /// (onlyReadRounded): made to yield the bf16 value, marked
@@ -166,17 +230,65 @@ void narrowResult(linalg::GenericOp op) {
     return;
   SmallVector<OpOperand *> uses;
   SmallVector<Operation *> reshapes;
-  if (!onlyReadRounded(result, uses, reshapes, false))
+  // Its one reader adds a bf16 bias first: the bias, broadcast in bf16, is
+  // the product's init (C += A x B, rounded once: the same sum).
+  std::optional<BiasBeforeRounding> bias;
+  if (result.hasOneUse())
+    if (auto reader = dyn_cast<linalg::GenericOp>(*result.getUsers().begin());
+        reader && reader.hasPureTensorSemantics() &&
+        result.getUses().begin()->getOperandNumber() < reader.getNumDpsInputs())
+      bias = biasAddedBeforeRounding(reader, &*result.getUses().begin());
+  if (bias) {
+    // Its inputs must exist before the product: the init is made there.
+    auto reader = cast<linalg::GenericOp>(*result.getUsers().begin());
+    for (BlockArgument arg : bias->arguments)
+      if (Operation *def =
+              reader.getDpsInputs()[arg.getArgNumber()].getDefiningOp();
+          def && def->getBlock() == op->getBlock() && op->isBeforeInBlock(def))
+        return;
+    uses.push_back(&*result.getUses().begin());
+  } else if (!onlyReadRounded(result, uses, reshapes, false)) {
     return;
+  }
   MLIRContext *ctx = op.getContext();
   Type bf16 = BFloat16Type::get(ctx);
   OpBuilder builder(op);
   Location loc = op.getLoc();
   Value empty = tensor::EmptyOp::create(
       builder, loc, tensor::getMixedSizes(builder, loc, result), bf16);
-  Value zero =
-      arith::ConstantOp::create(builder, loc, builder.getZeroAttr(bf16));
-  Value init = linalg::FillOp::create(builder, loc, zero, empty).getResult(0);
+  Value init;
+  if (bias) {
+    // The value the reader computed from its other inputs, computed over
+    // C's index space (the reader's loops) into a bf16 tensor.
+    auto reader = cast<linalg::GenericOp>(*result.getUsers().begin());
+    SmallVector<Value> inputs;
+    SmallVector<AffineMap> maps;
+    for (BlockArgument arg : bias->arguments) {
+      OpOperand *input = reader.getDpsInputOperand(arg.getArgNumber());
+      inputs.push_back(input->get());
+      maps.push_back(reader.getMatchingIndexingMap(input));
+    }
+    maps.push_back(builder.getMultiDimIdentityMap(type.getRank()));
+    init = linalg::GenericOp::create(
+               builder, loc, TypeRange{empty.getType()}, inputs,
+               ValueRange{empty}, maps,
+               SmallVector<utils::IteratorType>(type.getRank(),
+                                                utils::IteratorType::parallel),
+               [&](OpBuilder &b, Location l, ValueRange args) {
+                 IRMapping mapping;
+                 for (auto [arg, value] : llvm::zip(bias->arguments, args))
+                   mapping.map(arg, value);
+                 for (Operation *slice : bias->ops)
+                   b.clone(*slice, mapping);
+                 linalg::YieldOp::create(b, l,
+                                         mapping.lookupOrDefault(bias->bf16));
+               })
+               .getResult(0);
+  } else {
+    Value zero =
+        arith::ConstantOp::create(builder, loc, builder.getZeroAttr(bf16));
+    init = linalg::FillOp::create(builder, loc, zero, empty).getResult(0);
+  }
   OpOperand *out = op.getDpsInitOperand(0);
   out->set(init);
   // The body: the old value widened where it was read, the sum rounded.
@@ -201,6 +313,18 @@ void narrowResult(linalg::GenericOp op) {
     BlockArgument argument = reader.getMatchingBlockArgument(use);
     argument.setType(bf16);
     for (Operation *user : llvm::make_early_inc_range(argument.getUsers())) {
+      if (auto add = dyn_cast<arith::AddFOp>(user)) { // the bias, now in C
+        Operation *round = *add->getUsers().begin();
+        Operation *widen =
+            (add.getLhs() == argument ? add.getRhs() : add.getLhs())
+                .getDefiningOp();
+        round->getResult(0).replaceAllUsesWith(argument);
+        round->erase();
+        add->erase();
+        if (widen->use_empty())
+          widen->erase();
+        continue;
+      }
       user->getResult(0).replaceAllUsesWith(argument);
       user->erase();
     }

@@ -113,3 +113,111 @@ func.func @read_unrounded(%x: tensor<256x128xf32>, %w: tensor<512x128xf32>, %bia
   } -> tensor<256x512xbf16>
   return %g : tensor<256x512xbf16>
 }
+
+// -----
+
+// addmm under bf16 autocast: the one reader rounds the sum plus a bf16
+// bias, widened. The bias, broadcast in bf16, becomes the product's init
+// (the call adds to it: C += A x B, rounded once, the same sum), and the
+// reader takes the bf16 result where it rounded.
+// CHECK-LABEL: func.func @bias_then_rounded
+// CHECK-SAME:  %[[BIAS:arg2]]: tensor<512xbf16>
+// CHECK:       %[[INIT:.+]] = linalg.generic {{.+}} ins(%[[BIAS]] : tensor<512xbf16>) outs(%{{.+}} : tensor<256x512xbf16>)
+// CHECK:       %[[P:.+]] = linalg.generic
+// CHECK-SAME:  outs(%[[INIT]] : tensor<256x512xbf16>)
+// CHECK-SAME:  lazymlir.bf16_result
+// CHECK:       linalg.generic
+// CHECK-SAME:  ins(%[[P]], %[[BIAS]] : tensor<256x512xbf16>, tensor<512xbf16>)
+// CHECK:       ^bb0(%[[IN:.+]]: bf16, %{{.+}}: bf16, %{{.+}}: f32):
+// CHECK-NOT:   arith.addf
+// CHECK:       arith.extf %[[IN]] : bf16 to f32
+// CALL-LABEL:  func.func @bias_then_rounded
+// CALL:        linalg.generic
+// CALL:        call @lazymlir_bf16gemm_bf16c_batched({{.+}}, %c1_i64{{[_0-9]*}})
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#tr = affine_map<(d0, d1) -> (d1, d0)>
+#row = affine_map<(d0, d1) -> (d1)>
+func.func @bias_then_rounded(%x: tensor<256x128xf32>, %w: tensor<512x128xf32>, %bias: tensor<512xbf16>) -> tensor<256x512xf32> {
+  %z = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<256x128xf32>
+  %xa = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<256x128xf32>) outs(%e0 : tensor<256x128xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %t = arith.truncf %in : f32 to bf16
+    %w2 = arith.extf %t : bf16 to f32
+    linalg.yield %w2 : f32
+  } -> tensor<256x128xf32>
+  %e1 = tensor.empty() : tensor<128x512xf32>
+  %wa = linalg.generic {indexing_maps = [#tr, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%w : tensor<512x128xf32>) outs(%e1 : tensor<128x512xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %t = arith.truncf %in : f32 to bf16
+    %w2 = arith.extf %t : bf16 to f32
+    linalg.yield %w2 : f32
+  } -> tensor<128x512xf32>
+  %e2 = tensor.empty() : tensor<256x512xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e2 : tensor<256x512xf32>) -> tensor<256x512xf32>
+  %r = linalg.matmul ins(%xa, %wa : tensor<256x128xf32>, tensor<128x512xf32>) outs(%f : tensor<256x512xf32>) -> tensor<256x512xf32>
+  %e3 = tensor.empty() : tensor<256x512xf32>
+  %g = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%r, %bias : tensor<256x512xf32>, tensor<512xbf16>) outs(%e3 : tensor<256x512xf32>) {
+  ^bb0(%in: f32, %b: bf16, %out: f32):
+    %bw = arith.extf %b : bf16 to f32
+    %s = arith.addf %in, %bw : f32
+    %t = arith.truncf %s : f32 to bf16
+    %w2 = arith.extf %t : bf16 to f32
+    %m = arith.mulf %w2, %w2 : f32
+    linalg.yield %m : f32
+  } -> tensor<256x512xf32>
+  return %g : tensor<256x512xf32>
+}
+
+// -----
+
+// The bias as the fused graph has it: the float32 parameter rounded to bf16
+// in the reader's own body. The rounding is computed again, into the init.
+// CHECK-LABEL: func.func @bias_rounded_in_body
+// CHECK-SAME:  %[[BIAS:arg2]]: tensor<512xf32>
+// CHECK:       %[[INIT:.+]] = linalg.generic {{.+}} ins(%[[BIAS]] : tensor<512xf32>) outs(%{{.+}} : tensor<256x512xbf16>)
+// CHECK-NEXT:  ^bb0(%[[B:.+]]: f32, %{{.+}}: bf16):
+// CHECK-NEXT:  %[[R:.+]] = arith.truncf %[[B]] : f32 to bf16
+// CHECK-NEXT:  linalg.yield %[[R]] : bf16
+// CHECK:       linalg.generic
+// CHECK-SAME:  outs(%[[INIT]] : tensor<256x512xbf16>)
+// CHECK-SAME:  lazymlir.bf16_result
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#tr = affine_map<(d0, d1) -> (d1, d0)>
+#row = affine_map<(d0, d1) -> (d1)>
+func.func @bias_rounded_in_body(%x: tensor<256x128xf32>, %w: tensor<512x128xf32>, %bias: tensor<512xf32>) -> tensor<256x512xbf16> {
+  %z = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<256x128xf32>
+  %xa = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<256x128xf32>) outs(%e0 : tensor<256x128xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %t = arith.truncf %in : f32 to bf16
+    %w2 = arith.extf %t : bf16 to f32
+    linalg.yield %w2 : f32
+  } -> tensor<256x128xf32>
+  %e1 = tensor.empty() : tensor<128x512xf32>
+  %wa = linalg.generic {indexing_maps = [#tr, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%w : tensor<512x128xf32>) outs(%e1 : tensor<128x512xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %t = arith.truncf %in : f32 to bf16
+    %w2 = arith.extf %t : bf16 to f32
+    linalg.yield %w2 : f32
+  } -> tensor<128x512xf32>
+  %e2 = tensor.empty() : tensor<256x512xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e2 : tensor<256x512xf32>) -> tensor<256x512xf32>
+  %r = linalg.matmul ins(%xa, %wa : tensor<256x128xf32>, tensor<128x512xf32>) outs(%f : tensor<256x512xf32>) -> tensor<256x512xf32>
+  %e3 = tensor.empty() : tensor<256x512xbf16>
+  %g = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%r, %bias : tensor<256x512xf32>, tensor<512xf32>) outs(%e3 : tensor<256x512xbf16>) {
+  ^bb0(%in: f32, %b: f32, %out: bf16):
+    %bt = arith.truncf %b : f32 to bf16
+    %bw = arith.extf %bt : bf16 to f32
+    %s = arith.addf %in, %bw : f32
+    %t = arith.truncf %s : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<256x512xbf16>
+  return %g : tensor<256x512xbf16>
+}

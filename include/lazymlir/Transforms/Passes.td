@@ -476,7 +476,10 @@ def MarkGemmsPass : Pass<"lazymlir-mark-gemms", "mlir::func::FuncOp"> {
     (`arith.truncf`: a linear layer's output under autocast, its input's and
     weight's gradients) yields the bf16 value instead, gets the unit
     attribute `lazymlir.bf16_result`, and its readers read that value where
-    they rounded. lazymlir-gemm-calls calls the bf16 GEMM that rounds each
+    they rounded. When its one reader instead rounds the result plus a bf16
+    value it widens (a bias: addmm under autocast), that value broadcast in
+    bf16 becomes the contraction's init, and the call adds the product to
+    it: one float32 addition, rounded once, as before. lazymlir-gemm-calls calls the bf16 GEMM that rounds each
     float32 sum once as it stores it (to nearest even, NaN to 0xFFFF, as
     lazymlir-expand-bf16-conversions rounds a truncf): the same values, and C
     takes half the bytes to write and to read.
