@@ -68,6 +68,34 @@ bool isRowLocal(linalg::LinalgOp op, int64_t rows,
   return true;
 }
 
+/// Whether `op` only widens its one bf16 input (yields extf of it).
+bool isWidening(linalg::GenericOp op) {
+  if (op.getNumDpsInputs() != 1 || op->getNumResults() != 1)
+    return false;
+  auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
+  auto extend = yield.getOperand(0).getDefiningOp<arith::ExtFOp>();
+  return extend && extend.getIn() == op.getBody()->getArgument(0) &&
+         extend.getIn().getType().isBF16() && &op.getBody()->front() == extend;
+}
+
+/// Whether a runtime GEMM reads `value` as A or B, directly or through a
+/// reshape.
+bool gemmReads(Value value) {
+  for (OpOperand &use : value.getUses()) {
+    Operation *user = use.getOwner();
+    if (isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(user)) {
+      if (gemmReads(user->getResult(0)))
+        return true;
+      continue;
+    }
+    auto linalgOp = dyn_cast<linalg::LinalgOp>(user);
+    if (linalgOp && use.getOperandNumber() < 2 &&
+        lazymlir::isRuntimeGemm(linalgOp, linalgOp.getIndexingMapsArray()))
+      return true;
+  }
+  return false;
+}
+
 struct FuseRowReductionsPass
     : lazymlir::impl::FuseRowReductionsPassBase<FuseRowReductionsPass> {
   using Base::Base;
@@ -182,12 +210,71 @@ struct FuseRowReductionsPass
     return applyPatternsGreedily(getOperation(), std::move(patterns));
   }
 
+  /// A generic that yields a bf16 value widened (`extf(truncf(...))`:
+  /// bf16 autocast's rounding, attention's probabilities) and that a
+  /// runtime GEMM reads: made to yield the bf16 value, a separate widening
+  /// after it. Fused into a row loop (a softmax's normalization), the
+  /// loop's result is then the bf16 value, which lazymlir-mark-gemms'
+  /// bf16-operands gives to the GEMM as it is; the widening, never a root
+  /// (below), stays out of the loop.
+  void splitWideningsForGemms() {
+    SmallVector<linalg::GenericOp> candidates;
+    getOperation().walk([&](linalg::GenericOp op) {
+      if (op->getNumResults() != 1 || !op.hasPureTensorSemantics() ||
+          op.getNumParallelLoops() != op.getNumLoops() || isWidening(op) ||
+          !op.getDpsInitOperand(0)->get().getDefiningOp<tensor::EmptyOp>() ||
+          op.payloadUsesValueFromOperand(op.getDpsInitOperand(0)))
+        return;
+      auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
+      auto extend = yield.getOperand(0).getDefiningOp<arith::ExtFOp>();
+      if (extend && extend.getIn().getType().isBF16() &&
+          extend.getType().isF32() && gemmReads(op->getResult(0)))
+        candidates.push_back(op);
+    });
+    for (linalg::GenericOp op : candidates) {
+      auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
+      auto extend = yield.getOperand(0).getDefiningOp<arith::ExtFOp>();
+      Value wide = op->getResult(0);
+      auto type = cast<RankedTensorType>(wide.getType());
+      auto empty =
+          op.getDpsInitOperand(0)->get().getDefiningOp<tensor::EmptyOp>();
+      OpBuilder builder(op);
+      Type bf16 = extend.getIn().getType();
+      auto narrowEmpty = tensor::EmptyOp::create(builder, op.getLoc(),
+                                                 empty.getMixedSizes(), bf16);
+      OpOperand *init = op.getDpsInitOperand(0);
+      init->set(narrowEmpty);
+      op.getMatchingBlockArgument(init).setType(bf16);
+      yield.setOperand(0, extend.getIn());
+      extend->erase();
+      wide.setType(type.clone(bf16));
+      builder.setInsertionPointAfter(op);
+      SmallVector<AffineMap> maps(
+          2, builder.getMultiDimIdentityMap(type.getRank()));
+      auto widen = linalg::GenericOp::create(
+          builder, op.getLoc(), TypeRange{type}, ValueRange{wide},
+          ValueRange{empty}, maps,
+          SmallVector<utils::IteratorType>(type.getRank(),
+                                           utils::IteratorType::parallel),
+          [](OpBuilder &b, Location loc, ValueRange args) {
+            linalg::YieldOp::create(
+                b, loc,
+                arith::ExtFOp::create(b, loc, b.getF32Type(), args[0])
+                    .getResult());
+          });
+      wide.replaceAllUsesExcept(widen->getResult(0), widen);
+    }
+  }
+
   void runOnOperation() override {
     if (failed(dropUnitDims()))
       return signalPassFailure();
+    if (runtimeGemms)
+      splitWideningsForGemms();
     SmallVector<linalg::GenericOp> roots;
     for (Operation &op : getOperation().getBody().getOps())
-      if (auto generic = dyn_cast<linalg::GenericOp>(op))
+      if (auto generic = dyn_cast<linalg::GenericOp>(op);
+          generic && !(runtimeGemms && isWidening(generic)))
         roots.push_back(generic);
     IRRewriter rewriter(&getContext());
     llvm::DenseSet<Operation *> erased;

@@ -273,3 +273,50 @@ func.func @scores_then_row_sums(%q: tensor<8x128x64xf32>, %k: tensor<8x64x128xf3
   } -> tensor<8x128x128xf32>
   return %r : tensor<8x128x128xf32>
 }
+
+// -----
+
+// bf16 attention's probabilities: the softmax's normalization rounded to bf16
+// and widened back, read by a product the runtime GEMM computes. With
+// runtime-gemms the normalization yields the bf16 values (so the row loop's
+// result is bf16, which lazymlir-mark-gemms' bf16-operands hands to the bf16
+// GEMM) and a separate widening follows, never itself a root; without it the
+// loop yields the widened float32 values.
+// GEMM-LABEL: func.func @rounded_probabilities
+// GEMM:       %[[P:.+]] = scf.for {{.+}} -> (tensor<256x256xbf16>)
+// GEMM:       arith.truncf {{.+}} : f32 to bf16
+// GEMM:       } {lazymlir.parallel_tiles
+// GEMM:       %[[W:.+]] = linalg.generic {{.+}} ins(%[[P]] : tensor<256x256xbf16>) outs(%{{.+}} : tensor<256x256xf32>)
+// GEMM-NEXT:  ^bb0(%[[IN:.+]]: bf16, %{{.+}}: f32):
+// GEMM-NEXT:  arith.extf %[[IN]] : bf16 to f32
+// GEMM:       linalg.matmul ins(%[[W]], %{{.+}} : tensor<256x256xf32>, tensor<256x128xf32>)
+// CHECK-LABEL: func.func @rounded_probabilities
+// CHECK:       scf.for {{.+}} -> (tensor<256x256xf32>)
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @rounded_probabilities(%x: tensor<256x256xf32>, %v: tensor<256x128xf32>) -> tensor<256x128xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<256xf32>
+  %fmax = linalg.fill ins(%ninf : f32) outs(%e : tensor<256xf32>) -> tensor<256xf32>
+  %max = linalg.generic {indexing_maps = [#map, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<256x256xf32>) outs(%fmax : tensor<256xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %m = arith.maximumf %in, %acc : f32
+    linalg.yield %m : f32
+  } -> tensor<256xf32>
+  %e2 = tensor.empty() : tensor<256x256xf32>
+  %p = linalg.generic {indexing_maps = [#map, #row, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %max : tensor<256x256xf32>, tensor<256xf32>) outs(%e2 : tensor<256x256xf32>) {
+  ^bb0(%in: f32, %mx: f32, %out: f32):
+    %d = arith.subf %in, %mx : f32
+    %ex = math.exp %d : f32
+    %t = arith.truncf %ex : f32 to bf16
+    %w = arith.extf %t : bf16 to f32
+    linalg.yield %w : f32
+  } -> tensor<256x256xf32>
+  %e3 = tensor.empty() : tensor<256x128xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e3 : tensor<256x128xf32>) -> tensor<256x128xf32>
+  %o = linalg.matmul ins(%p, %v : tensor<256x256xf32>, tensor<256x128xf32>) outs(%f : tensor<256x128xf32>) -> tensor<256x128xf32>
+  return %o : tensor<256x128xf32>
+}

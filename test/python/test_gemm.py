@@ -10,6 +10,7 @@ import glob
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import assert_compiled
 
 import lazymlir
@@ -328,6 +329,53 @@ def test_bf16_kernel_rounds_a_bf16_c_once(isa, threads):
     assert not _native.sgemm(
         1, 1, 1, a.data_ptr(), 1, 1, b.data_ptr(), 1, 1, c.data_ptr(), 1, 1, "", 1, True, c_bf16=True
     )  # the float32 GEMM has no bf16 C
+
+
+@pytest.mark.parametrize("mask", ["none", "causal", "bool", "additive", "empty_row"])
+def test_bf16_attention_rounds_as_eager_and_runs_on_the_bf16_gemm(native_built, fresh_cache, tmp_path, mask):
+    """F.scaled_dot_product_attention on bf16 tensors (frontend/attention.py):
+    the probabilities and the scores' gradient rounded to bf16 as eager's
+    CPU kernel rounds them, so the output and the gradients of q, k and v
+    equal eager's within bf16 rounding, masks included (a row with every key
+    masked gives zeros); all six products (two forward, four backward) read
+    bf16 operands, so on a host with AVX512-BF16 they call the bf16 GEMM."""
+    torch.manual_seed(0)
+    b, h, L, E = 2, 4, 128, 64
+    q, k, v = (torch.randn(b, h, L, E).bfloat16() for _ in range(3))
+    weight = torch.randn(b, h, L, E)
+    kwargs = {}
+    if mask == "causal":
+        kwargs["is_causal"] = True
+    elif mask in ("bool", "empty_row"):
+        keep = torch.rand(b, 1, L, L) > 0.3
+        if mask == "empty_row":
+            keep[1, 0, 5] = False
+        kwargs["attn_mask"] = keep
+    elif mask == "additive":
+        kwargs["attn_mask"] = torch.randn(1, h, L, L).bfloat16()
+
+    def run(dev):
+        xs = [t.detach().to(dev).requires_grad_() for t in (q, k, v)]
+        extra = {n: t.to(dev) if torch.is_tensor(t) else t for n, t in kwargs.items()}
+        out = F.scaled_dot_product_attention(*xs, **extra)
+        (out.float() * weight.to(dev)).sum().backward()
+        return [t.detach().float().cpu() for t in [out] + [x.grad for x in xs]]
+
+    eager = run("cpu")
+    with config.patch(dump_dir=str(tmp_path)):
+        lazy = run("lazy")
+    for name, e, got in zip(("out", "q", "k", "v"), eager, lazy):
+        assert not got.isnan().any(), name
+        assert (e - got).abs().max() <= 2e-2 * e.abs().max(), (name, (e - got).abs().max(), e.abs().max())
+    if mask == "empty_row":
+        assert (lazy[0][1, 0, 5] == 0).all() and (lazy[1][1, 0, 5] == 0).all()
+    assert_compiled()
+    text = "".join(open(p).read() for p in glob.glob(f"{tmp_path}/*.llvm.mlir"))
+    bf16 = text.count("llvm.call @lazymlir_bf16gemm_batched(") + text.count(
+        "llvm.call @lazymlir_bf16gemm_bf16c_batched("
+    )
+    if "avx512_bf16" in _flags():
+        assert bf16 >= 6 and _compiled_calls(tmp_path) == 0, (bf16, _compiled_calls(tmp_path))
 
 
 def test_bf16_autocast_products_read_bf16(native_built, fresh_cache, tmp_path):

@@ -357,7 +357,14 @@ def FuseRowReductionsPass
     `lazymlir.parallel_tiles` for lazymlir-parallelize-tiles. With
     `runtime-gemms` (the CPU pipeline), a contraction lazymlir-mark-gemms
     would mark is never fused: attention's batched matmuls (batch x heads of
-    128x128x64 in BERT h512) ran in softmax's row loop at 22 GFLOP/s.
+    128x128x64 in BERT h512) ran in softmax's row loop at 22 GFLOP/s. Also
+    with it, a generic that yields a bf16 value widened (`extf(truncf(..))`:
+    bf16 attention's probabilities and score gradients) and that such a
+    contraction reads is split first: it yields the bf16 value, a widening
+    after it (never itself a root) gives the float32 one. The row loop's
+    result is then the bf16 value, which lazymlir-mark-gemms'
+    `bf16-operands` gives the bf16 GEMM; fused whole, the loop yielded the
+    widened value and the product stayed float32.
 
     A dynamic (`?`) row count is tiled by the rows that fit: full tiles of
     static size (their temporaries too, allocated once per thread), then the

@@ -9,6 +9,7 @@ import threading
 import torch
 
 from .. import _device
+from . import attention
 from ..trace.ir import BLANK, Node
 from .tensor import (
     dispatch,
@@ -98,6 +99,9 @@ def _tensor_split(self, tensor_indices_or_sections, dim=0):
 
 
 _lib.impl("tensor_split.tensor_indices_or_sections", _tensor_split, "AutogradPrivateUse1")
+# bf16 attention rounded as eager's CPU kernel rounds it, its products on the
+# bf16 GEMM (attention.py); anything else decomposes as before.
+_lib.impl("scaled_dot_product_attention", attention.scaled_dot_product_attention, "AutogradPrivateUse1")
 
 
 # Module.to("lazy") and tied parameters.  For a device whose tensors share the
