@@ -109,11 +109,7 @@ bool isF32(Value value) {
 
 } // namespace
 
-bool lazymlir::isRuntimeGemm(linalg::LinalgOp op, ArrayRef<AffineMap> maps,
-                             int64_t minSize, int64_t minWork) {
-  if (!op.hasPureTensorSemantics() || !linalg::isaContractionOpInterface(op) ||
-      !llvm::all_of(op->getOperands(), isF32))
-    return false;
+bool lazymlir::readsAsMatrices(linalg::LinalgOp op, ArrayRef<AffineMap> maps) {
   std::optional<Roles> roles = rolesOf(op, maps);
   if (!roles)
     return false;
@@ -123,6 +119,15 @@ bool lazymlir::isRuntimeGemm(linalg::LinalgOp op, ArrayRef<AffineMap> maps,
           ArrayRef<unsigned>(roles->n), ArrayRef<unsigned>(roles->k)})
       if (!positionsOf(map, group))
         return false;
+  return true;
+}
+
+bool lazymlir::isRuntimeGemm(linalg::LinalgOp op, ArrayRef<AffineMap> maps,
+                             int64_t minSize, int64_t minWork) {
+  if (!op.hasPureTensorSemantics() || !linalg::isaContractionOpInterface(op) ||
+      !llvm::all_of(op->getOperands(), isF32) || !readsAsMatrices(op, maps))
+    return false;
+  std::optional<Roles> roles = rolesOf(op, maps);
   // Sizes known now must be large enough; a `?` role (rows of a ragged
   // batch, a growing sequence) is taken as large.
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();

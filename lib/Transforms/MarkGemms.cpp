@@ -12,6 +12,7 @@
 #include "lazymlir/Transforms/RuntimeGemm.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/SmallPtrSet.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -337,6 +338,28 @@ void narrowResult(linalg::GenericOp op) {
   }
 }
 
+/// The bf16 value a linalg.generic only widens, read through a
+/// permutation (`extf` of its one input, nothing else: a transposed bf16
+/// weight's float32 copy), and that permutation; else none.
+std::optional<std::pair<Value, AffineMap>> permutedWidening(Value value) {
+  auto producer = value.getDefiningOp<linalg::GenericOp>();
+  if (!producer || producer->getNumResults() != 1 ||
+      producer.getNumDpsInputs() != 1 || !producer.hasPureTensorSemantics() ||
+      producer.getNumParallelLoops() != producer.getNumLoops())
+    return std::nullopt;
+  Block *body = producer.getBody();
+  auto yield = cast<linalg::YieldOp>(body->getTerminator());
+  auto extend = yield.getOperand(0).getDefiningOp<arith::ExtFOp>();
+  if (!extend || extend.getIn() != body->getArgument(0) ||
+      &body->front() != extend.getOperation() ||
+      !extend.getIn().getType().isBF16() || !extend.getType().isF32())
+    return std::nullopt;
+  SmallVector<AffineMap> maps = producer.getIndexingMapsArray();
+  if (!maps[1].isIdentity() || !maps[0].isPermutation())
+    return std::nullopt;
+  return std::make_pair(producer.getDpsInputs()[0], maps[0]);
+}
+
 struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
   using Base::Base;
 
@@ -379,27 +402,47 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
     // its first reader, before any of its uses is redirected).
     llvm::DenseMap<Value, Value> narrowed;
     IRRewriter rewriter(&getContext());
+    llvm::SetVector<Operation *> folded; // copies read in place instead
+    // Generalized first (their maps change below), the chosen set with them.
+    for (Operation *&op : chosen) {
+      if (isa<linalg::GenericOp>(op))
+        continue;
+      rewriter.setInsertionPoint(op);
+      isChosen.erase(op);
+      FailureOr<linalg::GenericOp> general =
+          linalg::generalizeNamedOp(rewriter, cast<linalg::LinalgOp>(op));
+      if (failed(general)) {
+        op->emitError("lazymlir-mark-gemms: cannot generalize");
+        return signalPassFailure();
+      }
+      op = *general;
+      op->setAttr(kGemmAttr, rewriter.getUnitAttr());
+      isChosen.insert(op);
+    }
     for (Operation *op : chosen) {
+      auto generic = cast<linalg::GenericOp>(op);
+      SmallVector<AffineMap> maps = generic.getIndexingMapsArray();
       for (unsigned i = 0; i < 2; ++i) {
-        Value value = op->getOperand(i);
+        Value value = generic->getOperand(i);
+        // A copy that only widens and transposes a bf16 value (a bf16
+        // weight, transposed for x W^T): read that value in place.
+        if (auto widening = permutedWidening(value)) {
+          SmallVector<AffineMap> trial = maps;
+          trial[i] = widening->second.compose(maps[i]);
+          if (lazymlir::readsAsMatrices(generic, trial)) {
+            maps = trial;
+            generic->setOperand(i, widening->first);
+            folded.insert(value.getDefiningOp());
+            continue;
+          }
+        }
         auto it = narrowed.find(value);
         if (it == narrowed.end())
           it = narrowed.try_emplace(value, narrowOperand(value, onlyChosenRead))
                    .first;
-        op->setOperand(i, it->second);
+        generic->setOperand(i, it->second);
       }
-      auto generic = dyn_cast<linalg::GenericOp>(op);
-      if (!generic) {
-        rewriter.setInsertionPoint(op);
-        FailureOr<linalg::GenericOp> general =
-            linalg::generalizeNamedOp(rewriter, cast<linalg::LinalgOp>(op));
-        if (failed(general)) {
-          op->emitError("lazymlir-mark-gemms: cannot generalize");
-          return signalPassFailure();
-        }
-        generic = *general;
-        generic->setAttr(kGemmAttr, rewriter.getUnitAttr());
-      }
+      generic.setIndexingMapsAttr(rewriter.getAffineMapArrayAttr(maps));
       for (unsigned i = 0; i < 2; ++i)
         if (OpOperand *operand = generic.getDpsInputOperand(i);
             generic.getMatchingBlockArgument(operand).getType().isF32())
@@ -421,6 +464,14 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
       if (producer && producer->use_empty() && isPure(producer))
         producer->erase();
     }
+    for (Operation *copy : folded)
+      if (copy->use_empty()) {
+        Operation *empty =
+            cast<linalg::GenericOp>(copy).getDpsInits()[0].getDefiningOp();
+        copy->erase();
+        if (empty && empty->use_empty() && isPure(empty))
+          empty->erase();
+      }
   }
 
   /// The bf16 value a chosen contraction reads for its float32 operand

@@ -126,14 +126,20 @@ func.func @shared(%x: tensor<256x128xf32>, %w: tensor<128x512xf32>) -> (tensor<2
 // x features, rounded to bf16 and widened back) is collapsed to rows before
 // the product. The reshape is looked through: a narrowed copy of its
 // producer, collapsed alike, is what the contraction reads in bf16; the
-// float32 collapse and its producer, read by nothing else, go.
+// float32 collapse and its producer, read by nothing else, go. The output
+// gradient's transposed copy only widens a bf16 value: the contraction
+// reads that value in place, transposed by its indexing map, and the copy
+// goes.
 // CHECK-LABEL: func.func @through_collapse
+// CHECK-SAME:  (%[[DY:arg0]]: tensor<256x512xbf16>
+// CHECK-NOT:   tensor<512x256x
 // CHECK:       %[[X:.+]] = linalg.generic {{.*}}outs(%{{.+}} : tensor<4x64x128xbf16>)
 // CHECK-NOT:   tensor<4x64x128xf32>) {
 // CHECK:       %[[C:.+]] = tensor.collapse_shape %[[X]] {{\[}}[0, 1], [2]] : tensor<4x64x128xbf16> into tensor<256x128xbf16>
 // CHECK-NOT:   tensor.collapse_shape
 // CHECK:       linalg.generic
-// CHECK-SAME:  ins(%{{.+}}, %[[C]] : tensor<512x256xbf16>, tensor<256x128xbf16>)
+// CHECK-SAME:  indexing_maps = [#[[AT:map[0-9]*]], #{{.+}}, #{{.+}}]
+// CHECK-SAME:  ins(%[[DY]], %[[C]] : tensor<256x512xbf16>, tensor<256x128xbf16>)
 // CHECK-SAME:  lazymlir.gemm
 // OFF-LABEL:   func.func @through_collapse
 // OFF:         linalg.matmul {lazymlir.gemm}

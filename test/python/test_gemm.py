@@ -378,6 +378,27 @@ def test_bf16_attention_rounds_as_eager_and_runs_on_the_bf16_gemm(native_built, 
         assert bf16 >= 6 and _compiled_calls(tmp_path) == 0, (bf16, _compiled_calls(tmp_path))
 
 
+def test_a_bf16_linear_is_one_gemm_call(native_built, fresh_cache, tmp_path):
+    """F.linear on bf16 tensors: the GEMM reads the weight transposed in
+    place (lazymlir-mark-gemms folds the widening transposed copy into its
+    indexing map) and stores the bf16 result itself (bf16-results), so the
+    compiled graph is the call alone, no kernel around it; values as eager's
+    within a bf16 rounding."""
+    if "avx512_bf16" not in _flags():
+        pytest.skip("no AVX512-BF16 on this host")
+    torch.manual_seed(0)
+    x, w = torch.randn(256, 192).bfloat16(), torch.randn(320, 192).bfloat16()
+    with config.patch(dump_dir=str(tmp_path)):
+        got = F.linear(x.to("lazy"), w.to("lazy")).cpu()
+    want = F.linear(x, w)
+    assert got.dtype == torch.bfloat16
+    assert ((got.float() - want.float()).abs() <= want.float().abs() * 2**-7 + 1e-3).all()
+    assert_compiled()
+    text = "".join(open(p).read() for p in glob.glob(f"{tmp_path}/*.llvm.mlir"))
+    assert text.count("llvm.call @lazymlir_bf16gemm_bf16c_batched(") == 1
+    assert "llvm.func @__lazymlir_k_" not in text, "a kernel besides the GEMM call"
+
+
 def test_bf16_autocast_products_read_bf16(native_built, fresh_cache, tmp_path):
     """Under bf16 autocast a linear layer's product and its gradients read
     their operands in bf16: on a host with AVX512-BF16 the compiled code

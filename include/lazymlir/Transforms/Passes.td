@@ -476,6 +476,11 @@ def MarkGemmsPass : Pass<"lazymlir-mark-gemms", "mlir::func::FuncOp"> {
     are the same; the products are exact in float32 either way. A producer
     with any other user (or a contraction with only one such operand) is
     left as it is.
+    A producer that only widens a bf16 value through a permutation (`extf`
+    of its one input: a bf16 weight's transposed copy) is not narrowed but
+    read in place: the contraction reads its input through the permutation
+    composed with its own map, when every role still reads as one
+    dimension (a transposed operand the runtime GEMM reads by its strides).
 
     With `bf16-results` as well, such a contraction whose init is a +0.0
     fill and whose float32 result every reader (each a `linalg.generic`,

@@ -31,6 +31,12 @@ bool isRuntimeGemm(mlir::linalg::LinalgOp op,
 bool isRuntimeGemm(mlir::linalg::LinalgOp op,
                    llvm::ArrayRef<mlir::AffineMap> maps);
 
+/// The layout half of isRuntimeGemm: `op`, with indexing maps `maps`, is
+/// C += A x B whose batch, row, column and reduction loops each read as one
+/// dimension of every operand (whatever the element types and sizes).
+bool readsAsMatrices(mlir::linalg::LinalgOp op,
+                     llvm::ArrayRef<mlir::AffineMap> maps);
+
 } // namespace lazymlir
 
 #endif // LAZYMLIR_TRANSFORMS_RUNTIMEGEMM_H
