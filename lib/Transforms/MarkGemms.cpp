@@ -450,6 +450,16 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
       if (bf16Results)
         narrowResult(generic);
     }
+    // Copies read in place now (before the reshapes below: a reshape of
+    // one erases it too once nothing reads it).
+    for (Operation *copy : folded)
+      if (copy->use_empty()) {
+        Operation *empty =
+            cast<linalg::GenericOp>(copy).getDpsInits()[0].getDefiningOp();
+        copy->erase();
+        if (empty && empty->use_empty() && isPure(empty))
+          empty->erase();
+      }
     // Reshapes of float32 values only the narrowed contractions read, and
     // then their producers if nothing else reads them.
     SmallVector<Operation *> unread;
@@ -464,14 +474,6 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
       if (producer && producer->use_empty() && isPure(producer))
         producer->erase();
     }
-    for (Operation *copy : folded)
-      if (copy->use_empty()) {
-        Operation *empty =
-            cast<linalg::GenericOp>(copy).getDpsInits()[0].getDefiningOp();
-        copy->erase();
-        if (empty && empty->use_empty() && isPure(empty))
-          empty->erase();
-      }
   }
 
   /// The bf16 value a chosen contraction reads for its float32 operand

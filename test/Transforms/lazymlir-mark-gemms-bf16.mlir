@@ -173,3 +173,52 @@ func.func @through_collapse(%dy: tensor<256x512xbf16>, %x: tensor<4x64x128xf32>)
   %r = linalg.matmul ins(%dya, %rows : tensor<512x256xf32>, tensor<256x128xf32>) outs(%f : tensor<512x128xf32>) -> tensor<512x128xf32>
   return %r : tensor<512x128xf32>
 }
+
+// -----
+
+// A transposed widening copy read in place by one product and, through a
+// reshape, narrowed (copied) for another: the copy goes once, with its
+// reshape (erasing it again crashed lazymlir-opt: BERT's bf16 graph).
+// CHECK-LABEL: func.func @folded_and_reshaped
+// CHECK-SAME:  (%[[DY:arg0]]: tensor<256x512xbf16>
+// CHECK:       linalg.generic {{.+}} ins(%[[DY]], %{{.+}} : tensor<256x512xbf16>, tensor<256x128xbf16>)
+// CHECK-SAME:  lazymlir.gemm
+// CHECK:       tensor.expand_shape %{{.+}} : tensor<512x256xbf16> into tensor<2x256x256xbf16>
+// CHECK:       linalg.generic
+// CHECK-SAME:  ins(%{{.+}}, %{{.+}} : tensor<2x256x256xbf16>, tensor<2x256x64xbf16>)
+// CHECK-SAME:  lazymlir.gemm
+// CHECK-NOT:   tensor<512x256xf32>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#tr = affine_map<(d0, d1) -> (d1, d0)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func @folded_and_reshaped(%dy: tensor<256x512xbf16>, %w: tensor<256x128xbf16>, %v: tensor<2x256x64xbf16>) -> (tensor<512x128xf32>, tensor<2x256x64xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<512x256xf32>
+  %dya = linalg.generic {indexing_maps = [#tr, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%dy : tensor<256x512xbf16>) outs(%e0 : tensor<512x256xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %x = arith.extf %in : bf16 to f32
+    linalg.yield %x : f32
+  } -> tensor<512x256xf32>
+  %e1 = tensor.empty() : tensor<256x128xf32>
+  %wa = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%w : tensor<256x128xbf16>) outs(%e1 : tensor<256x128xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %x = arith.extf %in : bf16 to f32
+    linalg.yield %x : f32
+  } -> tensor<256x128xf32>
+  %e2 = tensor.empty() : tensor<512x128xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e2 : tensor<512x128xf32>) -> tensor<512x128xf32>
+  %r = linalg.matmul ins(%dya, %wa : tensor<512x256xf32>, tensor<256x128xf32>) outs(%f : tensor<512x128xf32>) -> tensor<512x128xf32>
+  %b = tensor.expand_shape %dya [[0, 1], [2]] output_shape [2, 256, 256] : tensor<512x256xf32> into tensor<2x256x256xf32>
+  %e3 = tensor.empty() : tensor<2x256x64xf32>
+  %va = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%v : tensor<2x256x64xbf16>) outs(%e3 : tensor<2x256x64xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %x = arith.extf %in : bf16 to f32
+    linalg.yield %x : f32
+  } -> tensor<2x256x64xf32>
+  %f2 = linalg.fill ins(%z : f32) outs(%e3 : tensor<2x256x64xf32>) -> tensor<2x256x64xf32>
+  %r2 = linalg.batch_matmul ins(%b, %va : tensor<2x256x256xf32>, tensor<2x256x64xf32>) outs(%f2 : tensor<2x256x64xf32>) -> tensor<2x256x64xf32>
+  return %r, %r2 : tensor<512x128xf32>, tensor<2x256x64xf32>
+}
