@@ -68,16 +68,6 @@ bool isRowLocal(linalg::LinalgOp op, int64_t rows,
   return true;
 }
 
-/// Whether `op` only widens its one bf16 input (yields extf of it).
-bool isWidening(linalg::GenericOp op) {
-  if (op.getNumDpsInputs() != 1 || op->getNumResults() != 1)
-    return false;
-  auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
-  auto extend = yield.getOperand(0).getDefiningOp<arith::ExtFOp>();
-  return extend && extend.getIn() == op.getBody()->getArgument(0) &&
-         extend.getIn().getType().isBF16() && &op.getBody()->front() == extend;
-}
-
 /// Whether a runtime GEMM reads `value` as A or B, directly or through a
 /// reshape.
 bool gemmReads(Value value) {
@@ -221,7 +211,8 @@ struct FuseRowReductionsPass
     SmallVector<linalg::GenericOp> candidates;
     getOperation().walk([&](linalg::GenericOp op) {
       if (op->getNumResults() != 1 || !op.hasPureTensorSemantics() ||
-          op.getNumParallelLoops() != op.getNumLoops() || isWidening(op) ||
+          op.getNumParallelLoops() != op.getNumLoops() ||
+          lazymlir::isBf16Widening(op) ||
           !op.getDpsInitOperand(0)->get().getDefiningOp<tensor::EmptyOp>() ||
           op.payloadUsesValueFromOperand(op.getDpsInitOperand(0)))
         return;
@@ -232,22 +223,11 @@ struct FuseRowReductionsPass
         candidates.push_back(op);
     });
     for (linalg::GenericOp op : candidates) {
-      auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
-      auto extend = yield.getOperand(0).getDefiningOp<arith::ExtFOp>();
       Value wide = op->getResult(0);
       auto type = cast<RankedTensorType>(wide.getType());
-      auto empty =
-          op.getDpsInitOperand(0)->get().getDefiningOp<tensor::EmptyOp>();
+      Value empty = op.getDpsInitOperand(0)->get(); // the widening's init
+      lazymlir::yieldBf16InPlace(op, 0);
       OpBuilder builder(op);
-      Type bf16 = extend.getIn().getType();
-      auto narrowEmpty = tensor::EmptyOp::create(builder, op.getLoc(),
-                                                 empty.getMixedSizes(), bf16);
-      OpOperand *init = op.getDpsInitOperand(0);
-      init->set(narrowEmpty);
-      op.getMatchingBlockArgument(init).setType(bf16);
-      yield.setOperand(0, extend.getIn());
-      extend->erase();
-      wide.setType(type.clone(bf16));
       builder.setInsertionPointAfter(op);
       SmallVector<AffineMap> maps(
           2, builder.getMultiDimIdentityMap(type.getRank()));
@@ -274,7 +254,7 @@ struct FuseRowReductionsPass
     SmallVector<linalg::GenericOp> roots;
     for (Operation &op : getOperation().getBody().getOps())
       if (auto generic = dyn_cast<linalg::GenericOp>(op);
-          generic && !(runtimeGemms && isWidening(generic)))
+          generic && !(runtimeGemms && lazymlir::isBf16Widening(generic)))
         roots.push_back(generic);
     IRRewriter rewriter(&getContext());
     llvm::DenseSet<Operation *> erased;

@@ -60,7 +60,7 @@ arith::ExtFOp widenedBf16(Value value) {
 /// `value`'s producer (widenedBf16) made to yield the bf16 value itself:
 /// in place when `inPlace` (nothing else reads the float32 values), else
 /// in a copy of the producer. Returns the bf16 value.
-Value narrowProducer(Value value, arith::ExtFOp extend, bool inPlace) {
+Value narrowProducer(Value value, bool inPlace) {
   auto result = cast<OpResult>(value);
   auto producer = cast<linalg::GenericOp>(result.getOwner());
   unsigned index = result.getResultNumber();
@@ -68,22 +68,9 @@ Value narrowProducer(Value value, arith::ExtFOp extend, bool inPlace) {
     OpBuilder builder(producer);
     producer = cast<linalg::GenericOp>(builder.clone(*producer));
     result = producer->getResult(index);
-    auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
-    extend = yield.getOperand(index).getDefiningOp<arith::ExtFOp>();
   }
-  OpOperand *init = producer.getDpsInitOperand(index);
-  auto empty = init->get().getDefiningOp<tensor::EmptyOp>();
-  OpBuilder builder(producer);
-  Type bf16 = extend.getIn().getType();
-  auto narrowEmpty = tensor::EmptyOp::create(builder, empty.getLoc(),
-                                             empty.getMixedSizes(), bf16);
-  init->set(narrowEmpty);
-  producer.getMatchingBlockArgument(init).setType(bf16);
-  result.setType(narrowEmpty.getType());
-  auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
-  yield.setOperand(index, extend.getIn());
-  if (extend->use_empty())
-    extend->erase();
+  Operation *empty = producer.getDpsInitOperand(index)->get().getDefiningOp();
+  lazymlir::yieldBf16InPlace(producer, index);
   if (empty->use_empty())
     empty->erase();
   return result;
@@ -154,13 +141,15 @@ bool onlyReadRounded(Value value, SmallVectorImpl<OpOperand *> &uses,
 /// bias under bf16 autocast: round(A x B + bias), the bias rounded from its
 /// float32 parameter in the same body): the bf16 value, computed in the
 /// body by at most a few pure ops from block arguments of the reader's
-/// other inputs (collected in `inputs`, in order) and values from outside.
-/// The reader's loops must be `use`'s dimensions in order, so that the
-/// value for an element of `use` is one computed over `use`'s index space.
+/// other inputs and values from outside the reader. The reader's loops
+/// must be `use`'s dimensions in order, so that the value for an element of
+/// `use` is one computed over `use`'s index space.
 struct BiasBeforeRounding {
   Value bf16;                           // in the reader's body
   SmallVector<Operation *> ops;         // computing it, in body order
   SmallVector<BlockArgument> arguments; // the inputs' block arguments used
+  SmallVector<Value> outside;           // the reader's inputs and captures
+                                        // it reads: made before the init?
 };
 
 std::optional<BiasBeforeRounding>
@@ -186,17 +175,22 @@ biasAddedBeforeRounding(linalg::GenericOp reader, OpOperand *use) {
   SmallVector<Value> work = {bias.bf16};
   while (!work.empty()) {
     Value value = work.pop_back_val();
-    if (auto arg = dyn_cast<BlockArgument>(value)) {
-      if (arg.getOwner() != body)
-        continue; // from outside the reader
+    if (auto arg = dyn_cast<BlockArgument>(value);
+        arg && arg.getOwner() == body) {
       if (arg == argument || arg.getArgNumber() >= reader.getNumDpsInputs())
         return std::nullopt; // the product itself, or an output
-      if (!llvm::is_contained(bias.arguments, arg))
+      if (!llvm::is_contained(bias.arguments, arg)) {
         bias.arguments.push_back(arg);
+        bias.outside.push_back(reader.getDpsInputs()[arg.getArgNumber()]);
+      }
       continue;
     }
     Operation *def = value.getDefiningOp();
-    if (def->getBlock() != body || inSlice.contains(def))
+    if (!def || def->getBlock() != body) {
+      bias.outside.push_back(value); // captured from outside the reader
+      continue;
+    }
+    if (inSlice.contains(def))
       continue;
     if (!isPure(def) || def->getNumRegions() || inSlice.size() >= 8)
       return std::nullopt;
@@ -240,13 +234,13 @@ void narrowResult(linalg::GenericOp op) {
         result.getUses().begin()->getOperandNumber() < reader.getNumDpsInputs())
       bias = biasAddedBeforeRounding(reader, &*result.getUses().begin());
   if (bias) {
-    // Its inputs must exist before the product: the init is made there.
-    auto reader = cast<linalg::GenericOp>(*result.getUsers().begin());
-    for (BlockArgument arg : bias->arguments)
-      if (Operation *def =
-              reader.getDpsInputs()[arg.getArgNumber()].getDefiningOp();
-          def && def->getBlock() == op->getBlock() && op->isBeforeInBlock(def))
+    // What it reads must be visible at the product: the init is made there.
+    for (Value value : bias->outside) {
+      Operation *at = value.getParentBlock()->findAncestorOpInBlock(*op);
+      Operation *def = value.getDefiningOp();
+      if (!at || (def && !def->isBeforeInBlock(at)))
         return;
+    }
     uses.push_back(&*result.getUses().begin());
   } else if (!onlyReadRounded(result, uses, reshapes, false)) {
     return;
@@ -343,16 +337,7 @@ void narrowResult(linalg::GenericOp op) {
 /// weight's float32 copy), and that permutation; else none.
 std::optional<std::pair<Value, AffineMap>> permutedWidening(Value value) {
   auto producer = value.getDefiningOp<linalg::GenericOp>();
-  if (!producer || producer->getNumResults() != 1 ||
-      producer.getNumDpsInputs() != 1 || !producer.hasPureTensorSemantics() ||
-      producer.getNumParallelLoops() != producer.getNumLoops())
-    return std::nullopt;
-  Block *body = producer.getBody();
-  auto yield = cast<linalg::YieldOp>(body->getTerminator());
-  auto extend = yield.getOperand(0).getDefiningOp<arith::ExtFOp>();
-  if (!extend || extend.getIn() != body->getArgument(0) ||
-      &body->front() != extend.getOperation() ||
-      !extend.getIn().getType().isBF16() || !extend.getType().isF32())
+  if (!producer || !lazymlir::isBf16Widening(producer))
     return std::nullopt;
   SmallVector<AffineMap> maps = producer.getIndexingMapsArray();
   if (!maps[1].isIdentity() || !maps[0].isPermutation())
@@ -484,8 +469,8 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
   Value narrowOperand(Value value, OnlyChosenRead onlyChosenRead) {
     Value source = reshapeSource(value);
     if (source == value)
-      return narrowProducer(value, widenedBf16(value), onlyChosenRead(value));
-    Value narrow = narrowProducer(source, widenedBf16(source), false);
+      return narrowProducer(value, onlyChosenRead(value));
+    Value narrow = narrowProducer(source, false);
     Operation *reshape = value.getDefiningOp();
     OpBuilder builder(reshape);
     Operation *copy = builder.clone(*reshape);
@@ -498,3 +483,33 @@ struct MarkGemmsPass : lazymlir::impl::MarkGemmsPassBase<MarkGemmsPass> {
 };
 
 } // namespace
+
+bool lazymlir::isBf16Widening(linalg::GenericOp op) {
+  if (op->getNumResults() != 1 || op.getNumDpsInputs() != 1 ||
+      !op.hasPureTensorSemantics() ||
+      op.getNumParallelLoops() != op.getNumLoops())
+    return false;
+  Block *body = op.getBody();
+  auto yield = cast<linalg::YieldOp>(body->getTerminator());
+  auto extend = yield.getOperand(0).getDefiningOp<arith::ExtFOp>();
+  return extend && extend.getIn() == body->getArgument(0) &&
+         &body->front() == extend.getOperation() &&
+         extend.getIn().getType().isBF16() && extend.getType().isF32();
+}
+
+void lazymlir::yieldBf16InPlace(linalg::GenericOp producer, unsigned index) {
+  auto yield = cast<linalg::YieldOp>(producer.getBody()->getTerminator());
+  auto extend = yield.getOperand(index).getDefiningOp<arith::ExtFOp>();
+  OpOperand *init = producer.getDpsInitOperand(index);
+  auto empty = init->get().getDefiningOp<tensor::EmptyOp>();
+  OpBuilder builder(producer);
+  Type bf16 = extend.getIn().getType();
+  auto narrowEmpty = tensor::EmptyOp::create(builder, empty.getLoc(),
+                                             empty.getMixedSizes(), bf16);
+  init->set(narrowEmpty);
+  producer.getMatchingBlockArgument(init).setType(bf16);
+  producer->getResult(index).setType(narrowEmpty.getType());
+  yield.setOperand(index, extend.getIn());
+  if (extend->use_empty())
+    extend->erase();
+}

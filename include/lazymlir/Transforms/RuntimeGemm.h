@@ -37,6 +37,17 @@ bool isRuntimeGemm(mlir::linalg::LinalgOp op,
 bool readsAsMatrices(mlir::linalg::LinalgOp op,
                      llvm::ArrayRef<mlir::AffineMap> maps);
 
+/// Whether `op`, all parallel loops on tensors, only widens its one bf16
+/// input to float32: its body is one `arith.extf` of that input, yielded
+/// (MarkGemms.cpp; its maps are the caller's to check).
+bool isBf16Widening(mlir::linalg::GenericOp op);
+
+/// `producer`'s result `index`, which yields `arith.extf` of a bf16 value
+/// into a tensor.empty it never reads, made to yield the bf16 value into a
+/// new bf16 tensor.empty, in place (the extf goes when nothing else in the
+/// body reads it). The float32 tensor.empty is left to the caller.
+void yieldBf16InPlace(mlir::linalg::GenericOp producer, unsigned index);
+
 } // namespace lazymlir
 
 #endif // LAZYMLIR_TRANSFORMS_RUNTIMEGEMM_H
