@@ -37,6 +37,21 @@ float *gemmScratch(GemmBuffer which, size_t floats) {
   return buffer.data;
 }
 
+float bf16ToFloat(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint16_t floatToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return 0xffff;
+  return static_cast<uint16_t>((bits + 0x7fffu + (bits >> 16 & 1u)) >> 16);
+}
+
 #define GEMM_ISA(ns)                                                           \
   namespace ns {                                                               \
   GemmBlocking tile();                                                         \
@@ -75,22 +90,6 @@ int64_t cacheBytes(int name, int64_t fallback) {
 
 int64_t roundDown(int64_t value, int64_t multiple) {
   return std::max(multiple, value / multiple * multiple);
-}
-
-float bf16ToFloat(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-/// Rounded to nearest even, every NaN to 0xFFFF (as GemmBf16.cpp's store).
-uint16_t floatToBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u)
-    return 0xffff;
-  return static_cast<uint16_t>((bits + 0x7fffu + (bits >> 16 & 1u)) >> 16);
 }
 
 /// The blocking of a micro-tile from the caches this host reports: a KC x NR
@@ -451,37 +450,6 @@ void gemmBatched(const Kernel &kernel, const GemmArgs &args, int64_t batch,
         threads);
 }
 
-/// A bfloat16 product on a host without AVX512-BF16: A and B widened into
-/// float32 copies (a bf16 value is the high half of its float), then the
-/// float32 kernel.
-void widenedBf16(const GemmArgs &args, int64_t batch, int64_t aBatch,
-                 int64_t bBatch, int64_t cBatch, int threads) {
-  if (args.m <= 0 || args.n <= 0)
-    return;
-  std::vector<float> a(
-      static_cast<size_t>(args.m * std::max<int64_t>(args.k, 0))),
-      b(static_cast<size_t>(std::max<int64_t>(args.k, 0) * args.n));
-  auto widen = bf16ToFloat;
-  for (int64_t i = 0; i < batch; ++i) {
-    GemmArgs g = nthProduct(args, i, aBatch, bBatch, cBatch, 2);
-    auto *ga = reinterpret_cast<const uint16_t *>(g.a);
-    auto *gb = reinterpret_cast<const uint16_t *>(g.b);
-    for (int64_t r = 0; r < g.m; ++r)
-      for (int64_t p = 0; p < g.k; ++p)
-        a[r * g.k + p] = widen(ga[r * g.aRow + p * g.aCol]);
-    for (int64_t p = 0; p < g.k; ++p)
-      for (int64_t j = 0; j < g.n; ++j)
-        b[p * g.n + j] = widen(gb[p * g.bRow + j * g.bCol]);
-    g.a = a.data();
-    g.aRow = g.k;
-    g.aCol = 1;
-    g.b = b.data();
-    g.bRow = g.n;
-    g.bCol = 1;
-    run(g, hostKernel(), threads > 0 ? threads : teamCores());
-  }
-}
-
 /// Each product of a bf16 C computed into a float32 copy of C by `product`
 /// (C's old values widened into it first when the product adds to them),
 /// then rounded into C once.
@@ -513,6 +481,42 @@ void throughFloatC(const GemmArgs &args, int64_t batch, int64_t aBatch,
   }
 }
 
+/// A bfloat16 product on a host without AVX512-BF16: A and B widened into
+/// float32 copies (a bf16 value is the high half of its float), then the
+/// float32 kernel.
+void widenedBf16(const GemmArgs &args, int64_t batch, int64_t aBatch,
+                 int64_t bBatch, int64_t cBatch, int threads) {
+  if (args.cBf16) {
+    throughFloatC(args, batch, aBatch, bBatch, cBatch, [&](const GemmArgs &f) {
+      widenedBf16(f, 1, 0, 0, 0, threads);
+    });
+    return;
+  }
+  if (args.m <= 0 || args.n <= 0)
+    return;
+  std::vector<float> a(
+      static_cast<size_t>(args.m * std::max<int64_t>(args.k, 0))),
+      b(static_cast<size_t>(std::max<int64_t>(args.k, 0) * args.n));
+  for (int64_t i = 0; i < batch; ++i) {
+    GemmArgs g = nthProduct(args, i, aBatch, bBatch, cBatch, 2);
+    auto *ga = reinterpret_cast<const uint16_t *>(g.a);
+    auto *gb = reinterpret_cast<const uint16_t *>(g.b);
+    for (int64_t r = 0; r < g.m; ++r)
+      for (int64_t p = 0; p < g.k; ++p)
+        a[r * g.k + p] = bf16ToFloat(ga[r * g.aRow + p * g.aCol]);
+    for (int64_t p = 0; p < g.k; ++p)
+      for (int64_t j = 0; j < g.n; ++j)
+        b[p * g.n + j] = bf16ToFloat(gb[p * g.bRow + j * g.bCol]);
+    g.a = a.data();
+    g.aRow = g.k;
+    g.aCol = 1;
+    g.b = b.data();
+    g.bRow = g.n;
+    g.bCol = 1;
+    run(g, hostKernel(), threads > 0 ? threads : teamCores());
+  }
+}
+
 } // namespace
 
 void sgemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
@@ -524,12 +528,7 @@ void bf16GemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
                      int64_t bBatch, int64_t cBatch, int threads) {
   static const bool dot = hostHas("avx512bf16");
   if (!dot) {
-    if (args.cBf16)
-      throughFloatC(
-          args, batch, aBatch, bBatch, cBatch,
-          [&](const GemmArgs &f) { widenedBf16(f, 1, 0, 0, 0, threads); });
-    else
-      widenedBf16(args, batch, aBatch, bBatch, cBatch, threads);
+    widenedBf16(args, batch, aBatch, bBatch, cBatch, threads);
     return;
   }
   static const Kernel kernel = kernelFor("avx512bf16");
@@ -556,12 +555,7 @@ void bf16GemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
 
 bool bf16GemmWith(const GemmArgs &args, const std::string &isa, int threads) {
   if (isa == "widen") {
-    if (args.cBf16)
-      throughFloatC(args, 1, 0, 0, 0, [&](const GemmArgs &f) {
-        widenedBf16(f, 1, 0, 0, 0, threads);
-      });
-    else
-      widenedBf16(args, 1, 0, 0, 0, threads);
+    widenedBf16(args, 1, 0, 0, 0, threads);
     return true;
   }
   if (!isa.empty() && (isa != "avx512bf16" || !hostHas(isa)))

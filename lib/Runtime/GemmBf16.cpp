@@ -171,19 +171,6 @@ inline __m512 widen16(const uint16_t *p) {
                             reinterpret_cast<const __m256i *>(p))),
                         16));
 }
-inline uint16_t roundToBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u)
-    return 0xffff;
-  return static_cast<uint16_t>((bits + 0x7fffu + (bits >> 16 & 1u)) >> 16);
-}
-inline float widen(uint16_t value) {
-  uint32_t bits = static_cast<uint32_t>(value) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
 
 /// C's MR x NR tile at `c` += (with `overwrite`, =) the packed slivers'
 /// product over `pairs` pairs of K; an edge tile or a C whose rows are not
@@ -239,7 +226,7 @@ void micro(int64_t pairs, const uint32_t *__restrict a,
     for (int j = 0; j < nr; ++j) {
       CT &at = c[i * cRow + j * cCol];
       if constexpr (Bf16C)
-        at = roundToBf16(overwrite ? tile[i][j] : widen(at) + tile[i][j]);
+        at = floatToBf16(overwrite ? tile[i][j] : bf16ToFloat(at) + tile[i][j]);
       else
         at = overwrite ? tile[i][j] : at + tile[i][j];
     }

@@ -11,6 +11,7 @@
 #define LAZYMLIR_RUNTIME_GEMMSCRATCH_H
 
 #include <cstddef>
+#include <cstdint>
 
 namespace lazymlir {
 
@@ -24,6 +25,13 @@ enum class GemmBuffer {
 /// aligned, grown as needed and kept for the thread's life; the process
 /// aborts when it cannot be allocated (a few MB at most).
 float *gemmScratch(GemmBuffer which, size_t floats);
+
+/// A bf16 value (its bits) widened to float32, and a float32 rounded to
+/// bf16 (to nearest even, every NaN to 0xFFFF, as
+/// lazymlir-expand-bf16-conversions rounds a truncf): calls for the same
+/// reason, used where C is not stored a vector at a time.
+float bf16ToFloat(uint16_t bits);
+uint16_t floatToBf16(float value);
 
 } // namespace lazymlir
 

@@ -258,6 +258,18 @@ def _bf16gemm(a, b, c, isa="", threads=0, accumulate=True):
     return _gemm(a, b, c, isa, threads, accumulate, gemm=_native.bf16gemm)
 
 
+def _bf16_products(extra_shapes):
+    """(m, n, k, layout, A, B, A @ B in float64) for SHAPES and
+    ``extra_shapes`` with bf16 A and B in each of the four layouts (bit 0: A
+    read transposed in place, bit 1: B), seeded."""
+    torch.manual_seed(0)
+    for m, n, k in SHAPES + extra_shapes:
+        for layout in range(4):
+            a = torch.randn(k, m).bfloat16().t() if layout & 1 else torch.randn(m, k).bfloat16()
+            b = torch.randn(n, k).bfloat16().t() if layout & 2 else torch.randn(k, n).bfloat16()
+            yield m, n, k, layout, a, b, a.double() @ b.double()
+
+
 @pytest.mark.parametrize("isa", ["avx512bf16", "widen"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_bf16_kernel_matches_float64_for_every_layout(isa, threads):
@@ -270,20 +282,15 @@ def test_bf16_kernel_matches_float64_for_every_layout(isa, threads):
     if isa == "avx512bf16" and "avx512_bf16" not in _flags():
         assert not _bf16gemm(torch.ones(1, 1).bfloat16(), torch.ones(1, 1).bfloat16(), torch.zeros(1, 1), isa)
         pytest.skip("no AVX512-BF16 on this host")
-    torch.manual_seed(0)
-    for m, n, k in SHAPES + [(700, 300, 601), (40, 700, 1031)]:
-        for layout in range(4):
-            a = torch.randn(k, m).bfloat16().t() if layout & 1 else torch.randn(m, k).bfloat16()
-            b = torch.randn(n, k).bfloat16().t() if layout & 2 else torch.randn(k, n).bfloat16()
-            want = a.double() @ b.double()
-            for c_kind in ("rows", "slice", "overwrite"):
-                c = torch.randn(m, n + 5)[:, 2 : 2 + n] if c_kind == "slice" else torch.randn(m, n)
-                if c_kind == "overwrite":
-                    c.fill_(float("nan"))
-                before = torch.zeros(m, n) if c_kind == "overwrite" else c.clone()
-                assert _bf16gemm(a, b, c, isa, threads, accumulate=c_kind != "overwrite")
-                err = (c.double() - before.double() - want).abs().max()
-                assert err <= 1e-5 * k**0.5 * 4, (isa, m, n, k, layout, c_kind, err)
+    for m, n, k, layout, a, b, want in _bf16_products([(700, 300, 601), (40, 700, 1031)]):
+        for c_kind in ("rows", "slice", "overwrite"):
+            c = torch.randn(m, n + 5)[:, 2 : 2 + n] if c_kind == "slice" else torch.randn(m, n)
+            if c_kind == "overwrite":
+                c.fill_(float("nan"))
+            before = torch.zeros(m, n) if c_kind == "overwrite" else c.clone()
+            assert _bf16gemm(a, b, c, isa, threads, accumulate=c_kind != "overwrite")
+            err = (c.double() - before.double() - want).abs().max()
+            assert err <= 1e-5 * k**0.5 * 4, (isa, m, n, k, layout, c_kind, err)
 
 
 @pytest.mark.parametrize("isa", ["avx512bf16", "widen"])
@@ -297,29 +304,24 @@ def test_bf16_kernel_rounds_a_bf16_c_once(isa, threads):
     Accumulating widens C's old values first; a strided C; NaN -> 0xFFFF."""
     if isa == "avx512bf16" and "avx512_bf16" not in _flags():
         pytest.skip("no AVX512-BF16 on this host")
-    torch.manual_seed(0)
-    for m, n, k in SHAPES + [(700, 300, 601), (40, 70, 5000)]:
-        for layout in range(4):
-            a = torch.randn(k, m).bfloat16().t() if layout & 1 else torch.randn(m, k).bfloat16()
-            b = torch.randn(n, k).bfloat16().t() if layout & 2 else torch.randn(k, n).bfloat16()
-            want = a.double() @ b.double()
-            for c_kind in ("rows", "slice", "overwrite"):
-                full = torch.randn(m, n + 5).bfloat16()
-                c = full[:, 2 : 2 + n] if c_kind == "slice" else full[:, :n].contiguous()
-                if c_kind == "overwrite":
-                    c.fill_(float("nan"))
-                before = torch.zeros(m, n) if c_kind == "overwrite" else c.double()
-                beside = (full[:, :2].clone(), full[:, 2 + n :].clone())
-                assert _bf16gemm(a, b, c, isa, threads, accumulate=c_kind != "overwrite")
-                if c_kind == "slice":  # nothing written beside the slice
-                    assert torch.equal(full[:, :2], beside[0]) and torch.equal(full[:, 2 + n :], beside[1])
-                exact = (before.double() + want).float()
-                bound = exact.abs() * 2**-8 + 1e-5 * k**0.5 * 4  # half a bf16 ulp + the sums' rounding
-                assert ((c.double() - exact.double()).abs() <= bound.double()).all(), (isa, m, n, k, layout, c_kind)
-                if k <= 512 and isa == "avx512bf16" and c_kind == "overwrite":
-                    c32 = torch.empty(m, n)
-                    assert _bf16gemm(a, b, c32, isa, threads, accumulate=False)
-                    assert torch.equal(c, c32.bfloat16()), (m, n, k, layout)
+    for m, n, k, layout, a, b, want in _bf16_products([(700, 300, 601), (40, 70, 5000)]):
+        for c_kind in ("rows", "slice", "overwrite"):
+            full = torch.randn(m, n + 5).bfloat16()
+            c = full[:, 2 : 2 + n] if c_kind == "slice" else full[:, :n].contiguous()
+            if c_kind == "overwrite":
+                c.fill_(float("nan"))
+            before = torch.zeros(m, n) if c_kind == "overwrite" else c.double()
+            beside = (full[:, :2].clone(), full[:, 2 + n :].clone())
+            assert _bf16gemm(a, b, c, isa, threads, accumulate=c_kind != "overwrite")
+            if c_kind == "slice":  # nothing written beside the slice
+                assert torch.equal(full[:, :2], beside[0]) and torch.equal(full[:, 2 + n :], beside[1])
+            exact = (before.double() + want).float()
+            bound = exact.abs() * 2**-8 + 1e-5 * k**0.5 * 4  # half a bf16 ulp + the sums' rounding
+            assert ((c.double() - exact.double()).abs() <= bound.double()).all(), (isa, m, n, k, layout, c_kind)
+            if k <= 512 and isa == "avx512bf16" and c_kind == "overwrite":
+                c32 = torch.empty(m, n)
+                assert _bf16gemm(a, b, c32, isa, threads, accumulate=False)
+                assert torch.equal(c, c32.bfloat16()), (m, n, k, layout)
     a, b = torch.ones(20, 40).bfloat16(), torch.ones(40, 30).bfloat16()
     a[3, 7] = float("nan")
     c = torch.zeros(20, 30).bfloat16()
