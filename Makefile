@@ -27,9 +27,9 @@ bench: build
 	$(VPY) bench/suite.py $(BENCH_ARGS)
 
 # The tests in two tiers: `make test` (lit, then pytest without the tests
-# marked slow: ~5 min on 2 cores once built) and `make test-slow` (the
+# marked slow: ~8 min on 2 cores once built) and `make test-slow` (the
 # subprocess-heavy ones: bench smoke runs, disk-cache processes, memory
-# soaks; ~4 min). CI (.ci/run) runs lint and both.
+# soaks; ~7 min). CI (.ci/run) runs lint and both.
 test: build
 	@set -o pipefail; status=0; \
 	echo "== lit (lazymlir-opt passes and pipelines) =="; \
