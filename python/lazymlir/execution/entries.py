@@ -9,8 +9,6 @@ and dynamic variants; ``run.execute`` caches and runs them."""
 
 import atexit
 import functools
-import linecache
-import re
 import threading
 import time
 import warnings
@@ -20,6 +18,7 @@ import torch
 
 from .. import _device, config, metrics
 from . import cache
+from .eager_fx import run_fx
 
 aten = torch.ops.aten
 
@@ -265,140 +264,6 @@ def _close(out: torch.Tensor, ref: torch.Tensor) -> bool:
     rtol = 1e-3 if ref.dtype in (torch.float32, torch.float64) else 3e-2
     scale = b.abs().max().item()
     return bool(((a - b).abs() <= rtol * b.abs() + rtol * scale + 1e-6).all())
-
-
-def run_fx(gm, inputs: List[torch.Tensor], outs: List[torch.Tensor], donated=()) -> None:
-    """Run a graph's FX module eagerly, its i-th result written into outs[i]
-    as soon as it is computed (:func:`_into`): a result then dies at its
-    last use, not at the end of the graph, and a step run eagerly holds its
-    new state once, in ``outs``, instead of twice. ``donated``: (input,
-    output) pairs whose output buffer may be the input's own (see
-    ``donation.assign``). Grad mode and autocast are per thread: on the
-    worker they are off; a waiting thread that runs the graph itself
-    (run._wait_for) may be inside torch.autocast, which would change the
-    recorded dtypes. Its large CPU allocations come from the runtime's
-    buffer pool (``_device.pooled_allocations``: fresh glibc mappings fault
-    their pages in on every run)."""
-    pooled = _device.pooled_allocations(True)
-    try:
-        with torch.no_grad(), torch.autocast("cpu", enabled=False):
-            _into(gm, tuple(donated))(*inputs, *outs)
-    except Exception as e:
-        _name_failed_op(e)
-        raise
-    finally:
-        _device.pooled_allocations(pooled)
-
-
-def _into(gm, donated: tuple):
-    """``gm`` rewritten to take its outputs' buffers after its inputs and
-    copy each result into its buffer right after the op that computes it
-    (built once per module and donation). An output whose buffer may be
-    donated input i's is written only after the last op reading input i or
-    a view of it, or at the end when an output is such a view: then after
-    the other outputs, from copies of the values that are views of donated
-    inputs. Ops after a write read the output's buffer, not the result."""
-    cache = gm.__dict__.setdefault("_lazymlir_into", {})
-    built = cache.get(donated)
-    if built is not None:
-        return built
-    nodes = list(gm.graph.nodes)
-    output = nodes[-1]
-    values = list(output.args[0])
-    count = sum(n.op == "placeholder" for n in nodes)
-    assert all(n.op == "placeholder" for n in nodes[:count]), "placeholders first"
-    placeholders = nodes[:count]
-    pos = {n: k for k, n in enumerate(nodes)}
-    end = len(nodes)  # after every op
-    at = [max(pos[v], count - 1) if isinstance(v, torch.fx.Node) else count - 1 for v in values]
-    alias = _aliases(nodes, {placeholders[i]: i for i, _ in donated})
-    shared = {n for n, inputs in alias.items() if inputs}  # views of donated inputs
-    viewed = {i for v in values if isinstance(v, torch.fx.Node) for i in alias.get(v, ())}
-    last_read = {}
-    for n in nodes[:-1]:
-        for a in n.all_input_nodes:
-            for i in alias.get(a, ()):
-                last_read[i] = pos[n]
-    for i, j in donated:
-        at[j] = end if i in viewed else max(at[j], last_read.get(i, at[j]))
-    into = {j for _, j in donated}
-    order = sorted(range(len(values)), key=lambda j: (at[j], j in into))
-    g = torch.fx.Graph()
-    env = {}
-    buffers = []
-
-    def write(j, value):
-        # The buffer's pages now, from the pool's idle blocks (the op's own
-        # temporaries died before it): not held through the ops before.
-        g.call_function(_device.output_ready, (buffers[j],))
-        g.call_function(aten.copy_.default, (buffers[j], value))
-        v = values[j]
-        if isinstance(v, torch.fx.Node) and env.get(v) is value:
-            # Later readers read the buffer: the result dies now, not at its
-            # last reader (an optimizer's new moments were held twice).
-            env[v] = buffers[j]
-
-    if count == 0:
-        buffers = [g.placeholder(f"out{j}") for j in range(len(values))]
-    for k, n in enumerate(nodes[:-1]):
-        env[n] = g.node_copy(n, env.__getitem__)
-        if k == count - 1:
-            buffers = [g.placeholder(f"out{j}") for j in range(len(values))]
-        while order and at[order[0]] <= k:
-            j = order.pop(0)
-            write(j, env[values[j]] if isinstance(values[j], torch.fx.Node) else values[j])
-    # Donated outputs written at the end: the values that are views of
-    # donated inputs are copied before any of those inputs is overwritten.
-    clones = {}
-    for v in values if order else ():
-        if isinstance(v, torch.fx.Node) and v in shared and v not in clones:
-            clones[v] = g.call_function(aten.clone.default, (env[v],))
-    for j in order:
-        v = values[j]
-        write(j, clones.get(v, env[v]) if isinstance(v, torch.fx.Node) else v)
-    g.output(None)
-    built = cache[donated] = torch.fx.GraphModule({}, g)
-    return built
-
-
-def _aliases(nodes, sources: dict) -> dict:
-    """For each node, the ``sources`` (node -> index) whose memory it may
-    share: those it was computed from (directly or through other such
-    nodes) by an op whose schema says its result may alias an argument, or
-    by anything that is not an ATen op."""
-    alias = {n: frozenset((i,)) for n, i in sources.items()}
-    for n in nodes:
-        if n.op != "call_function" or n in alias:
-            continue
-        found = frozenset().union(*(alias.get(a, frozenset()) for a in n.all_input_nodes))
-        if not found:
-            continue
-        target = n.target
-        if isinstance(target, torch._ops.OpOverload) and not any(
-            r.alias_info is not None for r in target._schema.returns
-        ):
-            continue  # a new tensor
-        alias[n] = found
-    return alias
-
-
-_OP_CALL = re.compile(r"torch\.ops\.(\w+)\.(\w+)\.(\w+)\(")
-
-
-def _name_failed_op(e: BaseException) -> None:
-    """A note on the error an FX graph raised: the aten op of its line in
-    the graph's generated code (eager's messages, "index out of range in
-    self", do not name it)."""
-    tb = e.__traceback__
-    op = None
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_filename.startswith("<eval_with_key>"):
-            found = _OP_CALL.search(linecache.getline(code.co_filename, tb.tb_lineno, tb.tb_frame.f_globals))
-            op = ".".join(found.groups()) if found else op
-        tb = tb.tb_next
-    if op is not None:
-        e.add_note(f"lazymlir: raised by {op} in the step's graph, run eagerly")
 
 
 class Eager(Donating):

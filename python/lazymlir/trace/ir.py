@@ -346,6 +346,9 @@ def graph_hash(key: tuple) -> str:
 # values and is always valid.
 AS_RESHAPE = frozenset({aten.view.default, aten._unsafe_view.default})
 
+# The FX node meta key of a static graph's values' meta tensors (to_fx).
+VAL = "lazymlir_val"
+
 # Ops that address their input's memory, not its value.
 ADDRESSES_STORAGE = {aten.as_strided.default, aten.as_strided_scatter.default}
 
@@ -372,13 +375,20 @@ def to_fx(graph: Graph, rewrite=None, phantoms: int = 0) -> torch.fx.GraphModule
     g = torch.fx.Graph()
     env = {}
     perms = graph.input_perms or [None] * len(graph.inputs)
+    # Static graphs: each value's meta tensor (its shape and dtype), which
+    # eager_fx._into reads to run an op into a buffer that holds no live value.
+    static = rewrite is None and phantoms == 0
     for i, (n, perm) in enumerate(zip(graph.inputs, perms)):
         env[n] = g.placeholder(f"arg{i}")
-        if perm is not None:  # the contiguous buffer of a dense layout: back to the logical order
-            env[n] = g.call_function(aten.permute.default, (env[n], inverse_perm(perm)))
+        if static and perm is None and type(n.meta) is torch.Tensor:
+            env[n].meta[VAL] = n.meta
     scalars = [g.placeholder(f"scalar{i}") for i in range(len(graph.scalars))]
     for j in range(phantoms):
         env[("phantom", j)] = g.placeholder(f"phantom{j}")
+    # Placeholders first (eager_fx._into adds the outputs' after them).
+    for n, perm in zip(graph.inputs, perms):
+        if perm is not None:  # the contiguous buffer of a dense layout: back to the logical order
+            env[n] = g.call_function(aten.permute.default, (env[n], inverse_perm(perm)))
 
     def fx_arg(a):
         return map_nodes(a, env.__getitem__)
@@ -395,7 +405,7 @@ def to_fx(graph: Graph, rewrite=None, phantoms: int = 0) -> torch.fx.GraphModule
         if rewrite is not None:
             args, kwargs = rewrite(g, env, n, args, kwargs)
         if lifted is not None:
-            env[n] = _lifted_call(g, n, fx_arg(args), {k: fx_arg(v) for k, v in kwargs.items()}, lifted)
+            env[n] = _lifted_call(g, n, fx_arg(args), {k: fx_arg(v) for k, v in kwargs.items()}, lifted, static)
         elif op in AS_RESHAPE:
             env[n] = g.call_function(aten.reshape.default, (env[args[0]], list(args[1])))
         elif op is operator.getitem:
@@ -412,6 +422,8 @@ def to_fx(graph: Graph, rewrite=None, phantoms: int = 0) -> torch.fx.GraphModule
             # rounding reads them: some ops return float32 statistics too).
             metas = n.meta if isinstance(n.meta, (tuple, list)) else (n.meta,)
             env[n].meta["lazymlir_dtypes"] = tuple(m.dtype if isinstance(m, torch.Tensor) else None for m in metas)
+        if static and type(n.meta) is torch.Tensor and isinstance(env[n], torch.fx.Node):
+            env[n].meta[VAL] = n.meta
     outs = []
     for o, perm in zip(graph.outputs, graph.output_perms or [None] * len(graph.outputs)):
         v = env[o]
@@ -422,10 +434,27 @@ def to_fx(graph: Graph, rewrite=None, phantoms: int = 0) -> torch.fx.GraphModule
     return torch.fx.GraphModule({}, g)
 
 
-def _lifted_call(g, n, args, kwargs, s):
+def _lifted_call(g, n, args, kwargs, s, static=False):
     """``n``'s op with its lifted floats read from the 0-dim placeholders ``s``
-    (by position), evaluated in the order of eager's CPU kernels."""
-    call = g.call_function
+    (by position), evaluated in the order of eager's CPU kernels. ``static``:
+    an intermediate product of a float tensor and a lifted number gets the
+    tensors' meta when they have one shape and float dtype (a 0-dim float
+    changes neither)."""
+
+    def call(op, call_args, call_kwargs=None):
+        node = g.call_function(op, call_args, call_kwargs)
+        if static and op in (aten.mul.Tensor, aten.div.Tensor):
+            vals = [a.meta.get(VAL) for a in call_args if isinstance(a, torch.fx.Node) and a not in lifts]
+            val = vals[0] if vals else None
+            if (
+                val is not None
+                and val.dtype.is_floating_point
+                and all(v is not None and v.shape == val.shape and v.dtype == val.dtype for v in vals)
+            ):
+                node.meta[VAL] = val
+        return node
+
+    lifts = set(s.values())
     name = n.sig[0]
     args = [s.get(i, a) for i, a in enumerate(args)]
     if name.startswith(("aten.mul.", "aten.div.")):
