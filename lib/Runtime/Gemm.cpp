@@ -241,6 +241,30 @@ const HostChoice &hostChoice() {
 
 const Kernel &hostKernel() { return hostChoice().kernel; }
 
+/// The measured kernel for C's m x n (its index in `choice.measured`, or -1
+/// for the host's pick; see gemmKernelFor).
+int kernelIndexFor(const HostChoice &choice, int64_t m, int64_t n) {
+  std::vector<GemmTileRate> rates;
+  int host = -1;
+  for (const auto &[kernel, rate] : choice.measured) {
+    if (kernel.isa == choice.kernel.isa &&
+        kernel.blocking.kc == choice.kernel.blocking.kc)
+      host = static_cast<int>(rates.size());
+    rates.push_back({kernel.blocking.mr, kernel.blocking.nr, rate});
+  }
+  if (host < 0)
+    return -1;
+  size_t picked = pickGemmTile(rates, static_cast<size_t>(host), m, n);
+  return picked == static_cast<size_t>(host) ? -1 : static_cast<int>(picked);
+}
+
+/// The float32 kernel for a product with C m x n on this host.
+const Kernel &kernelForShape(int64_t m, int64_t n) {
+  const HostChoice &choice = hostChoice();
+  int i = kernelIndexFor(choice, m, n);
+  return i < 0 ? choice.kernel : choice.measured[i].first;
+}
+
 /// Waits, spinning a little and then yielding the core, until `ready()`.
 template <typename Ready> void waitUntil(Ready ready) {
   for (int spins = 0; !ready(); ++spins) {
@@ -513,7 +537,7 @@ void widenedBf16(const GemmArgs &args, int64_t batch, int64_t aBatch,
     g.b = b.data();
     g.bRow = g.n;
     g.bCol = 1;
-    run(g, hostKernel(), threads > 0 ? threads : teamCores());
+    run(g, kernelForShape(g.m, g.n), threads > 0 ? threads : teamCores());
   }
 }
 
@@ -521,7 +545,8 @@ void widenedBf16(const GemmArgs &args, int64_t batch, int64_t aBatch,
 
 void sgemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
                   int64_t bBatch, int64_t cBatch, int threads) {
-  gemmBatched(hostKernel(), args, batch, aBatch, bBatch, cBatch, threads);
+  gemmBatched(kernelForShape(args.m, args.n), args, batch, aBatch, bBatch,
+              cBatch, threads);
 }
 
 void bf16GemmBatched(const GemmArgs &args, int64_t batch, int64_t aBatch,
@@ -567,8 +592,7 @@ bool bf16GemmWith(const GemmArgs &args, const std::string &isa, int threads) {
 bool sgemmWith(const GemmArgs &args, const std::string &isa, int threads) {
   if (args.cBf16 || (!isa.empty() && !hostHas(isa)))
     return false;
-  run(args,
-      isa.empty() || isa == hostKernel().isa ? hostKernel() : kernelFor(isa),
+  run(args, isa.empty() ? kernelForShape(args.m, args.n) : kernelFor(isa),
       threads > 0 ? threads : teamCores());
   return true;
 }
@@ -616,6 +640,22 @@ std::string describe(const Kernel &k) {
          std::to_string(k.blocking.mc) + " nc " + std::to_string(k.blocking.nc);
 }
 } // namespace
+
+size_t pickGemmTile(const std::vector<GemmTileRate> &tiles, size_t host,
+                    int64_t m, int64_t n) {
+  auto seconds = [&](const GemmTileRate &t) {
+    if (t.rate <= 0.0)
+      return 1e300;
+    double rows = static_cast<double>((m + t.mr - 1) / t.mr * t.mr);
+    double cols = static_cast<double>((n + t.nr - 1) / t.nr * t.nr);
+    return rows * cols / t.rate;
+  };
+  size_t picked = host;
+  for (size_t i = 0; i < tiles.size(); ++i)
+    if (seconds(tiles[i]) < 0.97 * seconds(tiles[picked]))
+      picked = i;
+  return picked;
+}
 
 std::string gemmKernelDescription() {
   const HostChoice &choice = hostChoice();

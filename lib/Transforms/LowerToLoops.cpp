@@ -251,14 +251,8 @@ struct LowerToLoopsPass
   /// The loops come from linalgOpToLoops: from 0 by 1, bounds defined
   /// before the outermost.
   /// When `depth` covers the whole nest, its innermost loop would be the
-  /// OpenMP loop itself: with the guided schedule
-  /// (lazymlir-schedule-worksharing), that loop reloads its upper bound
-  /// from the runtime's chunk variable after every iteration (a store in
-  /// the body may write it, as far as LLVM can tell), and LLVM's vectorizer
-  /// gives up on it as uncountable; every elementwise kernel collapsed to
-  /// one dimension ran one element at a time. Strip-mined, the parallel
-  /// loop takes blocks of kBlock iterations and each block is a countable
-  /// loop with bounds of its own. The nest's loops are updated in place.
+  /// OpenMP loop itself: it is strip-mined into blocks of kBlock iterations
+  /// (lazymlir::stripMineInnermost says why).
   static constexpr int64_t kBlock = 1024;
   void stripMineInnermost(RewriterBase &rewriter,
                           SmallVectorImpl<Operation *> &loops, unsigned depth) {
@@ -267,28 +261,9 @@ struct LowerToLoopsPass
     if (allParallel || depth != loops.size())
       return;
     auto inner = dyn_cast<scf::ForOp>(loops.back());
-    if (!inner || inner.getNumRegionIterArgs() != 0 ||
-        !matchPattern(inner.getStep(), m_One()))
+    if (!inner || !matchPattern(inner.getStep(), m_One()))
       return;
-    std::optional<APInt> trips = inner.getStaticTripCount();
-    if (trips && trips->getSExtValue() <= kBlock)
-      return;
-    Location loc = inner.getLoc();
-    rewriter.setInsertionPoint(inner);
-    Value block = arith::ConstantIndexOp::create(rewriter, loc, kBlock);
-    auto blocks = scf::ForOp::create(rewriter, loc, inner.getLowerBound(),
-                                     inner.getUpperBound(), block);
-    rewriter.setInsertionPointToStart(blocks.getBody());
-    Value begin = blocks.getInductionVar();
-    Value end = arith::MinSIOp::create(
-        rewriter, loc, arith::AddIOp::create(rewriter, loc, begin, block),
-        inner.getUpperBound());
-    rewriter.moveOpBefore(inner, blocks.getBody()->getTerminator());
-    rewriter.modifyOpInPlace(inner, [&] {
-      inner.setLowerBound(begin);
-      inner.setUpperBound(end);
-    });
-    loops.back() = blocks;
+    lazymlir::stripMineInnermost(rewriter, loops, kBlock);
   }
 
   void guardedBySize(RewriterBase &rewriter, ArrayRef<Operation *> loops,

@@ -2,6 +2,8 @@
 
 #include "ParallelLoops.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/AffineExpr.h"
 
 #include <limits>
@@ -103,4 +105,35 @@ scf::ParallelOp lazymlir::parallelizeLoopNest(RewriterBase &rewriter,
   }
   rewriter.eraseOp(outer);
   return parallel;
+}
+
+void lazymlir::stripMineInnermost(RewriterBase &rewriter,
+                                  SmallVectorImpl<Operation *> &loops,
+                                  int64_t iterations) {
+  auto inner = dyn_cast<scf::ForOp>(loops.back());
+  if (!inner || inner.getNumRegionIterArgs() != 0)
+    return;
+  std::optional<int64_t> step = getConstantIntValue(inner.getStep());
+  if (!step || *step <= 0)
+    return;
+  std::optional<APInt> trips = inner.getStaticTripCount();
+  if (trips && trips->getSExtValue() <= iterations)
+    return;
+  Location loc = inner.getLoc();
+  rewriter.setInsertionPoint(inner);
+  Value block =
+      arith::ConstantIndexOp::create(rewriter, loc, *step * iterations);
+  auto blocks = scf::ForOp::create(rewriter, loc, inner.getLowerBound(),
+                                   inner.getUpperBound(), block);
+  rewriter.setInsertionPointToStart(blocks.getBody());
+  Value begin = blocks.getInductionVar();
+  Value end = arith::MinSIOp::create(
+      rewriter, loc, arith::AddIOp::create(rewriter, loc, begin, block),
+      inner.getUpperBound());
+  rewriter.moveOpBefore(inner, blocks.getBody()->getTerminator());
+  rewriter.modifyOpInPlace(inner, [&] {
+    inner.setLowerBound(begin);
+    inner.setUpperBound(end);
+  });
+  loops.back() = blocks;
 }

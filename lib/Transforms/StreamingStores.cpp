@@ -31,6 +31,9 @@ namespace {
 /// register; also the alignment those stores need.
 constexpr int64_t kStreamBytes = 64;
 
+/// Vector stores per block of a parallel vector loop (4 KiB).
+constexpr int64_t kBlockVectors = 64;
+
 struct StreamingStoresPass
     : lazymlir::impl::StreamingStoresPassBase<StreamingStoresPass> {
   using Base::Base;
@@ -52,6 +55,17 @@ struct StreamingStoresPass
     if (!sourceType.hasStaticShape() || !sourceType.getLayout().isIdentity())
       return 0;
     return sourceType.getNumElements() * elementBytes;
+  }
+
+  /// Whether `op` also reads the buffer it writes (an in-place update: a
+  /// donated parameter or optimizer moment). Its vector loop then stores
+  /// normally: a non-temporal store to a line the loop has just read sends
+  /// it to memory a second time (an in-place a += 0.001 * b over 50M floats:
+  /// 18.1 ms streamed, 13.4 ms with plain stores, eager's add_ 13.0).
+  static bool readsOutput(linalg::GenericOp op) {
+    Value out = op.getDpsInitOperand(0)->get();
+    return llvm::any_of(op.getDpsInputOperands(),
+                        [&](OpOperand *input) { return input->get() == out; });
   }
 
   /// Elements per 64-byte vector store when `op` is an elementwise kernel
@@ -260,7 +274,7 @@ struct StreamingStoresPass
     Value result = widen(
         mapping.lookupOrDefault(op.getBody()->getTerminator()->getOperand(0)));
     vector::StoreOp::create(rewriter, loc, result, out, ivs,
-                            /*nontemporal=*/true,
+                            /*nontemporal=*/!readsOutput(op),
                             llvm::MaybeAlign(kStreamBytes));
 
     unsigned depth = 0;
@@ -268,6 +282,8 @@ struct StreamingStoresPass
       depth = ranges.size() == 1
                   ? lazymlir::leadingParallelDepth({ranges.front() / width})
                   : lazymlir::kernelParallelDepth(op);
+    if (depth == loops.size()) // the vector loop itself parallel: in blocks
+      lazymlir::stripMineInnermost(rewriter, loops, kBlockVectors);
     if (depth > 0)
       lazymlir::parallelizeLoopNest(rewriter, loops, depth);
   }

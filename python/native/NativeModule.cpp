@@ -345,7 +345,25 @@ NB_MODULE(_native, m) {
       "The host's float32 multiply-add peak in GFLOP/s, measured on every "
       "core with the GEMM kernel's ISA (about 0.1 s).");
   m.def("gemm_kernel", &gemmKernelDescription,
-        "The GEMM micro-kernel and cache blocking chosen for this host.");
+        "The GEMM micro-kernel and cache blocking chosen for this host "
+        "(for large products; see gemm_pick).");
+  m.def(
+      "gemm_pick",
+      [](int64_t m, int64_t n,
+         const std::vector<std::tuple<int64_t, int64_t, double>> &tiles,
+         size_t host) {
+        std::vector<GemmTileRate> rates;
+        for (const auto &[mr, nr, rate] : tiles)
+          rates.push_back({mr, nr, rate});
+        if (host >= rates.size())
+          throw nb::index_error("host: not one of the tiles");
+        return pickGemmTile(rates, host, m, n);
+      },
+      nb::arg("m"), nb::arg("n"), nb::arg("tiles"), nb::arg("host"),
+      "For tests: which of the float32 micro-kernels `tiles` ((MR, NR, "
+      "measured GFLOP/s) each) computes C's m x n, `host` the pick for "
+      "large products: the soonest done counting the tiles' padding at C's "
+      "edges, the host's unless another is at least 3% sooner.");
   m.def("host_wait_begin", &beginHostWait,
         "The host thread starts blocking on background runs.");
   m.def("host_wait_end", &endHostWait, "The host thread stops waiting.");

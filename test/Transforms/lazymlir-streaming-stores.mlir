@@ -57,11 +57,18 @@ func.func @row_bias_sqrt(%a: memref<256x1024xf32>, %b: memref<256xf32>, %out: me
 
 // -----
 
-// f64: 8 elements per 64-byte store; the only loop is the parallel one.
+// f64: 8 elements per 64-byte store; the only loop is parallel, in blocks
+// of 64 stores (512 elements), each block a countable loop of its own (the
+// OpenMP loop itself would reload its bound after every store).
 // CHECK-LABEL: func.func @relu_f64
 // CHECK: scf.if
-// CHECK: %[[C8:.+]] = arith.constant 8 : index
-// CHECK: scf.parallel (%[[I:.+]]) = (%{{.+}}) to (%{{.+}}) step (%[[C8]])
+// CHECK-DAG: %[[N:.+]] = arith.constant 16384 : index
+// CHECK-DAG: %[[C8:.+]] = arith.constant 8 : index
+// CHECK-DAG: %[[C512:.+]] = arith.constant 512 : index
+// CHECK: scf.parallel (%[[B:.+]]) = (%{{.+}}) to (%[[N]]) step (%[[C512]])
+// CHECK: %[[NEXT:.+]] = arith.addi %[[B]], %[[C512]] : index
+// CHECK: %[[END:.+]] = arith.minsi %[[NEXT]], %[[N]] : index
+// CHECK: scf.for %[[I:.+]] = %[[B]] to %[[END]] step %[[C8]]
 // CHECK: arith.maximumf %{{.+}}, %{{.+}} : vector<8xf64>
 // CHECK: vector.store %{{.+}}[%[[I]]] {alignment = 64 : i64, nontemporal = true} : memref<16384xf64>, vector<8xf64>
 #id = affine_map<(d0) -> (d0)>
@@ -71,6 +78,28 @@ func.func @relu_f64(%a: memref<16384xf64>, %out: memref<16384xf64>) {
   ^bb0(%x: f64, %o: f64):
     %0 = arith.maximumf %x, %zero : f64
     linalg.yield %0 : f64
+  }
+  return
+}
+
+// -----
+
+// An in-place update (the output is also read: a donated optimizer moment)
+// gets the vector loop with plain stores: a non-temporal store to the line
+// just read would send it to memory a second time.
+// CHECK-LABEL: func.func @in_place
+// CHECK: scf.if
+// CHECK: scf.parallel
+// CHECK: %[[OLD:.+]] = vector.load %[[M:.+]][%[[I:.+]]] : memref<16384xf32>, vector<16xf32>
+// CHECK: vector.store %{{.+}}, %[[M]][%[[I]]] {alignment = 64 : i64} : memref<16384xf32>, vector<16xf32>
+#in_place = affine_map<(d0) -> (d0)>
+func.func @in_place(%m: memref<16384xf32>, %g: memref<16384xf32>) {
+  %beta = arith.constant 0.9 : f32
+  linalg.generic {indexing_maps = [#in_place, #in_place, #in_place], iterator_types = ["parallel"]} ins(%m, %g : memref<16384xf32>, memref<16384xf32>) outs(%m : memref<16384xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %0 = arith.mulf %x, %beta : f32
+    %1 = arith.addf %0, %y : f32
+    linalg.yield %1 : f32
   }
   return
 }

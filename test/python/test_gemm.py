@@ -77,6 +77,28 @@ def test_the_host_kernel_is_the_fastest_measured_of_what_the_cpu_runs():
     assert rates[picked] >= 0.96 * max(rates.values()), described
 
 
+def test_a_product_takes_the_kernel_that_finishes_it_soonest():
+    """Gemm.cpp's pick per product (pickGemmTile): the measured rate
+    discounted by the micro-tiles' padding at C's edges. With AVX-512's
+    14x32 tile at 97 GFLOP/s and AVX2's 6x16 at 100, a 128 x 128 attention
+    product is 140 rows of work against 132 and goes to AVX2 (it ran ~20%
+    faster there on a Zen 4); the host's pick stays on near ties (under 3%);
+    a host whose wide kernel is much faster keeps it."""
+    tiles = [(14, 32, 97.0), (6, 16, 100.0)]
+    assert _native.gemm_pick(128, 128, tiles, 0) == 1
+    assert _native.gemm_pick(128, 64, tiles, 0) == 1
+    assert _native.gemm_pick(1024, 3072, tiles, 1) == 1
+    # 1022 rows are 73 whole 14-row tiles (no padding) and 171 of 6 (1026):
+    # 97 against 99.6 effective, a near tie: the host's pick stays; at 104,
+    # 3% sooner, AVX2 takes it.
+    assert _native.gemm_pick(1022, 3072, tiles, 0) == 0
+    assert _native.gemm_pick(1022, 3072, [(14, 32, 97.0), (6, 16, 104.0)], 0) == 1
+    assert _native.gemm_pick(128, 128, [(14, 32, 180.0), (6, 16, 100.0)], 0) == 0
+    assert _native.gemm_pick(5, 5, [(6, 16, 0.0), (4, 8, 50.0)], 0) == 1  # an unmeasured tile never wins
+    with pytest.raises(IndexError):
+        _native.gemm_pick(8, 8, tiles, 2)
+
+
 SHAPES = [(1, 1, 1), (7, 5, 3), (6, 16, 9), (13, 33, 70), (100, 257, 300), (301, 97, 1030), (64, 48, 600)]
 
 

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lazymlir {
 
@@ -120,6 +121,23 @@ bool bf16GemmWith(const GemmArgs &args, const std::string &isa, int threads);
 /// mc 510 nc 8192 (measured here, GFLOP/s on one thread: avx512f kc 128 92;
 /// ...)"; the first "kc" is the chosen one's).
 std::string gemmKernelDescription();
+
+/// A candidate float32 micro-kernel: its tile (MR x NR) and its measured
+/// one-thread rate (GFLOP/s).
+struct GemmTileRate {
+  int64_t mr, nr;
+  double rate;
+};
+
+/// Which of `tiles` should compute C's m x n: the one whose rate, discounted
+/// by the tiles' padding at C's edges, finishes soonest (a 128-row product
+/// is 10 AVX-512 14x32 tiles, 140 rows of work, or 22 AVX2 6x16 tiles, 132
+/// rows: attention's products ran ~20% faster with the latter on a Zen 4).
+/// `host` (the pick for large products) stays unless another is expected at
+/// least 3% sooner, so near ties keep the sums' order from process to
+/// process.
+size_t pickGemmTile(const std::vector<GemmTileRate> &tiles, size_t host,
+                    int64_t m, int64_t n);
 
 /// The host's multiply-add peak in GFLOP/s, measured: every core running
 /// independent FMA chains of each ISA's vectors the host has (best of 3
