@@ -1210,7 +1210,14 @@ def StreamingStoresPass
     linalg op itself, left for lazymlir-lower-to-loops (run after this
     pass). The vector nest's outer loops become one scf.parallel when the
     op has at least `parallel-threshold` iteration points, chosen like
-    lazymlir-lower-to-loops chooses them for the scalar nest.
+    lazymlir-lower-to-loops chooses them for the scalar nest; when that
+    covers the vector loop itself, it runs in blocks of 64 stores (each a
+    countable loop: the OpenMP loop reloads its bound after every
+    iteration). An op that also reads the buffer it writes (an in-place
+    update of a donated parameter or optimizer moment) gets the same vector
+    nest with plain stores: its lines are in cache from the read, and a
+    non-temporal store would send each to memory a second time (a 50M-float
+    in-place update 18.1 -> 13.4 ms; eager's add_ 13.0).
 
     The same holds for an elementwise op in a tile loop writing a tile (a
     subview) of such an output, like softmax's normalizing pass: its tiles
