@@ -79,20 +79,20 @@ func.func @reshape_in_the_middle(%arg0: tensor<32xf32>) -> tensor<4x8xf32> {
 // -----
 
 #map = affine_map<(d0) -> (d0)>
-// A producer with two users is cheap (one op): it is recomputed in the
-// consumer and still computed for its other use (the second result). With
-// max-recompute-ops=0 it stays a kernel of its own.
+// A producer whose result the graph returns, read element for element by an
+// elementwise consumer: one op computes both and returns both (nothing is
+// recomputed, so max-recompute-ops does not matter).
 // CHECK-LABEL: func.func @multi_use_producer
-// CHECK-COUNT-2: linalg.generic
+// CHECK: %[[R:.+]]:2 = linalg.generic
+// CHECK: %[[P:.+]] = arith.addf
+// CHECK: %[[E:.+]] = math.exp %[[P]]
+// CHECK: linalg.yield %[[P]], %[[E]]
 // CHECK-NOT: linalg.generic
-// CHECK: return
+// CHECK: return %[[R]]#0, %[[R]]#1
 // NORECOMPUTE-LABEL: func.func @multi_use_producer
-// NORECOMPUTE: %[[P:.+]] = linalg.generic
-// NORECOMPUTE: arith.addf
-// NORECOMPUTE: linalg.generic
-// NORECOMPUTE-SAME: ins(%[[P]] :
-// NORECOMPUTE: math.exp
-// NORECOMPUTE: return
+// NORECOMPUTE: %[[R:.+]]:2 = linalg.generic
+// NORECOMPUTE-NOT: linalg.generic
+// NORECOMPUTE: return %[[R]]#0, %[[R]]#1
 func.func @multi_use_producer(%arg0: tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>) {
   %e = tensor.empty() : tensor<16xf32>
   %0 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : tensor<16xf32>) outs(%e : tensor<16xf32>) {
@@ -106,6 +106,46 @@ func.func @multi_use_producer(%arg0: tensor<16xf32>) -> (tensor<16xf32>, tensor<
     linalg.yield %3 : f32
   } -> tensor<16xf32>
   return %0, %2 : tensor<16xf32>, tensor<16xf32>
+}
+
+// -----
+
+#map = affine_map<(d0) -> (d0)>
+// A cheap producer (one op) read by two elementwise consumers and nothing
+// else: each consumer recomputes it and it goes. With max-recompute-ops=0 it
+// stays a kernel of its own, read by both.
+// CHECK-LABEL: func.func @two_consumers
+// CHECK-COUNT-2: linalg.generic
+// CHECK-NOT: linalg.generic
+// CHECK: return
+// NORECOMPUTE-LABEL: func.func @two_consumers
+// NORECOMPUTE: %[[P:.+]] = linalg.generic
+// NORECOMPUTE: arith.addf
+// NORECOMPUTE: linalg.generic
+// NORECOMPUTE-SAME: ins(%[[P]] :
+// NORECOMPUTE: math.exp
+// NORECOMPUTE: linalg.generic
+// NORECOMPUTE-SAME: ins(%[[P]] :
+// NORECOMPUTE: math.log
+// NORECOMPUTE: return
+func.func @two_consumers(%arg0: tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>) {
+  %e = tensor.empty() : tensor<16xf32>
+  %0 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : tensor<16xf32>) outs(%e : tensor<16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %1 = arith.addf %in, %in : f32
+    linalg.yield %1 : f32
+  } -> tensor<16xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%0 : tensor<16xf32>) outs(%e : tensor<16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %3 = math.exp %in : f32
+    linalg.yield %3 : f32
+  } -> tensor<16xf32>
+  %4 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%0 : tensor<16xf32>) outs(%e : tensor<16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %5 = math.log %in : f32
+    linalg.yield %5 : f32
+  } -> tensor<16xf32>
+  return %2, %4 : tensor<16xf32>, tensor<16xf32>
 }
 
 // -----

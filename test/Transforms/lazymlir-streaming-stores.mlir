@@ -106,6 +106,32 @@ func.func @in_place(%m: memref<16384xf32>, %g: memref<16384xf32>) {
 
 // -----
 
+// Two outputs (a fused op keeping its producer's result, as an AdamW update
+// keeps both moments): one aligned check for both, each stored by the same
+// vectors, the one updated in place with plain stores.
+// CHECK-LABEL: func.func @two_outputs
+// CHECK: %[[A:.+]] = arith.cmpi eq
+// CHECK: %[[B:.+]] = arith.cmpi eq
+// CHECK: %[[BOTH:.+]] = arith.andi %[[A]], %[[B]] : i1
+// CHECK: scf.if %[[BOTH]]
+// CHECK: scf.parallel
+// CHECK: vector.store %{{.+}}, %[[M:.+]][%[[I:.+]]] {alignment = 64 : i64} : memref<16384xf32>, vector<16xf32>
+// CHECK: vector.store %{{.+}}, %{{.+}}[%[[I]]] {alignment = 64 : i64, nontemporal = true} : memref<16384xf32>, vector<16xf32>
+#two = affine_map<(d0) -> (d0)>
+func.func @two_outputs(%m: memref<16384xf32>, %g: memref<16384xf32>, %out: memref<16384xf32>) {
+  %beta = arith.constant 0.9 : f32
+  linalg.generic {indexing_maps = [#two, #two, #two, #two], iterator_types = ["parallel"]} ins(%m, %g : memref<16384xf32>, memref<16384xf32>) outs(%m, %out : memref<16384xf32>, memref<16384xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32, %p: f32):
+    %0 = arith.mulf %x, %beta : f32
+    %1 = arith.addf %0, %y : f32
+    %2 = arith.mulf %1, %1 : f32
+    linalg.yield %1, %2 : f32, f32
+  }
+  return
+}
+
+// -----
+
 // Not streamed: an innermost size 16 does not divide; an output that is also
 // read; an input strided along the innermost loop (transposed); an output
 // smaller than the option; i1 memory.

@@ -169,7 +169,14 @@ def FuseElementwisePass
     that is done only when its body has at most `max-recompute-ops`
     operations. The same bound applies when the consumer reads the producer
     through a broadcast (the body would run once per broadcast element
-    instead of once per producer element).
+    instead of once per producer element). Before that: an elementwise
+    producer whose result the graph keeps (returned, or read by an op that
+    is not linalg) and that an elementwise consumer reads element for
+    element, with every other user after the consumer, is fused with its
+    result kept as a second result of the fused op: one loop writes both,
+    nothing is recomputed (an AdamW update, three loops per parameter with
+    the second moment recomputed, 44 bytes of traffic per parameter, became
+    one of 28: 164 -> 60 ms for 115M parameters, eager's fused AdamW 64).
 
     Into a contraction (a matmul that reshape propagation made a
     linalg.generic) only a producer that moves data without computing (a
