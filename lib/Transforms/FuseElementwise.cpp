@@ -247,6 +247,13 @@ struct FuseKeepingProducerResults : OpRewritePattern<linalg::GenericOp> {
           !consumer.getMatchingIndexingMap(operand).isPermutation() ||
           !linalg::areElementwiseOpsFusable(operand))
         continue;
+      // The consumer reads the producer through this operand alone (another
+      // operand reading it would stay an input of the fused op, read from
+      // the fused op's own result).
+      if (llvm::count_if(consumer->getOpOperands(), [&](OpOperand &use) {
+            return use.get().getDefiningOp() == producer.getOperation();
+          }) != 1)
+        continue;
       bool kept = false, after = true;
       for (Operation *user : producer->getUsers()) {
         if (user == consumer.getOperation())
@@ -262,7 +269,9 @@ struct FuseKeepingProducerResults : OpRewritePattern<linalg::GenericOp> {
       if (failed(fused))
         continue;
       for (auto [original, replacement] : fused->replacements)
-        rewriter.replaceAllUsesWith(original, replacement);
+        rewriter.replaceUsesWithIf(original, replacement, [&](OpOperand &use) {
+          return use.getOwner() != fused->fusedOp;
+        });
       rewriter.eraseOp(consumer);
       if (producer->use_empty())
         rewriter.eraseOp(producer);

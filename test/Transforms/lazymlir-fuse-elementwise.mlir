@@ -111,6 +111,33 @@ func.func @multi_use_producer(%arg0: tensor<16xf32>) -> (tensor<16xf32>, tensor<
 // -----
 
 #map = affine_map<(d0) -> (d0)>
+// A kept producer that the consumer reads through two operands is left to
+// upstream's fusion (operand by operand): fused keeping its result, the
+// second operand would read the fused op's own result (this failed
+// verification: operand does not dominate its use).
+// CHECK-LABEL: func.func @read_twice
+// CHECK: %[[R:.+]]:2 = linalg.generic
+// CHECK: arith.mulf
+// CHECK-NOT: linalg.generic
+// CHECK: return %[[R]]#0, %[[R]]#1
+func.func @read_twice(%arg0: tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>) {
+  %e = tensor.empty() : tensor<16xf32>
+  %0 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : tensor<16xf32>) outs(%e : tensor<16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %1 = arith.addf %in, %in : f32
+    linalg.yield %1 : f32
+  } -> tensor<16xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%0, %0 : tensor<16xf32>, tensor<16xf32>) outs(%e : tensor<16xf32>) {
+  ^bb0(%a: f32, %b: f32, %out: f32):
+    %3 = arith.mulf %a, %b : f32
+    linalg.yield %3 : f32
+  } -> tensor<16xf32>
+  return %0, %2 : tensor<16xf32>, tensor<16xf32>
+}
+
+// -----
+
+#map = affine_map<(d0) -> (d0)>
 // A cheap producer (one op) read by two elementwise consumers and nothing
 // else: each consumer recomputes it and it goes. With max-recompute-ops=0 it
 // stays a kernel of its own, read by both.
