@@ -194,13 +194,17 @@ std::vector<Kernel> candidateKernels() {
 struct HostChoice {
   Kernel kernel;
   std::vector<std::pair<Kernel, double>> measured; // GFLOP/s, one thread
+  std::vector<GemmTileRate> tiles; // measured's tiles and rates, in order
+  size_t picked = 0;               // kernel's index in measured
 };
 
 HostChoice measureHostKernels() {
   std::vector<Kernel> kernels = candidateKernels();
-  HostChoice choice{kernels.front(), {}};
+  HostChoice choice{kernels.front(), {}, {}, 0};
   if (kernels.size() == 1) {
     choice.measured.push_back({kernels.front(), 0.0});
+    choice.tiles.push_back(
+        {kernels.front().blocking.mr, kernels.front().blocking.nr, 0.0});
     return choice;
   }
   constexpr int64_t m = 168, n = 256, k = 512;
@@ -226,11 +230,15 @@ HostChoice measureHostKernels() {
     }
   size_t picked = 0;
   for (size_t i = 0; i < kernels.size(); ++i) {
-    choice.measured.push_back({kernels[i], 2.0 * m * n * k / best[i] / 1e9});
+    double rate = 2.0 * m * n * k / best[i] / 1e9;
+    choice.measured.push_back({kernels[i], rate});
+    choice.tiles.push_back(
+        {kernels[i].blocking.mr, kernels[i].blocking.nr, rate});
     if (best[i] < 0.97 * best[picked])
       picked = i;
   }
   choice.kernel = kernels[picked];
+  choice.picked = picked;
   return choice;
 }
 
@@ -239,30 +247,11 @@ const HostChoice &hostChoice() {
   return choice;
 }
 
-const Kernel &hostKernel() { return hostChoice().kernel; }
-
-/// The measured kernel for C's m x n (its index in `choice.measured`, or -1
-/// for the host's pick; see gemmKernelFor).
-int kernelIndexFor(const HostChoice &choice, int64_t m, int64_t n) {
-  std::vector<GemmTileRate> rates;
-  int host = -1;
-  for (const auto &[kernel, rate] : choice.measured) {
-    if (kernel.isa == choice.kernel.isa &&
-        kernel.blocking.kc == choice.kernel.blocking.kc)
-      host = static_cast<int>(rates.size());
-    rates.push_back({kernel.blocking.mr, kernel.blocking.nr, rate});
-  }
-  if (host < 0)
-    return -1;
-  size_t picked = pickGemmTile(rates, static_cast<size_t>(host), m, n);
-  return picked == static_cast<size_t>(host) ? -1 : static_cast<int>(picked);
-}
-
-/// The float32 kernel for a product with C m x n on this host.
+/// The float32 kernel for a product with C m x n on this host (pickGemmTile
+/// over the measured kernels).
 const Kernel &kernelForShape(int64_t m, int64_t n) {
   const HostChoice &choice = hostChoice();
-  int i = kernelIndexFor(choice, m, n);
-  return i < 0 ? choice.kernel : choice.measured[i].first;
+  return choice.measured[pickGemmTile(choice.tiles, choice.picked, m, n)].first;
 }
 
 /// Waits, spinning a little and then yielding the core, until `ready()`.

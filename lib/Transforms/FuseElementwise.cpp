@@ -242,7 +242,7 @@ struct FuseKeepingProducerResults : OpRewritePattern<linalg::GenericOp> {
       return failure();
     for (OpOperand *operand : consumer.getDpsInputOperands()) {
       auto producer = operand->get().getDefiningOp<linalg::GenericOp>();
-      if (!producer || producer == consumer || !allParallel(producer) ||
+      if (!producer || !allParallel(producer) ||
           producer.getNumLoops() != consumer.getNumLoops() ||
           !consumer.getMatchingIndexingMap(operand).isPermutation() ||
           !linalg::areElementwiseOpsFusable(operand))

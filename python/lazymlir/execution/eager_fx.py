@@ -146,16 +146,10 @@ def _reuse_plan(nodes, pos, values, at):
         ):
             direct[v] = j
     alias = _aliases(nodes, {n: n for n in nodes if _fresh(n)})
-    last = {}
-
-    def last_use(n):  # the last op that reads n or a view of it
-        found = last.get(n)
-        if found is None:
-            found = pos[n]
-            for u in n.users:
-                found = max(found, last_use(u) if u.op == "call_function" and not _fresh(u) else pos[u])
-            last[n] = found
-        return found
+    last_use = {}  # fresh node -> the last op that reads it or a view of it
+    for b, roots in alias.items():
+        for r in roots:
+            last_use[r] = max([last_use.get(r, pos[r]), *(pos[u] for u in b.users)])
 
     for n in nodes:
         if n in direct or n.op != "call_function" or ir.VAL not in n.meta:
@@ -174,7 +168,7 @@ def _reuse_plan(nodes, pos, values, at):
                 or other is False
                 or other.shape != val.shape
                 or other.dtype != val.dtype
-                or last_use(a) > pos[n]
+                or last_use[a] > pos[n]
                 or any(b is not a and a in alias.get(b, ()) for b in n.all_input_nodes)
             ):
                 continue
@@ -185,9 +179,14 @@ def _reuse_plan(nodes, pos, values, at):
 
 def _fresh(n) -> bool:
     """Whether node ``n`` is an op whose one result is a new tensor."""
-    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+    return n.op == "call_function" and _one_new_tensor(n.target)
+
+
+def _one_new_tensor(op) -> bool:
+    """Whether ``op`` is an ATen op returning one tensor that aliases nothing."""
+    if not isinstance(op, torch._ops.OpOverload):
         return False
-    returns = n.target._schema.returns
+    returns = op._schema.returns
     return len(returns) == 1 and returns[0].alias_info is None and str(returns[0].type) == "Tensor"
 
 
@@ -195,12 +194,9 @@ def _fresh(n) -> bool:
 def _out_variant(op):
     """``op``'s out= overload and the name of its out argument: the overload
     that takes op's arguments plus one out tensor; None without one."""
-    if not isinstance(op, torch._ops.OpOverload):
+    if not _one_new_tensor(op):
         return None
-    schema = op._schema
-    if len(schema.returns) != 1 or schema.returns[0].alias_info is not None or str(schema.returns[0].type) != "Tensor":
-        return None
-    want = [(a.name, str(a.type)) for a in schema.arguments]
+    want = [(a.name, str(a.type)) for a in op._schema.arguments]
     for name in op.overloadpacket.overloads():
         variant = getattr(op.overloadpacket, name)
         outs = [a for a in variant._schema.arguments if a.is_out]
